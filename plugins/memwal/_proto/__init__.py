@@ -1,0 +1,1 @@
+"""Protobuf code generated from protos/ by `make proto`; never edited by hand."""

@@ -1,0 +1,78 @@
+"""Every error this library raises. Each docstring tells the caller what to do next."""
+
+from __future__ import annotations
+
+
+class MemWalError(Exception):
+    """Base class: something about a MemWAL table is not as the spec requires."""
+
+
+class CorruptFileError(MemWalError):
+    """A manifest, WAL entry or index could not be parsed. Nothing was changed; inspect or restore the file."""
+
+    def __init__(self, path: str, reason: str):
+        super().__init__(f"corrupt or truncated file {path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+class AlreadyExistsError(MemWalError):
+    """A create-only put lost the race: the object exists. Reload the latest state and retry."""
+
+    def __init__(self, path: str):
+        super().__init__(f"{path} already exists (another process committed it first)")
+        self.path = path
+
+
+class CommitConflictError(MemWalError):
+    """A commit kept losing to concurrent commits. Reload and retry later."""
+
+
+class FencedError(MemWalError):
+    """This writer's epoch is older than the region's: another writer owns the region. Stop writing."""
+
+    def __init__(self, region_id: str, local_epoch: int, stored_epoch: int):
+        super().__init__(
+            f"writer fenced on region {region_id}: local writer_epoch {local_epoch} < stored {stored_epoch}"
+        )
+        self.region_id = region_id
+        self.local_epoch = local_epoch
+        self.stored_epoch = stored_epoch
+
+
+class RegionNotFoundError(MemWalError):
+    """The region has no manifest under _mem_wal/. Check the region id (a UUID) and the table URI."""
+
+    def __init__(self, region_id: str, where: str):
+        super().__init__(f"region {region_id} not found: no manifest under {where}")
+        self.region_id = region_id
+
+
+class MemWalNotInitializedError(MemWalError):
+    """The base table has no __lance_mem_wal index. Initialise MemWAL on the table first."""
+
+    def __init__(self, table_uri: str):
+        super().__init__(f"table {table_uri} has no MemWAL index (__lance_mem_wal); initialise MemWAL first")
+        self.table_uri = table_uri
+
+
+class NoPrimaryKeyError(MemWalError):
+    """The schema has no unenforced primary key. Mark the key column(s) with lance-schema:unenforced-primary-key."""
+
+
+class RegionSpecError(MemWalError):
+    """A region spec is invalid (unknown transform, missing parameter, unknown source field). Fix the spec."""
+
+
+class MissingGenerationError(MemWalError):
+    """A flushed generation listed in a region manifest has no readable directory. It may have been GC'd."""
+
+    def __init__(self, region_id: str, generation: int, path: str, reason: str = "missing"):
+        super().__init__(f"generation {generation} of region {region_id} at {path}: {reason}")
+        self.region_id = region_id
+        self.generation = generation
+        self.path = path
+
+
+class WriterClosedError(MemWalError):
+    """The writer was closed (or aborted after being fenced). Open a new writer."""

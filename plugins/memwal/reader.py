@@ -1,0 +1,164 @@
+"""The LSM reader: one view over the base table (generation 0), flushed generations and live MemTables.
+
+For each primary key the newest version wins: highest generation, then highest row address
+(memwal-spec.txt, LSM Tree Merging Read); a winning tombstone hides the key. A filter is applied to
+the winning version only, so an update that stops matching hides the older matching row.
+Generations at or below merged_generations[region] are skipped: the base table already has them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import lance
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from memwal import naming
+from memwal.errors import MemWalNotInitializedError
+from memwal.generation import open_generation
+from memwal.mem_wal_index import load_index
+from memwal.region_manifest import list_regions, load_latest_manifest
+from memwal.schema import primary_key_columns
+from memwal.storage import ObjectStore, lance_storage_options
+
+__all__ = ["LsmReader", "Source"]
+
+Filter = str | pc.Expression | None
+_GEN, _ADDR, _SRC = "__memwal_gen", "__memwal_rowaddr", "__memwal_src"
+_memory_ids = itertools.count()
+
+
+@dataclass(frozen=True)
+class Source:
+    """One level of the LSM tree: the base table (generation 0), a flushed generation or a MemTable."""
+
+    region_id: str | None
+    generation: int
+    dataset: lance.LanceDataset
+    has_tombstone: bool
+
+
+def _memory_dataset(table: pa.Table) -> lance.LanceDataset:
+    return lance.write_dataset(table, f"memory://memwal-memtable-{uuid.uuid4().hex}-{next(_memory_ids)}")
+
+
+class LsmReader:
+    """Reads a MemWAL table as of now (or a base-table version), optionally with live MemTables.
+
+    memtables: (region_id, generation, rows with _tombstone), e.g. from RegionWriter.memtable_table().
+    """
+
+    def __init__(
+        self,
+        table_uri: str,
+        *,
+        storage_options: dict[str, str] | None = None,
+        version: int | None = None,
+        memtables: Sequence[tuple[str, int, pa.Table]] = (),
+        regions: Sequence[str] | None = None,
+    ):
+        self.store = ObjectStore(table_uri, storage_options)
+        self.base = lance.dataset(
+            self.store.uri, version=version, storage_options=lance_storage_options(storage_options)
+        )
+        self.pk = primary_key_columns(self.base.schema, where=self.store.uri)
+        try:
+            merged = dict(load_index(self.store.uri, storage_options, version=version).merged_generations)
+        except MemWalNotInitializedError:
+            merged = {}
+        self.sources: list[Source] = [Source(None, 0, self.base, False)]
+        wanted = set(regions) if regions is not None else None
+        for region_id in list_regions(self.store):
+            if wanted is not None and region_id not in wanted:
+                continue
+            manifest = load_latest_manifest(self.store, region_id)
+            for fg in sorted(manifest.flushed_generations, key=lambda g: g.generation):
+                if fg.generation <= merged.get(region_id, 0):
+                    continue
+                ds = open_generation(self.store, region_id, fg.generation, fg.path)
+                self.sources.append(Source(region_id, fg.generation, ds, True))
+        for region_id, generation, rows in memtables:
+            if rows.num_rows and (wanted is None or region_id in wanted):
+                self.sources.append(Source(region_id, generation, _memory_dataset(rows), True))
+
+    def _keys(self, source_index: int, source: Source) -> pa.Table:
+        cols = list(self.pk) + ([naming.TOMBSTONE_COLUMN] if source.has_tombstone else [])
+        t = source.dataset.to_table(columns=cols, with_row_address=True)
+        n = t.num_rows
+        tomb = t.column(naming.TOMBSTONE_COLUMN) if source.has_tombstone else pa.array(np.zeros(n, bool))
+        return pa.table(
+            {
+                **{c: t.column(c) for c in self.pk},
+                naming.TOMBSTONE_COLUMN: tomb,
+                _GEN: pa.array(np.full(n, source.generation, np.int64)),
+                _ADDR: t.column("_rowaddr"),
+                _SRC: pa.array(np.full(n, source_index, np.int32)),
+            }
+        )
+
+    def _winners(self) -> pa.Table:
+        """One row per live primary key: the source and row address of its newest version."""
+        keys = pa.concat_tables(
+            [self._keys(i, s) for i, s in enumerate(self.sources)], promote_options="permissive"
+        )
+        if keys.num_rows == 0:
+            return keys
+        order = [(c, "ascending") for c in self.pk] + [(_GEN, "descending"), (_ADDR, "descending")]
+        keys = keys.take(pc.sort_indices(keys, sort_keys=order, null_placement="at_end"))
+        first = np.ones(keys.num_rows, bool)
+        same = np.ones(keys.num_rows - 1, bool)
+        for c in self.pk:
+            col = keys.column(c).combine_chunks()
+            eq = pc.equal(col.slice(1), col.slice(0, keys.num_rows - 1))
+            both_null = pc.and_(pc.is_null(col.slice(1)), pc.is_null(col.slice(0, keys.num_rows - 1)))
+            same &= pc.fill_null(pc.or_(eq, both_null), False).to_numpy(zero_copy_only=False)
+        first[1:] = ~same
+        winners = keys.filter(pa.array(first))
+        return winners.filter(pc.invert(winners.column(naming.TOMBSTONE_COLUMN)))
+
+    def scan(self, columns: Sequence[str] | None = None, filter: Filter = None) -> pa.Table:
+        """All live rows (newest version per key) matching filter, with the given columns."""
+        columns = list(columns) if columns is not None else [f.name for f in self.base.schema]
+        winners = self._winners()
+        parts = []
+        for i, source in enumerate(self.sources):
+            mine = winners.filter(pc.equal(winners.column(_SRC), i)).column(_ADDR)
+            if len(mine) == 0:
+                continue
+            rows = source.dataset.to_table(columns=columns, filter=filter, with_row_address=True)
+            rows = rows.filter(pc.is_in(rows.column("_rowaddr"), value_set=mine.combine_chunks()))
+            parts.append(rows.drop_columns(["_rowaddr"]).cast(self._schema(columns)))
+        if not parts:
+            return self._schema(columns).empty_table()
+        return pa.concat_tables(parts)
+
+    def count_rows(self, filter: Filter = None) -> int:
+        return self.scan(columns=self.pk, filter=filter).num_rows
+
+    def get(self, key: Any | Sequence[Any], columns: Sequence[str] | None = None) -> dict | None:
+        """Point lookup by primary key (a value, or a tuple for a composite key): newest source first."""
+        values = tuple(key) if len(self.pk) > 1 else (key,)
+        expr = None
+        for c, v in zip(self.pk, values, strict=True):
+            term = pc.field(c) == v
+            expr = term if expr is None else expr & term
+        columns = list(columns) if columns is not None else [f.name for f in self.base.schema]
+        for source in sorted(self.sources, key=lambda s: s.generation, reverse=True):
+            cols = columns + ([naming.TOMBSTONE_COLUMN] if source.has_tombstone else [])
+            rows = source.dataset.to_table(columns=list(dict.fromkeys(cols)), filter=expr)
+            if rows.num_rows == 0:
+                continue
+            last = rows.slice(rows.num_rows - 1).to_pylist()[0]  # the later row within a generation
+            if source.has_tombstone and last.pop(naming.TOMBSTONE_COLUMN):
+                return None
+            return {c: last[c] for c in columns}
+        return None
+
+    def _schema(self, columns: Sequence[str]) -> pa.Schema:
+        return pa.schema([self.base.schema.field(c) for c in columns])

@@ -1,0 +1,200 @@
+"""Region manifest: the source of truth for one region's state (memwal-spec.txt, Region Manifest).
+
+Versions start at 1 and are immutable; version N lives at manifest/{bit_reversed(N)}.binpb and is
+created with put-if-not-exists. version_hint.json is a best-effort pointer to the latest version.
+Fields this library does not name (Lance core writes some) survive a read-modify-write.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field, replace
+
+from google.protobuf.message import DecodeError
+
+from memwal import naming
+from memwal._proto import memwal_pb2
+from memwal.errors import CorruptFileError, RegionNotFoundError
+from memwal.storage import ObjectStore
+
+__all__ = [
+    "FlushedGeneration",
+    "RegionManifest",
+    "commit_manifest",
+    "decode_manifest",
+    "encode_manifest",
+    "latest_version",
+    "list_manifest_versions",
+    "list_regions",
+    "load_latest_manifest",
+    "load_manifest",
+]
+
+
+@dataclass(frozen=True)
+class FlushedGeneration:
+    generation: int
+    path: str  # directory name relative to the region directory, e.g. "ba7d56d6_gen_1"
+
+
+@dataclass(frozen=True)
+class RegionManifest:
+    region_id: str
+    version: int
+    writer_epoch: int = 0
+    replay_after_wal_entry_position: int = 0
+    wal_entry_position_last_seen: int = 0
+    current_generation: int = 1
+    flushed_generations: tuple[FlushedGeneration, ...] = ()
+    region_spec_id: int = 0
+    # The bytes this manifest was decoded from, so unknown fields are written back unchanged.
+    raw: bytes = field(default=b"", repr=False, compare=False)
+
+    def next_version(self, **changes: object) -> RegionManifest:
+        """The manifest for version + 1 with the given fields changed (unknown fields kept)."""
+        return replace(self, version=self.version + 1, **changes)
+
+    def generation_path(self, generation: int) -> str | None:
+        for fg in self.flushed_generations:
+            if fg.generation == generation:
+                return fg.path
+        return None
+
+
+def encode_manifest(m: RegionManifest) -> bytes:
+    msg = memwal_pb2.RegionManifest()
+    if m.raw:
+        msg.ParseFromString(m.raw)
+    msg.version = m.version
+    msg.writer_epoch = m.writer_epoch
+    msg.replay_after_wal_entry_position = m.replay_after_wal_entry_position
+    msg.wal_entry_position_last_seen = m.wal_entry_position_last_seen
+    msg.current_generation = m.current_generation
+    msg.region_spec_id = m.region_spec_id
+    msg.region_id.uuid = uuid.UUID(m.region_id).bytes
+    # Keep each existing entry message (with its unknown fields) when it is unchanged.
+    existing = {(fg.generation, fg.path): fg.SerializeToString() for fg in msg.flushed_generations}
+    del msg.flushed_generations[:]
+    for fg in m.flushed_generations:
+        entry = msg.flushed_generations.add()
+        raw = existing.get((fg.generation, fg.path))
+        if raw is not None:
+            entry.ParseFromString(raw)
+        else:
+            entry.generation = fg.generation
+            entry.path = fg.path
+    return msg.SerializeToString()
+
+
+def decode_manifest(data: bytes, path: str) -> RegionManifest:
+    """Parse a region manifest; CorruptFileError names the path when it cannot be parsed."""
+    msg = memwal_pb2.RegionManifest()
+    try:
+        msg.ParseFromString(data)
+    except DecodeError as exc:
+        raise CorruptFileError(path, f"not a RegionManifest protobuf ({exc})") from exc
+    if not data or msg.version == 0:
+        raise CorruptFileError(path, "empty manifest or version 0")
+    try:
+        region_id = str(uuid.UUID(bytes=msg.region_id.uuid))
+    except ValueError as exc:
+        raise CorruptFileError(path, f"region_id is not 16 UUID bytes ({exc})") from exc
+    return RegionManifest(
+        region_id=region_id,
+        version=msg.version,
+        writer_epoch=msg.writer_epoch,
+        replay_after_wal_entry_position=msg.replay_after_wal_entry_position,
+        wal_entry_position_last_seen=msg.wal_entry_position_last_seen,
+        current_generation=msg.current_generation,
+        flushed_generations=tuple(
+            FlushedGeneration(fg.generation, fg.path) for fg in msg.flushed_generations
+        ),
+        region_spec_id=msg.region_spec_id,
+        raw=data,
+    )
+
+
+def list_regions(store: ObjectStore) -> list[str]:
+    """Region ids (UUID directory names) under _mem_wal/."""
+    out = []
+    for name in store.list_dirs(naming.MEM_WAL_DIR):
+        try:
+            out.append(str(uuid.UUID(name)))
+        except ValueError:
+            continue
+    return out
+
+
+def list_manifest_versions(store: ObjectStore, region_id: str) -> list[int]:
+    """Every manifest version present for the region, ascending."""
+    versions = []
+    for meta in store.list_files(naming.manifest_dir(region_id)):
+        if meta.path.endswith(naming.MANIFEST_SUFFIX):
+            try:
+                versions.append(naming.parse_bit_reversed_name(meta.path))
+            except ValueError:
+                continue
+    return sorted(versions)
+
+
+def _read_hint(store: ObjectStore, region_id: str) -> int:
+    try:
+        hint = json.loads(store.get(naming.version_hint_path(region_id)))
+        version = int(hint["version"])
+        return version if version >= 1 else 1
+    except (FileNotFoundError, ValueError, KeyError, TypeError):
+        return 1
+
+
+def latest_version(store: ObjectStore, region_id: str) -> int:
+    """The latest manifest version (0 if the region has none): hint, then probe forward.
+
+    If the hinted version is missing (a stale hint after GC of old versions, or a corrupt hint),
+    the manifest directory is listed instead.
+    """
+    start = _read_hint(store, region_id)
+    if not store.exists(naming.manifest_path(region_id, start)):
+        versions = list_manifest_versions(store, region_id)
+        if not versions:
+            return 0
+        start = versions[-1]
+    version = start
+    while store.exists(naming.manifest_path(region_id, version + 1)):
+        version += 1
+    return version
+
+
+def load_manifest(store: ObjectStore, region_id: str, version: int) -> RegionManifest:
+    path = naming.manifest_path(region_id, version)
+    try:
+        data = store.get(path)
+    except FileNotFoundError as exc:
+        raise RegionNotFoundError(region_id, f"{store.uri}/{path}") from exc
+    manifest = decode_manifest(data, f"{store.uri}/{path}")
+    if manifest.version != version:
+        raise CorruptFileError(f"{store.uri}/{path}", f"holds version {manifest.version}, expected {version}")
+    if manifest.region_id != region_id:
+        raise CorruptFileError(f"{store.uri}/{path}", f"holds region {manifest.region_id}, expected {region_id}")
+    return manifest
+
+
+def load_latest_manifest(store: ObjectStore, region_id: str) -> RegionManifest:
+    version = latest_version(store, region_id)
+    if version == 0:
+        raise RegionNotFoundError(region_id, f"{store.uri}/{naming.manifest_dir(region_id)}")
+    return load_manifest(store, region_id, version)
+
+
+def commit_manifest(store: ObjectStore, manifest: RegionManifest) -> RegionManifest:
+    """Create manifest.version with put-if-not-exists (AlreadyExistsError if taken), then the hint."""
+    data = encode_manifest(manifest)
+    store.put_if_not_exists(naming.manifest_path(manifest.region_id, manifest.version), data)
+    try:
+        store.put(
+            naming.version_hint_path(manifest.region_id),
+            json.dumps({"version": manifest.version}, separators=(",", ":")).encode(),
+        )
+    except OSError:
+        pass  # the hint is best effort; readers probe past it
+    return replace(manifest, raw=data)

@@ -1,0 +1,58 @@
+"""Schemas: the base table's unenforced primary key, and the `_tombstone` column of WAL entries and
+flushed generations."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from memwal import naming
+from memwal.errors import NoPrimaryKeyError
+
+__all__ = ["primary_key_columns", "with_tombstone", "without_tombstone"]
+
+
+def primary_key_columns(schema: pa.Schema, where: str = "schema") -> list[str]:
+    """Names of the columns marked lance-schema:unenforced-primary-key, in schema order."""
+    pk = [
+        f.name
+        for f in schema
+        if f.metadata and f.metadata.get(naming.PRIMARY_KEY_METADATA, b"").lower() == b"true"
+    ]
+    if not pk:
+        raise NoPrimaryKeyError(
+            f"{where} has no primary key: mark the key column(s) with field metadata "
+            f"{naming.PRIMARY_KEY_METADATA.decode()}='true' (columns: {schema.names})"
+        )
+    return pk
+
+
+def tombstone_schema(schema: pa.Schema) -> pa.Schema:
+    """The base schema plus `_tombstone: bool not null` (WAL entries and flushed generations)."""
+    base = pa.schema([f for f in schema if f.name != naming.TOMBSTONE_COLUMN], metadata=schema.metadata)
+    return base.append(pa.field(naming.TOMBSTONE_COLUMN, pa.bool_(), nullable=False))
+
+
+def with_tombstone(table: pa.Table, schema: pa.Schema, tombstone: bool) -> pa.Table:
+    """Rows conformed to the base schema plus a constant _tombstone column.
+
+    For deletes (tombstone=True) only the primary key columns need to be present; the rest are NULL.
+    """
+    target = tombstone_schema(schema)
+    columns = []
+    for f in schema:
+        if f.name == naming.TOMBSTONE_COLUMN:
+            continue
+        if f.name in table.column_names:
+            columns.append(table.column(f.name).cast(f.type))
+        elif tombstone:
+            columns.append(pa.nulls(table.num_rows, f.type))
+        else:
+            raise ValueError(f"column {f.name!r} is missing from the rows written (have {table.column_names})")
+    columns.append(pa.array([tombstone] * table.num_rows, pa.bool_()))
+    return pa.Table.from_arrays(columns, schema=target)
+
+
+def without_tombstone(table: pa.Table) -> pa.Table:
+    if naming.TOMBSTONE_COLUMN in table.column_names:
+        return table.drop_columns([naming.TOMBSTONE_COLUMN])
+    return table

@@ -1,0 +1,181 @@
+"""One small interface over the local filesystem and object stores (obstore).
+
+Contract (the whole MemWAL protocol rests on it):
+- `put_if_not_exists` is the compare-and-swap: it either creates the object or raises
+  AlreadyExistsError, never overwrites. Region manifests and WAL entries are written only with it.
+  (On S3 a lost race may surface as 412 Precondition Failed; both map to AlreadyExistsError.)
+- `put` overwrites and is used only for best-effort hints (version_hint.json).
+- Paths are relative to the table root, with `/` separators.
+
+Table URIs are the ones users give Lance: a plain path, `file://...` or `s3://bucket/prefix`, with the
+same storage options (`aws_endpoint`, `aws_access_key_id`, `aws_secret_access_key`, `aws_region`,
+`allow_http`, ...).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlparse
+
+import obstore
+from obstore import exceptions as obx
+from obstore.store import LocalStore, S3Store
+
+from memwal.errors import AlreadyExistsError, MemWalError
+
+# Storage option keys that obstore takes as client options rather than S3 config.
+_CLIENT_OPTION_KEYS = {
+    "allow_http",
+    "allow_invalid_certificates",
+    "connect_timeout",
+    "timeout",
+    "pool_idle_timeout",
+    "proxy_url",
+    "user_agent",
+}
+
+
+@dataclass(frozen=True)
+class ObjectMeta:
+    path: str
+    size: int
+    last_modified: datetime
+
+
+def normalize_uri(uri: str) -> str:
+    """A plain or file:// path becomes an absolute local path; s3:// URIs are kept as given."""
+    parsed = urlparse(str(uri))
+    if parsed.scheme in ("", "file"):
+        path = parsed.path if parsed.scheme == "file" else str(uri)
+        return os.path.abspath(path)
+    if parsed.scheme in ("s3", "s3a"):
+        return f"s3://{parsed.netloc}{parsed.path}".rstrip("/")
+    raise MemWalError(f"unsupported table URI scheme {parsed.scheme!r} in {uri!r} (use a path, file:// or s3://)")
+
+
+def join_uri(uri: str, *parts: str) -> str:
+    """The URI of a path below a table, e.g. a generation directory, as Lance opens it."""
+    base = normalize_uri(uri).rstrip("/")
+    rel = "/".join(p.strip("/") for p in parts if p)
+    return f"{base}/{rel}" if rel else base
+
+
+def lance_storage_options(storage_options: dict[str, str] | None) -> dict[str, str] | None:
+    """Storage options as Lance takes them (all values strings)."""
+    if not storage_options:
+        return None
+    return {k: str(v) for k, v in storage_options.items()}
+
+
+class ObjectStore:
+    """get / head / list / put_if_not_exists / put / delete under one table root."""
+
+    def __init__(self, uri: str, storage_options: dict[str, str] | None = None):
+        self.uri = normalize_uri(uri)
+        self.storage_options = dict(storage_options or {})
+        self._store = self._open()
+
+    def _open(self) -> Any:
+        if not self.uri.startswith("s3://"):
+            return LocalStore(self.uri, mkdir=True)
+        parsed = urlparse(self.uri)
+        config: dict[str, Any] = {}
+        client: dict[str, Any] = {}
+        for key, value in self.storage_options.items():
+            lower = key.lower()
+            if lower in _CLIENT_OPTION_KEYS:
+                client[lower] = str(value).lower() in ("1", "true", "yes") if lower.startswith("allow") else value
+            else:
+                config[lower] = str(value)
+        try:
+            return S3Store(
+                parsed.netloc, prefix=parsed.path.strip("/") or None, config=config, client_options=client
+            )
+        except (obx.UnknownConfigurationKeyError, obx.GenericError, ValueError) as exc:
+            raise MemWalError(f"invalid storage options for {self.uri}: {exc}") from exc
+
+    def get(self, path: str) -> bytes:
+        """The object's bytes; FileNotFoundError if it does not exist."""
+        return bytes(obstore.get(self._store, path).bytes())
+
+    def head(self, path: str) -> ObjectMeta | None:
+        """The object's metadata, or None if it does not exist."""
+        try:
+            meta = obstore.head(self._store, path)
+        except FileNotFoundError:
+            return None
+        return ObjectMeta(meta["path"], meta["size"], meta["last_modified"])
+
+    def exists(self, path: str) -> bool:
+        return self.head(path) is not None
+
+    def list(self, prefix: str) -> list[ObjectMeta]:
+        """Every object below prefix (recursively)."""
+        out: list[ObjectMeta] = []
+        try:
+            for chunk in obstore.list(self._store, prefix.rstrip("/") + "/"):
+                out.extend(ObjectMeta(m["path"], m["size"], m["last_modified"]) for m in chunk)
+        except FileNotFoundError:
+            return []
+        return out
+
+    def list_dirs(self, prefix: str) -> list[str]:
+        """Names of the immediate sub-directories of prefix."""
+        try:
+            result = obstore.list_with_delimiter(self._store, prefix.rstrip("/") + "/")
+        except FileNotFoundError:
+            return []
+        return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in result["common_prefixes"])
+
+    def list_files(self, prefix: str) -> list[ObjectMeta]:
+        """The objects directly in prefix (not recursive)."""
+        try:
+            result = obstore.list_with_delimiter(self._store, prefix.rstrip("/") + "/")
+        except FileNotFoundError:
+            return []
+        return [ObjectMeta(m["path"], m["size"], m["last_modified"]) for m in result["objects"]]
+
+    def put_if_not_exists(self, path: str, data: bytes) -> None:
+        """Create the object; raise AlreadyExistsError if it exists. Never overwrites."""
+        try:
+            obstore.put(self._store, path, data, mode="create")
+        except (obx.AlreadyExistsError, obx.PreconditionError) as exc:
+            raise AlreadyExistsError(path) from exc
+
+    def put(self, path: str, data: bytes) -> None:
+        """Create or overwrite the object (best-effort hints only)."""
+        obstore.put(self._store, path, data)
+
+    def delete(self, path: str) -> None:
+        """Delete one object; deleting a missing object is not an error."""
+        try:
+            obstore.delete(self._store, path)
+        except FileNotFoundError:
+            pass
+
+    def delete_prefix(self, prefix: str) -> int:
+        """Delete every object below prefix; returns the bytes removed."""
+        removed = 0
+        for meta in self.list(prefix):
+            self.delete(meta.path)
+            removed += meta.size
+        if not self.uri.startswith("s3://"):
+            _remove_empty_dirs(os.path.join(self.uri, prefix))
+        return removed
+
+    def uri_of(self, path: str) -> str:
+        return join_uri(self.uri, path)
+
+
+def _remove_empty_dirs(root: str) -> None:
+    """Local filesystems keep empty directories after their files are deleted; remove them."""
+    if not os.path.isdir(root):
+        return
+    for dirpath, _dirnames, _filenames in os.walk(root, topdown=False):
+        try:
+            os.rmdir(dirpath)
+        except OSError:
+            pass
