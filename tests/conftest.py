@@ -52,6 +52,15 @@ def s3_endpoint():
         stderr=subprocess.DEVNULL,
     )
     endpoint = f"http://127.0.0.1:{port}"
+    # Some Lance core code paths (the LSM point-lookup planner) drop storage options and fall back to the
+    # environment: point that at moto too, and never at an instance-metadata service.
+    env = {
+        "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1",
+        "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT": endpoint, "AWS_ENDPOINT_URL": endpoint,
+        "AWS_ALLOW_HTTP": "true", "AWS_EC2_METADATA_DISABLED": "true",
+    }
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
     deadline = time.monotonic() + 30
     while True:
         try:
@@ -65,6 +74,11 @@ def s3_endpoint():
     yield endpoint
     proc.terminate()
     proc.wait(timeout=10)
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
 
 
 def s3_options(endpoint: str) -> dict[str, str]:

@@ -4,13 +4,13 @@ import uuid
 
 import pyarrow as pa
 import pytest
+from tables import SCHEMA, create_base, rows
 
 from memwal import naming, wal
 from memwal.errors import FencedError
 from memwal.region_manifest import RegionManifest, commit_manifest, latest_version, load_latest_manifest
 from memwal.schema import with_tombstone
 from memwal.writer import RegionWriter, WriterConfig
-from tables import SCHEMA, create_base, rows
 
 NEVER = WriterConfig(max_memtable_rows=10**9, max_flush_interval_s=None)
 
@@ -61,8 +61,8 @@ def test_appendix_1_fenced_writer_aborts_and_loses_nothing(location):
     m = load_latest_manifest(store, region)
     assert m.version == 4 and m.writer_epoch == 7
     assert m.flushed_generations[-1] == flushed and m.replay_after_wal_entry_position == 17
-    from tables import open_base  # noqa: F401  (kept close to use)
     import lance
+    from tables import open_base  # noqa: F401  (kept close to use)
 
     gen = lance.dataset(store.uri_of(naming.generation_dir(region, flushed.path)),
                         storage_options=location.storage_options).to_table()

@@ -285,7 +285,7 @@ def load_index(
     if entry is None:
         raise MemWalNotInitializedError(uri)
     details = entry.details
-    if monotone and version is None:
+    if monotone:
         floor = _progress_floor(ds, store)
         if floor is not None and details.progress_below(floor):
             log.warning("MemWAL index at version %d is below a concurrent merge (%s); using the maximum",

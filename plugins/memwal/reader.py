@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memwal import naming
+from memwal.dedup import GEN_COLUMN, ROWADDR_COLUMN, newest_per_key
 from memwal.errors import MemWalNotInitializedError
 from memwal.generation import open_generation
 from memwal.mem_wal_index import load_index
@@ -30,7 +31,8 @@ from memwal.storage import ObjectStore, lance_storage_options
 __all__ = ["LsmReader", "Source"]
 
 Filter = str | pc.Expression | None
-_GEN, _ADDR, _SRC = "__memwal_gen", "__memwal_rowaddr", "__memwal_src"
+_SRC = "__memwal_src"
+_GEN, _ADDR = GEN_COLUMN, ROWADDR_COLUMN
 _memory_ids = itertools.count()
 
 
@@ -107,19 +109,7 @@ class LsmReader:
         keys = pa.concat_tables(
             [self._keys(i, s) for i, s in enumerate(self.sources)], promote_options="permissive"
         )
-        if keys.num_rows == 0:
-            return keys
-        order = [(c, "ascending") for c in self.pk] + [(_GEN, "descending"), (_ADDR, "descending")]
-        keys = keys.take(pc.sort_indices(keys, sort_keys=order, null_placement="at_end"))
-        first = np.ones(keys.num_rows, bool)
-        same = np.ones(keys.num_rows - 1, bool)
-        for c in self.pk:
-            col = keys.column(c).combine_chunks()
-            eq = pc.equal(col.slice(1), col.slice(0, keys.num_rows - 1))
-            both_null = pc.and_(pc.is_null(col.slice(1)), pc.is_null(col.slice(0, keys.num_rows - 1)))
-            same &= pc.fill_null(pc.or_(eq, both_null), False).to_numpy(zero_copy_only=False)
-        first[1:] = ~same
-        winners = keys.filter(pa.array(first))
+        winners = newest_per_key(keys, self.pk)
         return winners.filter(pc.invert(winners.column(naming.TOMBSTONE_COLUMN)))
 
     def scan(self, columns: Sequence[str] | None = None, filter: Filter = None) -> pa.Table:

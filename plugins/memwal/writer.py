@@ -171,7 +171,9 @@ class RegionWriter:
         if latest.writer_epoch > self.writer_epoch:  # checked before writing anything
             self._abort()
             raise FencedError(self.region_id, self.writer_epoch, latest.writer_epoch)
-        dir_name = write_generation(self.store, self.region_id, m.generation, m.to_table(), self.pk_columns)
+        dir_name = write_generation(
+            self.store, self.region_id, m.generation, m.to_flush_table(self.pk_columns), self.pk_columns
+        )
         flushed = FlushedGeneration(m.generation, dir_name)
 
         def update(current: RegionManifest) -> RegionManifest:

@@ -1,0 +1,143 @@
+"""Merge: ascending order, last write wins, tombstones delete, progress in the same commit, races."""
+
+import uuid
+
+import pyarrow as pa
+import pytest
+
+from memwal import merge as merge_mod
+from memwal.mem_wal_index import load_index, read_details_at
+from memwal.merge import MergeConfig, merge_region, merge_table
+from memwal.reader import LsmReader
+from memwal.writer import RegionWriter, WriterConfig
+from tables import create_base, open_base, rows, sorted_rows
+
+ONE_GEN_PER_FLUSH = WriterConfig(max_memtable_rows=10**9, max_flush_interval_s=None)
+
+
+def _table_with_generations(loc, region, gens):
+    """gens: list of (put_ids, tag, delete_ids), one flushed generation each."""
+    create_base(loc, ids=range(10))
+    open_base(loc).initialize_mem_wal(unsharded=True)
+    with RegionWriter(loc.uri, region, storage_options=loc.storage_options, config=ONE_GEN_PER_FLUSH) as w:
+        for put_ids, tag, delete_ids in gens:
+            if put_ids:
+                w.put(rows(put_ids, tag))
+            if delete_ids:
+                w.delete(pa.table({"id": pa.array(delete_ids, pa.int64())}))
+            w.flush()
+
+
+GENS = [
+    ([1, 2, 11], "g1", [3]),
+    ([2, 3], "g2", [11]),  # re-inserts 3, deletes 11 from gen 1
+    ([4], "g3", [1, 4]),  # inserts then deletes 4 in one generation: the later row (tombstone) wins
+    ([1], "g4", []),
+]
+
+
+def test_full_merge_equals_the_lsm_view(location):
+    region = str(uuid.uuid4())
+    _table_with_generations(location, region, GENS)
+    before = sorted_rows(LsmReader(location.uri, storage_options=location.storage_options).scan())
+    summary = merge_table(location.uri, location.storage_options)
+    assert summary.regions[0].generations == [1, 2, 3, 4]
+    after_base = sorted_rows(open_base(location).to_table())
+    assert after_base == before, "the base table after a full merge must equal the LSM view before it"
+    names = {r["id"]: r["name"] for r in after_base}
+    assert names[1] == "g41" and names[2] == "g22" and names[3] == "g23"
+    assert 4 not in names and 11 not in names, "tombstones must delete"
+    assert load_index(location.uri, location.storage_options).merged_generations == {region: 4}
+
+
+def test_merged_generations_advances_in_the_same_commit_as_the_data(local_location):
+    loc = local_location
+    region = str(uuid.uuid4())
+    _table_with_generations(loc, region, GENS[:2])
+    v0 = open_base(loc).version
+    merge_region(loc.uri, None, region, MergeConfig(max_generations_per_commit=1))
+    for version, gen in [(v0 + 1, 1), (v0 + 2, 2)]:
+        details = read_details_at(loc.store(), version)
+        assert details.merged_generations == {region: gen}, f"version {version} must record generation {gen}"
+    assert sorted(open_base(loc, v0 + 1).to_table().column("id").to_pylist()) == [0, 1, 2, 4, 5, 6, 7, 8, 9, 11]
+
+
+def test_batches_are_bounded_by_generation_count_and_bytes(local_location):
+    loc = local_location
+    region = str(uuid.uuid4())
+    _table_with_generations(loc, region, [([i], f"g{i}", []) for i in range(1, 6)])
+    r = merge_region(loc.uri, None, region, MergeConfig(max_generations_per_commit=2))
+    assert r.commits == 3 and r.generations == [1, 2, 3, 4, 5]
+    region2 = str(uuid.uuid4())
+    with RegionWriter(loc.uri, region2, config=ONE_GEN_PER_FLUSH) as w:
+        for i in range(3):
+            w.put(rows([100 + i]))
+            w.flush()
+    r2 = merge_region(loc.uri, None, region2, MergeConfig(max_bytes_per_commit=1))
+    assert r2.commits == 3, "a byte budget smaller than one generation still merges one per commit"
+
+
+def test_appendix_2_racing_on_the_same_generation(local_location, monkeypatch):
+    """
+    index: merged 0 | A and B both read merged=0 and plan generation 1
+    A commits generation 1 first; B's commit is refused as stale; B reloads and goes on to 2.
+    """
+    loc = local_location
+    region = str(uuid.uuid4())
+    _table_with_generations(loc, region, GENS[:2])
+    real_commit = merge_mod._commit
+    raced = []
+
+    def commit_after_a_wins(uri, so, region_id, last_gen, data, pk, schema):
+        if not raced:
+            raced.append(last_gen)
+            merge_region(uri, so, region_id, MergeConfig(max_generations_per_commit=1))  # merger A
+        return real_commit(uri, so, region_id, last_gen, data, pk, schema)
+
+    monkeypatch.setattr(merge_mod, "_commit", commit_after_a_wins)
+    b = merge_region(loc.uri, None, region, MergeConfig(max_generations_per_commit=1))
+    assert b.conflicts == 1, "B's stale marker must be refused"
+    assert b.generations == [] and b.generations_merged_by_others == 2
+    assert load_index(loc.uri).merged_generations[region] == 2
+    assert sorted_rows(open_base(loc).to_table())[1]["name"] == "g11"
+
+
+def test_appendix_2_crash_after_table_commit(local_location, monkeypatch):
+    """A merges generation 1 and crashes before reporting; B skips 1 and merges 2."""
+    loc = local_location
+    region = str(uuid.uuid4())
+    _table_with_generations(loc, region, GENS[:2])
+    real_commit = merge_mod._commit
+
+    def commit_then_crash(*args):
+        real_commit(*args)
+        raise KeyboardInterrupt("merger A crashed after its commit")
+
+    monkeypatch.setattr(merge_mod, "_commit", commit_then_crash)
+    with pytest.raises(KeyboardInterrupt):
+        merge_region(loc.uri, None, region, MergeConfig(max_generations_per_commit=1))
+    monkeypatch.setattr(merge_mod, "_commit", real_commit)
+    assert load_index(loc.uri).merged_generations[region] == 1
+    b = merge_region(loc.uri, None, region)
+    assert b.merged_generation_before == 1 and b.generations == [2]
+
+
+def test_merge_refuses_a_gap_in_the_region_manifest(local_location):
+    from memwal.region_manifest import commit_manifest, load_latest_manifest
+
+    loc = local_location
+    region = str(uuid.uuid4())
+    _table_with_generations(loc, region, GENS[:3])
+    m = load_latest_manifest(loc.store(), region)
+    commit_manifest(loc.store(), m.next_version(flushed_generations=m.flushed_generations[1:]))
+    summary = merge_table(loc.uri)
+    assert "generation 1 is not in the region manifest" in summary.regions[0].error
+    assert open_base(loc).version == 2, "nothing may be committed for a region with a gap"
+
+
+def test_unknown_region_is_reported_not_merged(local_location):
+    loc = local_location
+    _table_with_generations(loc, str(uuid.uuid4()), GENS[:1])
+    bogus = str(uuid.uuid4())
+    summary = merge_table(loc.uri, regions=[bogus])
+    assert summary.failed_regions == [bogus] and "no manifest" in summary.regions[0].error
