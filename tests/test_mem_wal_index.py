@@ -4,12 +4,12 @@ import uuid
 from dataclasses import replace
 
 import pytest
+from tables import create_base, open_base, rows
 
 from memwal.errors import MemWalNotInitializedError
 from memwal.mem_wal_index import commit_details, load_index, read_details_at
 from memwal.merge import merge_region
 from memwal.writer import RegionWriter, WriterConfig
-from tables import create_base, open_base, rows
 
 
 def test_reads_lance_core_initialised_index(local_location):

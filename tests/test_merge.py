@@ -4,13 +4,13 @@ import uuid
 
 import pyarrow as pa
 import pytest
+from tables import create_base, open_base, rows, sorted_rows
 
 from memwal import merge as merge_mod
 from memwal.mem_wal_index import load_index, read_details_at
 from memwal.merge import MergeConfig, merge_region, merge_table
 from memwal.reader import LsmReader
 from memwal.writer import RegionWriter, WriterConfig
-from tables import create_base, open_base, rows, sorted_rows
 
 ONE_GEN_PER_FLUSH = WriterConfig(max_memtable_rows=10**9, max_flush_interval_s=None)
 

@@ -6,10 +6,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from lance.mem_wal import LsmPointLookupPlanner, LsmScanner
+from tables import create_base, lance_core_scan, lance_core_snapshots, open_base, rows, sorted_rows
 
 from memwal.reader import LsmReader
 from memwal.writer import RegionWriter, WriterConfig
-from tables import create_base, lance_core_scan, lance_core_snapshots, open_base, rows, sorted_rows
 
 OPS = [
     ("put", range(5, 15), "g1"),  # updates 5..9, inserts 10..14
@@ -119,7 +119,7 @@ def test_missing_generation_directory_is_a_clear_error(local_location):
     region = str(uuid.uuid4())
     with RegionWriter(loc.uri, region, config=WriterConfig(max_flush_interval_s=None)) as w:
         w.put(rows([5]))
-    gen_dir = next((p for p in (loc.store().list_dirs(f"_mem_wal/{region}")) if "_gen_" in p))
+    gen_dir = next(p for p in (loc.store().list_dirs(f"_mem_wal/{region}")) if "_gen_" in p)
     shutil.rmtree(f"{loc.uri}/_mem_wal/{region}/{gen_dir}")
     with pytest.raises(Exception, match=f"generation 1 of region {region}"):
         LsmReader(loc.uri)
