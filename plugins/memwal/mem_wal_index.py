@@ -294,11 +294,13 @@ def load_index(
     return MemWalIndex(uri, ds.version, details, entry.uuid, entry.dataset_version)
 
 
-def _create_index_op(index: MemWalIndex | None, details: MemWalIndexDetails, read_version: int) -> Any:
+def _create_index_op(
+    index: MemWalIndex | None, details: MemWalIndexDetails, read_version: int, entry_uuid: str | None = None
+) -> Any:
     from lance.dataset import Index
 
     new = Index(
-        uuid=str(uuid.uuid4()),
+        uuid=entry_uuid or str(uuid.uuid4()),
         name=naming.MEM_WAL_INDEX_NAME,
         fields=[],
         dataset_version=read_version,
@@ -325,11 +327,13 @@ def commit_details(
     uri: str,
     storage_options: dict[str, str] | None,
     mutate: Callable[[MemWalIndexDetails], MemWalIndexDetails],
+    prepare: Callable[[str], None] | None = None,
 ) -> MemWalIndex:
     """Commit mutate(latest details) as a new table version without ever regressing progress.
 
     mutate must only change what its job owns (snapshot fields, index_catchup, config); progress it
     did not raise is taken from the latest version, and a rebase over a concurrent merge is repaired.
+    prepare(entry_uuid), if given, runs before each commit attempt, e.g. to write _indices/{uuid}/ files.
     """
     store = ObjectStore(uri, storage_options)
     floor: MemWalIndexDetails | None = None
@@ -341,9 +345,12 @@ def commit_details(
         proposed = proposed.with_progress_at_least(
             replace(current.details, index_catchup={})  # never lower merged_generations by mutation
         )
+        entry_uuid = str(uuid.uuid4())
+        if prepare is not None:
+            prepare(entry_uuid)
         ds = lance.LanceDataset.commit(
             uri,
-            _create_index_op(current, proposed, current.table_version),
+            _create_index_op(current, proposed, current.table_version, entry_uuid),
             read_version=current.table_version,
             storage_options=lance_storage_options(storage_options),
         )

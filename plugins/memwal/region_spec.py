@@ -5,10 +5,12 @@ Hashing reproduces Lance core (pylance 14 `lance.mem_wal.evaluate_sharding_spec`
 
 from __future__ import annotations
 
+import datetime
 import itertools
 import math
 import re
 import struct
+import zoneinfo
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -491,12 +493,56 @@ def _valid_mask(arr: pa.Array) -> np.ndarray | None:
     return None if arr.null_count == 0 else ~arr.is_valid().to_numpy(zero_copy_only=False)
 
 
+_EPOCH = datetime.datetime(1970, 1, 1)
+_SECONDS_MIN = -62135596800 + 86400  # 0001-01-02: within Python's datetime range
+_CHRONO_TZ_END = 4102444800  # 2100-01-01 UTC
+_PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
+
+
+def _utc_offsets(seconds: np.ndarray, zone: zoneinfo.ZoneInfo) -> np.ndarray:
+    """UTC offset (seconds) at each instant, as DataFusion's chrono-tz sees it: the zone's rules up to
+    2100-01-01 UTC, then frozen at the last offset (chrono-tz tables end in 2099; measured)."""
+
+    def offset(s: int) -> int:
+        s = min(max(s, _SECONDS_MIN), _CHRONO_TZ_END - 1)
+        local = zone.fromutc((_EPOCH + datetime.timedelta(seconds=s)).replace(tzinfo=zone))
+        return int(local.utcoffset().total_seconds())  # type: ignore[union-attr]
+
+    quarters, inverse = np.unique(seconds // 900, return_inverse=True)  # offsets change rarely
+    start = np.array([offset(int(q) * 900) for q in quarters], np.int64)
+    end = np.array([offset(int(q) * 900 + 899) for q in quarters], np.int64)
+    out = start[inverse]
+    for i in np.flatnonzero((start != end)[inverse]):  # a transition inside the quarter hour
+        out[i] = offset(int(seconds[i]))
+    return out
+
+
+def _local_time(arr: pa.Array) -> pa.Array:
+    """A tz-aware timestamp array as naive local wall-clock time.
+
+    pyarrow's own conversion stops applying DST after 2037 (its tz database reader ignores the rule
+    that continues the table), while DataFusion applies it until 2100, so named zones go through
+    zoneinfo. Fixed offsets ("+05:30") are exact in pyarrow.
+    """
+    t = arr.type
+    try:
+        zone = zoneinfo.ZoneInfo(t.tz)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        return pc.local_timestamp(arr)
+    raw = arr.view(pa.int64()).fill_null(0).to_numpy()
+    per = _PER_SECOND[t.unit]
+    local = raw + _utc_offsets(raw // per, zone) * per
+    return pa.array(local, pa.timestamp(t.unit), mask=_valid_mask(arr))
+
+
 def _date_part(fld: RegionField, arr: pa.Array) -> pa.Array:
     """DataFusion's date_part(part, col0) as int32; tz-aware timestamps use local time, as DataFusion."""
     part = str(fld.transform)
     t = arr.type
     if pa.types.is_date64(t):
         arr, t = arr.view(pa.timestamp("ms")), pa.timestamp("ms")
+    if pa.types.is_timestamp(t) and t.tz:
+        arr = _local_time(arr)
     if pa.types.is_date32(t) and part == "hour":
         return pa.array(np.zeros(len(arr), np.int32), mask=_valid_mask(arr))
     if not (pa.types.is_date32(t) or pa.types.is_timestamp(t)):
@@ -591,7 +637,7 @@ def evaluate(
         cols = [_resolve(table, name) for name in _column_names(fld, source_names)]
         names.append(fld.column_name)
         arrays.append(_apply(fld, cols, n))
-    return pa.table(arrays, names=names) if arrays else pa.table({}).take(pa.array([], pa.int64()))
+    return pa.table(arrays, names=names)
 
 
 def route(
@@ -664,7 +710,7 @@ def _literal_types(values: Sequence[Any]) -> list[pa.DataType] | None:
     integer (or float) literal is tried as both; pruning must only ever keep too much."""
     kinds = {type(v) for v in values if v is not None}
     if kinds <= {int}:
-        return [pa.int32(), pa.int64(), pa.uint64()]
+        return [pa.int32(), pa.uint32(), pa.int64(), pa.uint64()]
     if kinds <= {int, float}:
         return [pa.float32(), pa.float64()]
     if kinds <= {str}:
@@ -694,6 +740,18 @@ def _typed_candidates(values: Sequence[Any], typ: pa.DataType | None) -> list[pa
 
 def _norm(v: Any) -> Any:
     return "\x00NaN" if isinstance(v, float) and math.isnan(v) else v
+
+
+def _kind(v: Any) -> type:
+    return float if isinstance(v, int | float) else type(v)  # bool, int and float compare as numbers
+
+
+def _may_match(value: Any, possible: set[Any] | None) -> bool:
+    if possible is None or _norm(value) in possible:
+        return True
+    # A region value of another kind than the computed ones (say a date against string literals, when
+    # no schema gave the column type) proves nothing: keep the region.
+    return value is not None and bool(possible) and _kind(value) not in {_kind(p) for p in possible}
 
 
 def _possible_values(
@@ -748,16 +806,17 @@ def prune(
 
     A region is dropped only if some spec field is determined by the predicates and the region's value
     for it is not among the possible ones. `schema` (the table's Arrow schema) gives literal types; without
-    it integer/float literals are tried as every width (bucket hashes differ by width).
+    it, integer / float literals are tried as every width (bucket hashes differ by width) and strings as
+    strings, so pass `schema` whenever a spec column is temporal (a bucket of `ts = '2024-01-01'` can
+    only be computed knowing the column's unit and time zone).
     """
     possible = [_possible_values(f, predicates, source_names, schema) for f in spec.fields]
-    keep = set()
-    for region_id, values in region_values.items():
-        if len(values) != len(spec.fields) or all(
-            p is None or _norm(v) in p for v, p in zip(values, possible, strict=True)
-        ):
-            keep.add(region_id)
-    return keep
+    return {
+        region_id
+        for region_id, values in region_values.items()
+        if len(values) != len(spec.fields)
+        or all(_may_match(v, p) for v, p in zip(values, possible, strict=True))
+    }
 
 
 _TOKEN = re.compile(

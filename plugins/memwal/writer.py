@@ -21,6 +21,7 @@ from memwal.errors import (
     AlreadyExistsError,
     FencedError,
     MemWalError,
+    MemWalNotInitializedError,
     WriterClosedError,
 )
 from memwal.generation import write_generation
@@ -66,6 +67,17 @@ def _validate_region_id(region_id: str) -> str:
         raise MemWalError(f"region id {region_id!r} is not a UUID") from exc
 
 
+def _current_region_spec_id(table_uri: str, storage_options: dict[str, str] | None) -> int:
+    """The newest region spec of the table (0, a manual region, when there is none)."""
+    from memwal.mem_wal_index import load_index
+
+    try:
+        specs = load_index(table_uri, storage_options).details.region_specs
+    except MemWalNotInitializedError:
+        return 0
+    return max((s.spec_id for s in specs), default=0)
+
+
 class RegionWriter:
     """The single active writer of one region. Use as a context manager; close() flushes."""
 
@@ -76,7 +88,7 @@ class RegionWriter:
         *,
         storage_options: dict[str, str] | None = None,
         config: WriterConfig | None = None,
-        region_spec_id: int = 0,
+        region_spec_id: int | None = None,
     ):
         self.region_id = _validate_region_id(region_id)
         self.store = ObjectStore(table_uri, storage_options)
@@ -87,6 +99,8 @@ class RegionWriter:
         self.pk_columns = primary_key_columns(self.schema, where=self.table_uri)
         self.stats = WriterStats()
         self._closed = False
+        if region_spec_id is None:
+            region_spec_id = _current_region_spec_id(self.table_uri, storage_options)
         claimed = fencing.claim_region(self.store, self.region_id, region_spec_id)
         self.writer_epoch = claimed.writer_epoch
         self.manifest = claimed

@@ -1,0 +1,27 @@
+"""Test helper: a MemWAL table with regions and flushed generations, built through our writer."""
+
+from __future__ import annotations
+
+import uuid
+
+import pyarrow as pa
+
+from memwal.writer import RegionWriter, WriterConfig
+from tables import create_base, open_base, rows
+
+ONE_GEN_PER_FLUSH = WriterConfig(max_memtable_rows=10**9, max_flush_interval_s=None)
+
+
+def build_table(loc, regions: int = 2, generations: int = 3, base_ids=range(10), **init) -> list[str]:
+    """Each region r writes `generations` generations of keys 1000*r + ...; returns the region ids."""
+    create_base(loc, ids=base_ids)
+    open_base(loc).initialize_mem_wal(**(init or {"unsharded": True}))
+    ids = [str(uuid.uuid4()) for _ in range(regions)]
+    for r, region in enumerate(ids):
+        with RegionWriter(loc.uri, region, storage_options=loc.storage_options, config=ONE_GEN_PER_FLUSH) as w:
+            for g in range(generations):
+                w.put(rows([1000 * (r + 1) + g, 1000 * (r + 1) + 100 + g], f"r{r}g{g}"))
+                if g == 1:
+                    w.delete(pa.table({"id": pa.array([1000 * (r + 1)], pa.int64())}))
+                w.flush()
+    return ids
