@@ -1,10 +1,11 @@
+from maintenance import build_table
+from tables import open_base
+
 from memwal.catchup import catchup_table, indexed_read_plan
 from memwal.mem_wal_index import load_index
 from memwal.merge import merge_region, merge_table
 from memwal.region_manifest import load_latest_manifest
 from memwal.status import table_status
-from maintenance import build_table
-from tables import open_base
 
 
 def test_catchup_rebuilds_index_and_records_merged_generation(local_location):
@@ -49,7 +50,7 @@ def test_catchup_never_records_more_than_the_index_covers(local_location, monkey
 
 def test_indexed_read_plan_serves_the_gap_from_memtable_indexes(local_location):
     loc = local_location
-    a, _ = build_table(loc, regions=1, generations=4) + [None]
+    (a,) = build_table(loc, regions=1, generations=4)
     open_base(loc).create_scalar_index("name", "BTREE", name="name_idx")
     merge_region(loc.uri, None, a, up_to_generation=1)
     catchup_table(loc.uri)

@@ -1,14 +1,15 @@
 import time
 from datetime import timedelta
 
+from maintenance import build_table
+from tables import open_base, sorted_rows
+
 from memwal import naming
 from memwal.gc import GcConfig, gc_table
 from memwal.merge import merge_region, merge_table
 from memwal.reader import LsmReader
 from memwal.region_manifest import list_manifest_versions, load_latest_manifest
 from memwal.wal import list_wal_positions
-from maintenance import build_table
-from tables import open_base, sorted_rows
 
 
 def _gen_dirs(store, region):
@@ -17,7 +18,7 @@ def _gen_dirs(store, region):
 
 def test_dry_run_lists_but_deletes_nothing(location):
     loc = location
-    a, _ = build_table(loc, regions=2, generations=3)
+    build_table(loc, regions=2, generations=3)
     merge_table(loc.uri, loc.storage_options)
     open_base(loc).cleanup_old_versions(older_than=timedelta(0))
     store = loc.store()
@@ -61,7 +62,7 @@ def test_gc_respects_index_catchup(local_location):
     from memwal.catchup import catchup_table
 
     loc = local_location
-    a, _ = build_table(loc, regions=1, generations=3) + [None]
+    (a,) = build_table(loc, regions=1, generations=3)
     open_base(loc).create_scalar_index("name", "BTREE", name="name_idx")
     merge_region(loc.uri, None, a, up_to_generation=1)
     catchup_table(loc.uri)
@@ -74,7 +75,7 @@ def test_gc_respects_index_catchup(local_location):
 
 def test_failed_flush_leftover_removed_only_after_grace(local_location):
     loc = local_location
-    a, _ = build_table(loc, regions=1, generations=1) + [None]
+    (a,) = build_table(loc, regions=1, generations=1)
     store = loc.store()
     leftover = naming.generation_dir(a, "deadbeef_gen_2")
     store.put(f"{leftover}/data/x.lance", b"partial")

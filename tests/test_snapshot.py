@@ -1,9 +1,10 @@
 import uuid
 
+from maintenance import build_table
+
 from memwal.mem_wal_index import load_index
 from memwal.merge import merge_region
 from memwal.snapshot import read_snapshot, refresh_snapshot
-from maintenance import build_table
 
 
 def test_inline_snapshot_has_one_row_per_region_with_the_spec_schema(location):

@@ -1,6 +1,7 @@
+from maintenance import build_table
+
 from memwal.merge import merge_region
 from memwal.status import table_status
-from maintenance import build_table
 
 
 def test_status_reports_backlog_and_progress(local_location):

@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from memwal.dedup import GEN_COLUMN, ROWADDR_COLUMN, newest_per_key
 
@@ -45,17 +44,29 @@ class MemTable:
         """Every row written, in WAL order (duplicates included)."""
         if not self.batches:
             return self.schema.empty_table()
-        return pa.concat_tables([b.cast(self.schema) for b in self.batches])
+        # Puts already conform to the schema (with_tombstone); cast only what does not.
+        return pa.concat_tables(
+            [b if b.schema.equals(self.schema, check_metadata=True) else b.cast(self.schema) for b in self.batches]
+        )
 
     def to_flush_table(self, pk: list[str]) -> pa.Table:
         """The newest row per primary key (tombstones kept), in WAL order.
 
         Lance core's LSM reader does not deduplicate within one generation: it relies on a flushed
         generation holding each key once, as its own flush writes it.
+
+        The winners are found on the key columns alone (plus the row position); the full rows are then
+        taken once, in WAL order, or not at all when every key is already unique.
         """
         rows = self.to_table()
-        rows = rows.append_column(GEN_COLUMN, pa.array(np.zeros(rows.num_rows, np.int64)))
-        rows = rows.append_column(ROWADDR_COLUMN, pa.array(np.arange(rows.num_rows, dtype=np.uint64)))
-        newest = newest_per_key(rows, pk)
-        newest = newest.take(pc.sort_indices(newest, sort_keys=[(ROWADDR_COLUMN, "ascending")]))
-        return newest.drop_columns([GEN_COLUMN, ROWADDR_COLUMN])
+        n = rows.num_rows
+        if n <= 1:
+            return rows
+        keys = rows.select(pk)
+        keys = keys.append_column(GEN_COLUMN, pa.array(np.zeros(n, np.int64)))
+        keys = keys.append_column(ROWADDR_COLUMN, pa.array(np.arange(n, dtype=np.uint64)))
+        newest = newest_per_key(keys, pk)
+        if newest.num_rows == n:
+            return rows
+        winners = np.sort(newest.column(ROWADDR_COLUMN).to_numpy())
+        return rows.take(pa.array(winners))

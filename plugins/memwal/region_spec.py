@@ -1,7 +1,5 @@
-"""Region specs (memwal-spec.txt "Region Spec" .. "Region Pruning"): validate, evaluate, route rows, prune.
-
-Hashing reproduces Lance core (pylance 14 `lance.mem_wal.evaluate_sharding_spec`) bit for bit; see `murmur3`.
-"""
+"""Region specs (memwal-spec.txt "Region Spec" .. "Region Pruning"): validate, evaluate, route, prune.
+Bucket hashing reproduces Lance core (pylance 14 `lance.mem_wal.evaluate_sharding_spec`) bit for bit."""
 
 from __future__ import annotations
 
@@ -41,7 +39,7 @@ __all__ = [
 FIELD_ID_METADATA = b"lance:field_id"
 
 _DATE_PARTS = ("year", "month", "day", "hour")
-# "unsharded" is not in the spec: Lance core writes it for `initialize_mem_wal(unsharded=True)` (all rows -> 0).
+# "unsharded" is not in the spec: Lance core writes it for initialize_mem_wal(unsharded=True); every row -> 0.
 TRANSFORMS = frozenset({"identity", *_DATE_PARTS, "bucket", "multi_bucket", "truncate", "unsharded"})
 _INT32_RESULT = frozenset({*_DATE_PARTS, "bucket", "multi_bucket", "unsharded"})
 _NUM_BUCKETS = "num_buckets"
@@ -59,7 +57,8 @@ def _positive_int_param(field_id: str, transform: str, params: Mapping[str, str]
     raw = params[name]
     if not re.fullmatch(r"[+-]?[0-9]+", raw or ""):
         raise RegionSpecError(
-            f"region field {field_id!r}: parameter {name!r} of transform {transform!r} is not an integer: {raw!r}"
+            f"region field {field_id!r}: parameter {name!r} of transform {transform!r} is not an integer: "
+            f"{raw!r}"
         )
     value = int(raw)
     if value <= 0 or value > _I32_MAX:
@@ -87,8 +86,16 @@ class RegionField:
         self.validate()
 
     def __hash__(self) -> int:
-        return hash((self.field_id, self.source_ids, self.transform, self.expression, self.result_type,
-                     tuple(sorted(self.parameters.items()))))
+        return hash(
+            (
+                self.field_id,
+                self.source_ids,
+                self.transform,
+                self.expression,
+                self.result_type,
+                tuple(sorted(self.parameters.items())),
+            )
+        )
 
     def validate(self) -> None:
         """Raise RegionSpecError unless the field is well formed (evaluability is checked by evaluate)."""
@@ -212,7 +219,8 @@ class RegionSpec:
     @classmethod
     def from_lance_dict(cls, d: Mapping[str, Any]) -> RegionSpec:
         """From one entry of `LanceDataset.mem_wal_index_details()["sharding_specs"]`."""
-        return cls(spec_id=int(d["spec_id"]), fields=tuple(RegionField.from_lance_dict(f) for f in d["fields"]))
+        fields = tuple(RegionField.from_lance_dict(f) for f in d["fields"])
+        return cls(spec_id=int(d["spec_id"]), fields=fields)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -413,7 +421,7 @@ def _hash_binary(arr: pa.Array, seed: np.ndarray) -> np.ndarray:
         )
         h[idx] = _mix_h1(h[idx], _mix_k1(k))
     tail_at = starts + (nblocks.astype(np.int64) << 2)
-    rem = np.where(lens > _LONG_STRING, 0, lens_short & 3)
+    rem = lens_short & 3
     for t in range(3):
         idx = np.flatnonzero(rem > t)
         if len(idx):
@@ -429,8 +437,28 @@ def _fixed_values(arr: pa.Array, dtype: type[np.generic]) -> np.ndarray:
     return np.frombuffer(arr.buffers()[1], dtype=dtype)[arr.offset : arr.offset + len(arr)]
 
 
+def _check_hashable(t: pa.DataType) -> None:
+    """Lance core's set of bucketable types (plus string_view, whose bytes are those of a utf8)."""
+    if not (
+        pa.types.is_boolean(t)
+        or pa.types.is_integer(t)
+        or pa.types.is_float32(t)
+        or pa.types.is_float64(t)
+        or pa.types.is_date32(t)
+        or pa.types.is_time(t)
+        or pa.types.is_timestamp(t)
+        or pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_string_view(t)
+    ):
+        raise TypeError(
+            f"unsupported source type {t} (Lance core hashes bool, integers, float32/64, date32, "
+            "time32/64, timestamps, utf8 / large_utf8)"
+        )
+
+
 def _hash_values(arr: pa.Array, seed: np.ndarray) -> np.ndarray:
-    """uint32 hashes of the non-null values (null slots: unspecified). Raises TypeError if unsupported."""
+    """uint32 hashes of the non-null values (null slots: unspecified)."""
     t = arr.type
     if pa.types.is_boolean(t):
         return _hash_u32(pc.cast(arr, pa.uint32()).fill_null(0).to_numpy(), seed)
@@ -440,20 +468,26 @@ def _hash_values(arr: pa.Array, seed: np.ndarray) -> np.ndarray:
     if t in (pa.int64(), pa.uint64()) or pa.types.is_timestamp(t) or pa.types.is_time64(t):
         return _hash_u64(_fixed_values(arr, np.uint64), seed)
     if pa.types.is_float32(t) or pa.types.is_float64(t):
-        ft, it, nan = (np.float32, np.uint32, 0x7FC00000) if t.bit_width == 32 else (
-            np.float64, np.uint64, 0x7FF8000000000000)
+        ft, it, nan = (
+            (np.float32, np.uint32, 0x7FC00000)
+            if t.bit_width == 32
+            else (np.float64, np.uint64, 0x7FF8000000000000)
+        )
         v = _fixed_values(arr, ft)
         bits = np.where(v == 0, it(0), np.where(np.isnan(v), it(nan), v.view(it)))  # Lance canonicalises
         return _hash_u32(bits, seed) if t.bit_width == 32 else _hash_u64(bits, seed)
-    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
-        return _hash_binary(arr, seed)
-    raise TypeError(f"unsupported source type {t} (Lance core hashes bool, integers, floats, date32, "
-                    "time, timestamps, utf8 / large_utf8)")
+    return _hash_binary(arr, seed)
 
 
 def _hash_into(arr: pa.Array | None, seed: np.ndarray) -> np.ndarray:
-    """Lance core's hash_array_value: each row's hash with its seed; a NULL row returns its seed."""
-    if arr is None or arr.null_count == len(arr):
+    """Lance core's hash_array_value: each row's hash with its seed; a NULL row returns its seed.
+
+    An absent column (None) or a column of Arrow type null is all NULL. Raises TypeError if unsupported.
+    """
+    if arr is None or pa.types.is_null(arr.type):
+        return seed.copy()
+    _check_hashable(arr.type)
+    if arr.null_count == len(arr):
         return seed.copy()
     h = _hash_values(arr, seed)
     if arr.null_count:
@@ -546,8 +580,10 @@ def _date_part(fld: RegionField, arr: pa.Array) -> pa.Array:
     if pa.types.is_date32(t) and part == "hour":
         return pa.array(np.zeros(len(arr), np.int32), mask=_valid_mask(arr))
     if not (pa.types.is_date32(t) or pa.types.is_timestamp(t)):
-        raise RegionSpecError(f"region field {fld.field_id!r}: transform {part!r} needs a date or timestamp "
-                              f"source column, got {t}")
+        raise RegionSpecError(
+            f"region field {fld.field_id!r}: transform {part!r} needs a date or timestamp "
+            f"source column, got {t}"
+        )
     return getattr(pc, part)(arr).cast(pa.int32())
 
 
@@ -572,8 +608,10 @@ def _truncate(fld: RegionField, arr: pa.Array) -> pa.Array:
         with np.errstate(invalid="ignore"):
             out = v - np.fmod(v, v.dtype.type(w))
         return pa.array(out, type=t, mask=mask)
-    raise RegionSpecError(f"region field {fld.field_id!r}: transform 'truncate' needs a string or numeric "
-                          f"source column, got {t}")
+    raise RegionSpecError(
+        f"region field {fld.field_id!r}: transform 'truncate' needs a string or numeric "
+        f"source column, got {t}"
+    )
 
 
 def _apply(fld: RegionField, cols: list[pa.Array | None], n: int) -> pa.Array:
@@ -705,14 +743,16 @@ def _schema_type(schema: pa.Schema | None, name: str) -> pa.DataType | None:
     return None
 
 
+_NUMERIC = (pa.int32(), pa.uint32(), pa.int64(), pa.uint64(), pa.float32(), pa.float64())
+
+
 def _literal_types(values: Sequence[Any]) -> list[pa.DataType] | None:
-    """Candidate column types for untyped literals: hashing differs between 32- and 64-bit types, so an
-    integer (or float) literal is tried as both; pruning must only ever keep too much."""
+    """Candidate column types for untyped literals. Hashes differ between 32- and 64-bit and between
+    integer and float types, so a number is tried as each (narrower integers hash like int32); a literal
+    a type cannot hold exactly is skipped for that type. Pruning must only ever keep too much."""
     kinds = {type(v) for v in values if v is not None}
-    if kinds <= {int}:
-        return [pa.int32(), pa.uint32(), pa.int64(), pa.uint64()]
     if kinds <= {int, float}:
-        return [pa.float32(), pa.float64()]
+        return list(_NUMERIC)
     if kinds <= {str}:
         return [pa.string()]
     if kinds <= {bool}:
@@ -851,8 +891,11 @@ def _tokens(sql: str) -> list[tuple[str, Any]] | None:
             out.append(("col", text[1:-1].replace('""', '"') if text[0] == '"' else text[1:-1]))
         elif kind == "id":
             up = text.upper()
-            out.append(("kw", up) if up in ("AND", "IN", "OR", "NOT", "NULL", "TRUE", "FALSE", "IS")
-                       else ("col", text))
+            out.append(
+                ("kw", up)
+                if up in ("AND", "IN", "OR", "NOT", "NULL", "TRUE", "FALSE", "IS")
+                else ("col", text)
+            )
         else:
             out.append(("op", text))
     return out

@@ -3,6 +3,7 @@ flushed generations."""
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 
 from memwal import naming
@@ -36,19 +37,22 @@ def with_tombstone(table: pa.Table, schema: pa.Schema, tombstone: bool) -> pa.Ta
     """Rows conformed to the base schema plus a constant _tombstone column.
 
     For deletes (tombstone=True) only the primary key columns need to be present; the rest are NULL.
+    Columns that already have the base type are used as they are (no cast): this runs on every put.
     """
     target = tombstone_schema(schema)
+    names = set(table.column_names)
     columns = []
     for f in schema:
         if f.name == naming.TOMBSTONE_COLUMN:
             continue
-        if f.name in table.column_names:
-            columns.append(table.column(f.name).cast(f.type))
+        if f.name in names:
+            column = table.column(f.name)
+            columns.append(column if column.type == f.type else column.cast(f.type))
         elif tombstone:
             columns.append(pa.nulls(table.num_rows, f.type))
         else:
             raise ValueError(f"column {f.name!r} is missing from the rows written (have {table.column_names})")
-    columns.append(pa.array([tombstone] * table.num_rows, pa.bool_()))
+    columns.append(pa.array(np.full(table.num_rows, tombstone, dtype=np.bool_)))
     return pa.Table.from_arrays(columns, schema=target)
 
 

@@ -1,0 +1,139 @@
+"""`memwal`: the operator's command line over the same library the Spark jobs and Airflow run.
+
+    memwal status TABLE                 regions: epoch, generations flushed/merged, backlog, age, index lag
+    memwal merge TABLE [--region R]     merge due regions (--spark: through spark-submit)
+    memwal catchup TABLE                bring maintained indexes up to date
+    memwal snapshot TABLE               refresh the region snapshots in the MemWAL index
+    memwal gc TABLE [--dry-run]         remove what no reader needs any more
+
+Progress goes to stderr; `--json` prints the job's JSON summary to stdout. Exit status is 0 on
+success and 1 with a one-line reason on failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from typing import Any
+
+from memwal.errors import MemWalError
+from memwal.jobs import JOBS, add_common_arguments, add_job_arguments, job_failed, parse_storage_options, run_job
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="memwal", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    status = sub.add_parser("status", help="per-region status of a table")
+    add_common_arguments(status)
+    status.add_argument("--json", action="store_true", help="print the status as JSON")
+    status.add_argument("-v", "--verbose", action="store_true")
+    for job in JOBS:
+        p = sub.add_parser(job, help=f"run the {job} job")
+        add_common_arguments(p)
+        add_job_arguments(p, job)
+        p.add_argument("--json", action="store_true", help="print the JSON summary to stdout")
+        p.add_argument("--spark", action="store_true", help="run the job through spark-submit")
+        p.add_argument("--master", default="local[*]", help="Spark master for --spark (default local[*])")
+        p.add_argument("-v", "--verbose", action="store_true")
+    return parser
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f}{unit}"
+    return f"{seconds:.0f}s"
+
+
+def _bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f}{unit}" if unit == "B" else f"{n:.1f}{unit}"
+        n /= 1024
+    return str(n)
+
+
+def print_status(status: dict[str, Any]) -> None:
+    header = ["region", "epoch", "gen", "flushed", "merged", "unmerged", "rows", "bytes", "oldest", "idx lag"]
+    rows = []
+    for r in status["regions"]:
+        flushed = r["flushed_generations"]
+        rows.append([
+            r["region_id"], str(r["writer_epoch"]), str(r["current_generation"]),
+            f"{flushed[0]}..{flushed[-1]}" if flushed else "-", str(r["merged_generation"]),
+            str(r["unmerged_generations"]), str(r["unmerged_rows"]), _bytes(r["unmerged_bytes"]),
+            _age(r["oldest_unmerged_age_s"]), str(r["index_lag_generations"]) + (" !" if r["error"] else ""),
+        ])
+    widths = [max(len(x) for x in col) for col in zip(header, *rows, strict=False)]
+    print(f"table {status['table_uri']} @ version {status['table_version']}: {len(rows)} regions, "
+          f"{status['unmerged_rows']} unmerged rows, max index lag {status['max_index_lag_generations']}")
+    for line in [header, *rows]:
+        print("  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)))
+    for r in status["regions"]:
+        if r["error"]:
+            print(f"! region {r['region_id']}: {r['error']}")
+
+
+def _summary_line(s: dict[str, Any]) -> str:
+    job = s.get("job")
+    if job == "merge":
+        return (f"merge: {s['generations_merged']} generations in {s['commits']} commits, "
+                f"{s['rows_upserted']} upserts, {s['rows_deleted']} deletes, table version "
+                f"{s['table_version_before']} -> {s['table_version_after']} ({s['duration_s']:.1f}s)")
+    if job == "catchup":
+        idx = ", ".join(f"{i['index_name']}{'' if i['covered'] else ' (not covered)'}" for i in s["indexes"])
+        return f"catchup: {idx or 'no maintained indexes'}; table version {s['table_version_after']}"
+    if job == "snapshot":
+        return (f"snapshot: {s['num_regions']} regions stored {s['storage']} ({s['bytes']} bytes) at table "
+                f"version {s['table_version']}")
+    if job == "gc":
+        key = "would_delete" if s["dry_run"] else "deleted"
+        counts = ", ".join(f"{v} {k}" for k, v in sorted(s[key].items())) or "nothing"
+        return f"gc{' (dry run)' if s['dry_run'] else ''}: {key.replace('_', ' ')} {counts}, {_bytes(s['bytes'])}"
+    return json.dumps(s)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO, stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        if args.command == "status":
+            from memwal.status import table_status
+
+            options = parse_storage_options(args.storage_option, args.storage_options_json)
+            summary = table_status(args.table, options, args.region).to_dict()
+            if args.json:
+                print(json.dumps(summary, default=str))
+            else:
+                print_status(summary)
+            return 1 if any(r["error"] for r in summary["regions"]) else 0
+        if args.spark:
+            from spark_jobs.submit import run_spark_job
+
+            passthrough = [a for a in (argv if argv is not None else sys.argv[1:])
+                           if a not in ("--spark", "--json", "-v", "--verbose")]
+            summary = run_spark_job(args.command, passthrough, master=args.master)
+        else:
+            summary = run_job(args.command, args)
+    except (MemWalError, OSError, ValueError, argparse.ArgumentTypeError) as exc:
+        print(f"memwal {args.command}: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 1
+    print(json.dumps(summary, default=str) if args.json else _summary_line(summary))
+    reason = job_failed(summary)
+    if reason:
+        print(f"memwal {args.command}: {reason}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""The table writer: routes rows to regions by the table's region spec, one RegionWriter per region.
+
+A region value tuple maps to a region id deterministically (UUID v5 of the spec id and values), so
+independent writer processes agree on the region of a key without coordinating.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+
+import pyarrow as pa
+
+from memwal.errors import MemWalError
+from memwal.mem_wal_index import load_index
+from memwal.region_spec import RegionSpec, route, source_names_from_schema
+from memwal.writer import RegionWriter, WriterConfig
+
+__all__ = ["TableWriter", "region_id_for"]
+
+_NAMESPACE = uuid.UUID("6f1d8a52-5d0e-4c1e-9a8e-6d656d77616c")
+
+
+def region_id_for(spec_id: int, values: Sequence[object]) -> str:
+    """The region id of a region value tuple under a spec."""
+    return str(uuid.uuid5(_NAMESPACE, f"{spec_id}/{json.dumps(list(values), default=str)}"))
+
+
+class TableWriter:
+    """Writes to every region of a table; close() flushes and releases all region writers."""
+
+    def __init__(self, table_uri: str, *, storage_options: dict[str, str] | None = None,
+                 config: WriterConfig | None = None):
+        self.table_uri = table_uri
+        self.storage_options = storage_options
+        self.config = config
+        specs = load_index(table_uri, storage_options).details.region_specs
+        if not specs:
+            raise MemWalError(f"table {table_uri} has no region spec: use RegionWriter with explicit regions")
+        self.spec: RegionSpec = max(specs, key=lambda s: s.spec_id)
+        self.writers: dict[str, RegionWriter] = {}
+        self._names: dict[int, str] | None = None
+
+    def _writer(self, values: tuple) -> RegionWriter:
+        region_id = region_id_for(self.spec.spec_id, values)
+        if region_id not in self.writers:
+            self.writers[region_id] = RegionWriter(
+                self.table_uri, region_id, storage_options=self.storage_options, config=self.config,
+                region_spec_id=self.spec.spec_id,
+            )
+        return self.writers[region_id]
+
+    def _route(self, table: pa.Table) -> dict[tuple, pa.Table]:
+        if self._names is None:
+            self._names = source_names_from_schema(next(iter(self.writers.values())).schema if self.writers
+                                                   else _base_schema(self.table_uri, self.storage_options))
+        return route(self.spec, table, self._names)
+
+    def put(self, data: pa.Table) -> None:
+        for values, part in self._route(data).items():
+            self._writer(values).put(part)
+
+    def delete(self, keys: pa.Table) -> None:
+        for values, part in self._route(keys).items():
+            self._writer(values).delete(part)
+
+    def flush(self) -> None:
+        for w in self.writers.values():
+            w.flush()
+
+    def close(self) -> None:
+        for w in self.writers.values():
+            w.close()
+
+    def __enter__(self) -> TableWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+
+
+def _base_schema(uri: str, storage_options: dict[str, str] | None) -> pa.Schema:
+    import lance
+
+    from memwal.storage import lance_storage_options
+
+    return lance.dataset(uri, storage_options=lance_storage_options(storage_options)).schema
