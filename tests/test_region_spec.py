@@ -403,6 +403,20 @@ def test_multi_bucket_chains_lance_hashes_with_the_previous_hash_as_seed():
     assert ours(spec(transform("multi_bucket", "m", (0, 1), num_buckets=BIG_N)), table) == [[want]]
 
 
+def test_evaluate_of_an_empty_table_gives_each_field_its_result_type():
+    schema = pa.schema([("i", pa.int64()), ("s", pa.string()), ("t", pa.timestamp("us", "Europe/Paris"))])
+    s = spec(
+        bucket("b", 4, (0,)),
+        transform("multi_bucket", "m", (0, 1), num_buckets=4),
+        transform("year", "y", (2,)),
+        transform("truncate", "tr", (1,), width=3),
+        transform("identity", "id", (0,)),
+    )
+    out = evaluate(s, schema.empty_table(), source_names_from_schema(schema))
+    assert out.num_rows == 0
+    assert out.schema.types == [pa.int32(), pa.int32(), pa.int32(), pa.string(), pa.int64()]
+
+
 def test_missing_source_column_reads_as_null():
     table = column([1, 2], pa.int32())
     s = spec(

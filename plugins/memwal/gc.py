@@ -26,6 +26,7 @@ import lance
 
 from memwal import naming
 from memwal.errors import AlreadyExistsError, MemWalError
+from memwal.faults import fault_point
 from memwal.mem_wal_index import MemWalIndex, load_index, read_details_at
 from memwal.region_manifest import (
     RegionManifest,
@@ -210,7 +211,10 @@ def _execute(store: ObjectStore, plan: RegionGc) -> None:
     generations = {a.path.rsplit("/", 1)[-1] for a in plan.actions if a.kind == "generation"}
     if generations:
         _prune_manifest(store, plan.region_id, generations)
-    for a in plan.actions:
+        fault_point("gc.after_manifest_prune")
+    for i, a in enumerate(plan.actions):
+        if i == len(plan.actions) // 2:
+            fault_point("gc.mid_delete")
         log.info("gc: deleting %s %s (%d bytes): %s", a.kind, a.path, a.bytes, a.reason)
         if a.kind in ("generation", "failed_flush"):
             store.delete_prefix(a.path)

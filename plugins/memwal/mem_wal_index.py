@@ -29,6 +29,7 @@ from google.protobuf.message import DecodeError
 from memwal import naming
 from memwal._proto import memwal_pb2
 from memwal.errors import CommitConflictError, CorruptFileError, MemWalNotInitializedError
+from memwal.faults import fault_point
 from memwal.region_spec import RegionSpec
 from memwal.storage import ObjectStore, lance_storage_options
 
@@ -354,6 +355,7 @@ def commit_details(
             read_version=current.table_version,
             storage_options=lance_storage_options(storage_options),
         )
+        fault_point("details.after_commit")
         if ds.version == current.table_version + 1:
             return load_index(uri, storage_options, version=ds.version, monotone=False)
         # Other commits landed between our read and our commit: check what we overwrote.

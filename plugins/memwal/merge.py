@@ -23,6 +23,7 @@ from lance.mem_wal import CompactedSsTable
 from memwal import naming
 from memwal.dedup import GEN_COLUMN, ROWADDR_COLUMN, newest_per_key
 from memwal.errors import CommitConflictError, MemWalError, MissingGenerationError
+from memwal.faults import fault_point
 from memwal.generation import open_generation
 from memwal.mem_wal_index import load_index
 from memwal.region_manifest import list_regions, load_latest_manifest
@@ -249,6 +250,7 @@ def merge_region(
             break
         data = dedup(batch, pk, schema, store)
         gens = [r.generation for r in batch]
+        fault_point("merge.before_commit")
         try:
             upserted = _commit(store.uri, storage_options, region_id, gens[-1], data, pk, schema)
         except OSError as exc:
@@ -266,6 +268,7 @@ def merge_region(
             continue
         finally:
             data.cleanup()
+        fault_point("merge.after_commit")
         result.generations += gens
         result.rows_read += data.rows_read
         result.rows_upserted += upserted

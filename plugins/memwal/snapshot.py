@@ -25,6 +25,7 @@ from lance.file import LanceFileReader, LanceFileWriter
 
 from memwal import wal
 from memwal.errors import MemWalError
+from memwal.faults import fault_point
 from memwal.generation import open_generation
 from memwal.mem_wal_index import MemWalIndexDetails, commit_details, load_index
 from memwal.region_manifest import RegionManifest, list_regions, load_latest_manifest
@@ -205,6 +206,7 @@ def refresh_snapshot(
     def prepare(entry_uuid: str) -> None:
         if external:
             store.put(f"_indices/{entry_uuid}/{SNAPSHOT_FILE}", data)
+            fault_point("snapshot.after_external_write")
 
     def mutate(d: MemWalIndexDetails) -> MemWalIndexDetails:
         return replace(

@@ -24,6 +24,7 @@ from memwal.errors import (
     MemWalNotInitializedError,
     WriterClosedError,
 )
+from memwal.faults import fault_point
 from memwal.generation import write_generation
 from memwal.memtable import MemTable
 from memwal.region_manifest import FlushedGeneration, RegionManifest, load_latest_manifest
@@ -133,6 +134,7 @@ class RegionWriter:
             position = self._next_position
             try:
                 wal.write_wal_entry(self.store, self.region_id, position, data)
+                fault_point("writer.after_wal_write")
                 break
             except AlreadyExistsError:
                 entry = wal.read_wal_entry(self.store, self.region_id, position)
@@ -189,6 +191,7 @@ class RegionWriter:
             self.store, self.region_id, m.generation, m.to_flush_table(self.pk_columns), self.pk_columns
         )
         flushed = FlushedGeneration(m.generation, dir_name)
+        fault_point("writer.after_generation_write")
 
         def update(current: RegionManifest) -> RegionManifest:
             return current.next_version(
@@ -204,6 +207,7 @@ class RegionWriter:
             log.warning("region %s: fenced during flush; %s is a failed-flush leftover", self.region_id, dir_name)
             self._abort()
             raise
+        fault_point("writer.after_manifest_commit")
         self.memtable = MemTable(m.generation + 1, m.schema)
         self.stats.generations_flushed += 1
         self.stats.flush_seconds += time.monotonic() - started

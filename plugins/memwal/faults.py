@@ -1,0 +1,33 @@
+"""Named fault points for crash testing: with MEMWAL_FAULT=<name> set, the process kills itself with
+SIGKILL when it reaches that point (MEMWAL_FAULT_SKIP=N lets the first N hits pass). Inert otherwise."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+__all__ = ["FAULT_POINTS", "fault_point"]
+
+FAULT_POINTS = (
+    "writer.after_wal_write",  # WAL entry durable, put not yet acknowledged
+    "writer.after_generation_write",  # generation directory written, manifest not yet committed
+    "writer.after_manifest_commit",  # flush committed, MemTable not yet rotated
+    "merge.before_commit",  # generations read and deduplicated
+    "merge.after_commit",  # data + marker committed, not yet reported
+    "details.after_commit",  # MemWAL index rewrite committed, not yet checked for a rebase
+    "gc.after_manifest_prune",  # manifest without the generations committed, nothing deleted yet
+    "gc.mid_delete",  # some GC deletions done
+    "snapshot.after_external_write",  # index.lance written, details not committed
+)
+
+_hits: dict[str, int] = {}
+
+
+def fault_point(name: str) -> None:
+    """SIGKILL this process here if MEMWAL_FAULT names this point (after MEMWAL_FAULT_SKIP hits)."""
+    target = os.environ.get("MEMWAL_FAULT")
+    if target != name:
+        return
+    _hits[name] = _hits.get(name, 0) + 1
+    if _hits[name] > int(os.environ.get("MEMWAL_FAULT_SKIP", "0")):
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,54 @@
+"""The `memwal` command: what operators see and the exit status."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from memwal.cli import main
+from maintenance import build_table
+from tables import create_base
+
+
+def test_status_shows_every_region(local_location, capsys):
+    ids = build_table(local_location, regions=2, generations=2)
+    assert main(["status", local_location.uri]) == 0
+    out = capsys.readouterr().out
+    assert all(r in out for r in ids) and "unmerged" in out
+
+
+def test_merge_json_summary_then_status_shows_no_backlog(local_location, capsys):
+    build_table(local_location, regions=2, generations=3)
+    assert main(["merge", local_location.uri, "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["job"] == "merge" and summary["generations_merged"] == 6 and summary["commits"] == 2
+    assert main(["status", local_location.uri, "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status["unmerged_generations"] == 0
+
+
+def test_gc_dry_run_and_other_jobs_exit_zero(local_location, capsys):
+    build_table(local_location, regions=1, generations=2)
+    for argv in (["catchup"], ["snapshot"], ["gc", "--dry-run"]):
+        assert main([argv[0], local_location.uri, *argv[1:]]) == 0, argv
+    assert "dry run" in capsys.readouterr().out
+
+
+def test_table_without_mem_wal_fails_with_one_line_reason(local_location, capsys):
+    create_base(local_location)
+    assert main(["merge", local_location.uri]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("memwal merge: ") and "initialise MemWAL" in err[-1]
+
+
+def test_bad_storage_option_is_named(local_location, capsys):
+    assert main(["status", local_location.uri, "--storage-option", "novalue"]) == 1
+    assert "novalue" in capsys.readouterr().err
+
+
+def test_console_script_is_on_the_venv_path(local_location):
+    exe = Path(sys.executable).with_name("memwal")
+    build_table(local_location, regions=1, generations=1)
+    done = subprocess.run([str(exe), "status", local_location.uri], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "1 regions" in done.stdout
