@@ -5,9 +5,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from memwal.cli import main
 from maintenance import build_table
 from tables import create_base
+
+from memwal.cli import main
 
 
 def test_status_shows_every_region(local_location, capsys):

@@ -123,3 +123,22 @@ def test_missing_generation_directory_is_a_clear_error(local_location):
     shutil.rmtree(f"{loc.uri}/_mem_wal/{region}/{gen_dir}")
     with pytest.raises(Exception, match=f"generation 1 of region {region}"):
         LsmReader(loc.uri)
+
+
+def test_equality_filter_prunes_regions_without_changing_results(local_location):
+    """bucket(id, 4): `id IN (3, 7)` can only live in the regions of bucket(3) and bucket(7)."""
+    from memwal.table_writer import TableWriter
+
+    loc = local_location
+    create_base(loc, ids=range(10))
+    open_base(loc).initialize_mem_wal(bucket_column="id", num_buckets=4)
+    with TableWriter(loc.uri, config=WriterConfig(max_flush_interval_s=None)) as tw:
+        tw.put(rows(range(0, 40), "w"))
+    assert len(tw.writers) == 4
+    reader = LsmReader(loc.uri)
+    got = reader.scan(filter="id IN (3, 7)")
+    assert sorted(got.column("id").to_pylist()) == [3, 7] and set(got.column("name").to_pylist()) == {"w3", "w7"}
+    assert 1 <= len(reader.last_scan_regions) <= 2, "regions that cannot hold 3 or 7 are skipped"
+    full = LsmReader(loc.uri)
+    assert sorted_rows(full.scan(filter="id >= 0")) == sorted_rows(lance_core_scan(loc))
+    assert full.last_scan_regions is None, "a range filter cannot prune"

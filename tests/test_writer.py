@@ -6,6 +6,7 @@ import uuid
 import lance
 import pyarrow as pa
 import pytest
+from tables import create_base, lance_core_scan, open_base, rows, sorted_rows
 
 from memwal import naming
 from memwal.errors import CorruptFileError, NoPrimaryKeyError
@@ -15,7 +16,6 @@ from memwal.region_manifest import load_latest_manifest
 from memwal.region_spec import RegionField, RegionSpec
 from memwal.table_writer import TableWriter, region_id_for
 from memwal.writer import RegionWriter, WriterConfig
-from tables import create_base, lance_core_scan, open_base, rows, sorted_rows
 
 NEVER = WriterConfig(max_memtable_rows=10**9, max_flush_interval_s=None)
 

@@ -24,7 +24,8 @@ from memwal.dedup import GEN_COLUMN, ROWADDR_COLUMN, newest_per_key
 from memwal.errors import MemWalNotInitializedError
 from memwal.generation import open_generation
 from memwal.mem_wal_index import load_index
-from memwal.region_manifest import list_regions, load_latest_manifest
+from memwal.region_manifest import RegionManifest, list_regions, load_latest_manifest
+from memwal.region_spec import parse_simple_predicates, prune, source_names_from_schema
 from memwal.schema import primary_key_columns
 from memwal.storage import ObjectStore, lance_storage_options
 
@@ -71,15 +72,21 @@ class LsmReader:
         )
         self.pk = primary_key_columns(self.base.schema, where=self.store.uri)
         try:
-            merged = dict(load_index(self.store.uri, storage_options, version=version).merged_generations)
+            details = load_index(self.store.uri, storage_options, version=version).details
         except MemWalNotInitializedError:
-            merged = {}
+            details = None
+        merged = dict(details.merged_generations) if details else {}
+        self.region_specs = details.region_specs if details else ()
+        self.manifests: dict[str, RegionManifest] = {}
+        self._region_values: dict[str, tuple] | None = None
+        self.last_scan_regions: set[str] | None = None
         self.sources: list[Source] = [Source(None, 0, self.base, False)]
         wanted = set(regions) if regions is not None else None
         for region_id in list_regions(self.store):
             if wanted is not None and region_id not in wanted:
                 continue
             manifest = load_latest_manifest(self.store, region_id)
+            self.manifests[region_id] = manifest
             for fg in sorted(manifest.flushed_generations, key=lambda g: g.generation):
                 if fg.generation <= merged.get(region_id, 0):
                     continue
@@ -88,6 +95,32 @@ class LsmReader:
         for region_id, generation, rows in memtables:
             if rows.num_rows and (wanted is None or region_id in wanted):
                 self.sources.append(Source(region_id, generation, _memory_dataset(rows), True))
+
+    def _regions_for(self, filter: Filter) -> set[str] | None:
+        """Regions that may hold rows matching a filter of `col = v` / `col IN (...)` terms (None: all)."""
+        if not isinstance(filter, str) or len(self.region_specs) != 1 or not self.manifests:
+            return None
+        predicates = parse_simple_predicates(filter)
+        if not predicates:
+            return None
+        spec = self.region_specs[0]
+        if self._region_values is None:
+            from memwal.snapshot import region_field_values
+
+            self._region_values = {}
+            for region_id, m in self.manifests.items():
+                values = region_field_values(self.store, m, self.region_specs, self.base.schema)
+                if m.region_spec_id == spec.spec_id and values:
+                    self._region_values[region_id] = tuple(values[f.column_name] for f in spec.fields)
+        unknown = set(self.manifests) - set(self._region_values)
+        names = source_names_from_schema(self.base.schema)
+        return prune(spec, predicates, names, self._region_values, schema=self.base.schema) | unknown
+
+    def _active(self, filter: Filter) -> list[tuple[int, Source]]:
+        regions = self._regions_for(filter)
+        self.last_scan_regions = regions
+        return [(i, s) for i, s in enumerate(self.sources)
+                if s.region_id is None or regions is None or s.region_id in regions]
 
     def _keys(self, source_index: int, source: Source) -> pa.Table:
         cols = list(self.pk) + ([naming.TOMBSTONE_COLUMN] if source.has_tombstone else [])
@@ -104,20 +137,19 @@ class LsmReader:
             }
         )
 
-    def _winners(self) -> pa.Table:
+    def _winners(self, active: list[tuple[int, Source]]) -> pa.Table:
         """One row per live primary key: the source and row address of its newest version."""
-        keys = pa.concat_tables(
-            [self._keys(i, s) for i, s in enumerate(self.sources)], promote_options="permissive"
-        )
+        keys = pa.concat_tables([self._keys(i, s) for i, s in active], promote_options="permissive")
         winners = newest_per_key(keys, self.pk)
         return winners.filter(pc.invert(winners.column(naming.TOMBSTONE_COLUMN)))
 
     def scan(self, columns: Sequence[str] | None = None, filter: Filter = None) -> pa.Table:
         """All live rows (newest version per key) matching filter, with the given columns."""
         columns = list(columns) if columns is not None else [f.name for f in self.base.schema]
-        winners = self._winners()
+        active = self._active(filter)
+        winners = self._winners(active)
         parts = []
-        for i, source in enumerate(self.sources):
+        for i, source in active:
             mine = winners.filter(pc.equal(winners.column(_SRC), i)).column(_ADDR)
             if len(mine) == 0:
                 continue
