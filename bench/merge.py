@@ -1,0 +1,213 @@
+"""Merge benchmark: our merge against two pylance baselines on the same table and generations.
+
+(a) ours: memwal.merge (all pending generations deduplicated, one commit per --max-generations-per-commit),
+    with the in-process dedup (`local`) and with Spark doing the dedup (`spark`, start-up timed apart);
+(b) naive: one pylance merge_insert commit per generation, in order;
+(c) floor: one pylance merge_insert of the already-deduplicated final rows (dedup not timed).
+Prints b/a and a/c per engine, then the driver's peak RSS of our merge at 10, 20 and 40 generations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+import lance
+import numpy as np
+import pyarrow as pa
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "plugins"))
+sys.path.insert(0, REPO)
+
+from memwal.dedup import newest_per_key  # noqa: E402
+from memwal.merge import MergeConfig, local_dedup, merge_table, pending_generations, read_generation, split_winners  # noqa: E402
+from memwal.sql import keys_predicate  # noqa: E402
+from memwal.storage import ObjectStore  # noqa: E402
+from memwal.writer import RegionWriter, WriterConfig  # noqa: E402
+
+SCHEMA = pa.schema([
+    pa.field("id", pa.int64(), nullable=False, metadata={"lance-schema:unenforced-primary-key": "true"}),
+    pa.field("name", pa.string()),
+    pa.field("value", pa.float64()),
+    pa.field("ts", pa.timestamp("us")),
+])
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def _rows(ids: np.ndarray, tag: int) -> pa.Table:
+    return pa.table({"id": ids, "name": pa.array([f"n{tag}-{i}" for i in ids.tolist()]),
+                     "value": ids.astype(np.float64) * 0.5 + tag,
+                     "ts": pa.array(np.full(len(ids), 1_700_000_000_000_000 + tag, "datetime64[us]"))}, schema=SCHEMA)
+
+
+def build(path: str, base_rows: int, generations: int, gen_rows: int, seed: int = 1) -> str:
+    """Base table + one region with `generations` flushed generations (30% updates, 5% deletes)."""
+    rng = np.random.default_rng(seed)
+    lance.write_dataset(_rows(np.arange(base_rows), 0), path, max_rows_per_file=1 << 20)
+    lance.dataset(path).initialize_mem_wal(unsharded=True)
+    region = str(uuid.uuid4())
+    next_id = base_rows
+    config = WriterConfig(max_memtable_rows=10**9, max_flush_interval_s=None)
+    with RegionWriter(path, region, config=config) as w:
+        for g in range(1, generations + 1):
+            n_upd, n_del = int(gen_rows * 0.30), int(gen_rows * 0.05)
+            n_new = gen_rows - n_upd - n_del
+            upd = rng.choice(next_id, size=n_upd, replace=False)
+            new = np.arange(next_id, next_id + n_new)
+            next_id += n_new
+            w.put(_rows(np.concatenate([upd, new]), g))
+            w.delete(pa.table({"id": rng.choice(next_id, size=n_del, replace=False)}))
+            w.flush()
+    return region
+
+
+def _commit_one(path: str, upserts: pa.Table, deletes: pa.Table) -> None:
+    b = lance.dataset(path).merge_insert("id").when_matched_update_all().when_not_matched_insert_all()
+    pred = keys_predicate(deletes, ["id"])
+    if pred:
+        b = b.when_not_matched_by_source_delete(pred)
+    b.execute(upserts)
+
+
+def naive(path: str, region: str) -> float:
+    store = ObjectStore(path)
+    refs = pending_generations(store, region, 0)
+    t = time.perf_counter()
+    for ref in refs:
+        winners = newest_per_key(read_generation(ref, store), ["id"])
+        _commit_one(path, *split_winners(winners, ["id"], SCHEMA))
+    return time.perf_counter() - t
+
+
+def floor(path: str, region: str) -> float:
+    store = ObjectStore(path)
+    refs = pending_generations(store, region, 0)
+    rows = pa.concat_tables([read_generation(r, store) for r in refs])
+    upserts, deletes = split_winners(newest_per_key(rows, ["id"]), ["id"], SCHEMA)
+    t = time.perf_counter()
+    _commit_one(path, upserts, deletes)
+    return time.perf_counter() - t
+
+
+def ours(path: str, engine: str, per_commit: int) -> dict:
+    out: dict = {}
+    dedup = local_dedup
+    if engine == "spark":
+        t = time.perf_counter()
+        from pyspark.sql import SparkSession
+
+        from spark_jobs.merge_dedup import spark_dedup
+
+        spark = (SparkSession.builder.master("local[*]").appName("bench-merge")
+                 .config("spark.sql.shuffle.partitions", "4").config("spark.ui.enabled", "false").getOrCreate())
+        spark.range(1).count()
+        out["spark_startup_s"] = time.perf_counter() - t
+        dedup = spark_dedup(spark)
+    config = MergeConfig(max_generations_per_commit=per_commit, max_bytes_per_commit=1 << 40)
+    t = time.perf_counter()
+    summary = merge_table(path, config=config, dedup=dedup)
+    out["merge_s"] = time.perf_counter() - t
+    out["commits"] = summary.commits
+    out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    if summary.failed_regions:
+        raise SystemExit(f"merge failed: {summary.to_dict()}")
+    return out
+
+
+def child(args: argparse.Namespace) -> None:
+    print(json.dumps(ours(args.table, args.engine, args.per_commit)))
+
+
+def run_ours(path: str, engine: str, per_commit: int) -> dict:
+    """Our merge in a fresh process, so its peak RSS is the merge's own."""
+    done = subprocess.run([sys.executable, __file__, "--child", "--table", path, "--engine", engine,
+                           "--per-commit", str(per_commit)], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"our merge ({engine}) failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def same_table(a: str, b: str) -> bool:
+    ta = lance.dataset(a).to_table().sort_by("id")
+    tb = lance.dataset(b).to_table().sort_by("id")
+    return ta.equals(tb)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--base-rows", type=int, default=2_000_000)
+    p.add_argument("--generations", type=int, default=20)
+    p.add_argument("--gen-rows", type=int, default=50_000)
+    p.add_argument("--engines", default="local,spark")
+    p.add_argument("--per-commit", type=int, default=64, help="generations per commit for our merge")
+    p.add_argument("--memory-generations", default="10,20,40")
+    p.add_argument("--dir", default=None)
+    p.add_argument("--out", default=None)
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--table", help=argparse.SUPPRESS)
+    p.add_argument("--engine", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child:
+        return child(args)
+    engines = [e for e in args.engines.split(",") if e]
+    work = tempfile.mkdtemp(prefix="bench-merge-", dir=args.dir)
+    results: dict = {"settings": vars(args), "lance": lance.__version__}
+    try:
+        log(f"building {args.base_rows} base rows + {args.generations} x {args.gen_rows}-row generations")
+        src = os.path.join(work, "src")
+        region = build(src, args.base_rows, args.generations, args.gen_rows)
+        copies = {name: os.path.join(work, name) for name in ["naive", "floor", *engines]}
+        for dst in copies.values():
+            shutil.copytree(src, dst)
+        log("(b) naive: one merge_insert per generation")
+        results["naive_s"] = naive(copies["naive"], region)
+        log("(c) floor: one merge_insert of the final rows")
+        results["floor_s"] = floor(copies["floor"], region)
+        for engine in engines:
+            log(f"(a) ours, {engine} dedup")
+            results[engine] = run_ours(copies[engine], engine, args.per_commit)
+            results[engine]["equal_to_naive"] = same_table(copies[engine], copies["naive"])
+        memory = {}
+        for n in [int(x) for x in args.memory_generations.split(",") if x]:
+            for engine in engines:
+                path = os.path.join(work, f"mem-{engine}-{n}")
+                log(f"driver memory: {engine}, {n} generations")
+                build(path, min(args.base_rows, 200_000), n, args.gen_rows, seed=n)
+                memory.setdefault(engine, {})[n] = run_ours(path, engine, args.per_commit)["peak_rss_mb"]
+                shutil.rmtree(path)
+        results["peak_rss_mb"] = memory
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"\nmerge of {args.generations} generations x {args.gen_rows} rows into {args.base_rows} rows")
+    print(f"  (b) naive loop          {results['naive_s']:8.2f} s")
+    print(f"  (c) single merge_insert {results['floor_s']:8.2f} s")
+    for engine in engines:
+        r = results[engine]
+        extra = f" (+ Spark start-up {r['spark_startup_s']:.1f} s, not counted)" if "spark_startup_s" in r else ""
+        print(f"  (a) ours, {engine:5s}       {r['merge_s']:8.2f} s in {r['commits']} commit(s){extra}; "
+              f"result equal to naive: {r['equal_to_naive']}")
+    for engine in engines:
+        r = results[engine]
+        print(f"ratio b/a ({engine}): {results['naive_s'] / r['merge_s']:.2f}   (target >= 3)")
+        print(f"ratio a/c ({engine}): {r['merge_s'] / results['floor_s']:.2f}   (target <= 1.5)")
+    for engine, series in results.get("peak_rss_mb", {}).items():
+        print(f"driver peak RSS ({engine}): " + ", ".join(f"{n} gens {mb:.0f} MiB" for n, mb in series.items()))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=2, default=str)
+
+
+if __name__ == "__main__":
+    main()
