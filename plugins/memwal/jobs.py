@@ -103,7 +103,13 @@ def run_job(job: str, args: argparse.Namespace, *, dedup: Callable | None = None
 
 def job_failed(summary: dict[str, Any]) -> str | None:
     """A one-line reason if the summary reports failed regions or indexes, else None."""
+    job = summary.get("job", "job")
+    for item in summary.get("regions", []) + summary.get("indexes", []):
+        if item.get("error"):
+            name = item.get("region_id") or item.get("index_name")
+            failed = len(summary.get("failed_regions") or summary.get("failed_indexes") or [name])
+            return f"{job}: {failed} failed; first: {name}: {str(item['error']).splitlines()[0]}"
     for key in ("failed_regions", "failed_indexes"):
         if summary.get(key):
-            return f"{summary.get('job', 'job')}: {key.replace('_', ' ')}: {', '.join(summary[key])}"
+            return f"{job}: {key.replace('_', ' ')}: {', '.join(summary[key])}"
     return None

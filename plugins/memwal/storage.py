@@ -80,7 +80,9 @@ class ObjectStore:
 
     def _open(self) -> Any:
         if not self.uri.startswith("s3://"):
-            return LocalStore(self.uri, mkdir=True)
+            # A table root that does not exist yet is created on the first write, not by opening:
+            # reading a mistyped path must not leave a directory behind.
+            return None if not os.path.isdir(self.uri) else LocalStore(self.uri)
         parsed = urlparse(self.uri)
         config: dict[str, Any] = {}
         client: dict[str, Any] = {}
@@ -97,14 +99,28 @@ class ObjectStore:
         except (obx.UnknownConfigurationKeyError, obx.GenericError, ValueError) as exc:
             raise MemWalError(f"invalid storage options for {self.uri}: {exc}") from exc
 
+    @property
+    def _s(self) -> Any:
+        if self._store is None:
+            if not os.path.isdir(self.uri):
+                raise FileNotFoundError(f"{self.uri} does not exist")
+            self._store = LocalStore(self.uri)
+        return self._store
+
+    def _w(self) -> Any:
+        """The store for a write: creates a local table root that does not exist yet."""
+        if self._store is None:
+            os.makedirs(self.uri, exist_ok=True)
+        return self._s
+
     def get(self, path: str) -> bytes:
         """The object's bytes; FileNotFoundError if it does not exist."""
-        return bytes(obstore.get(self._store, path).bytes())
+        return bytes(obstore.get(self._s, path).bytes())
 
     def head(self, path: str) -> ObjectMeta | None:
         """The object's metadata, or None if it does not exist."""
         try:
-            meta = obstore.head(self._store, path)
+            meta = obstore.head(self._s, path)
         except FileNotFoundError:
             return None
         return ObjectMeta(meta["path"], meta["size"], meta["last_modified"])
@@ -116,7 +132,7 @@ class ObjectStore:
         """Every object below prefix (recursively)."""
         out: list[ObjectMeta] = []
         try:
-            for chunk in obstore.list(self._store, prefix.rstrip("/") + "/"):
+            for chunk in obstore.list(self._s, prefix.rstrip("/") + "/"):
                 out.extend(ObjectMeta(m["path"], m["size"], m["last_modified"]) for m in chunk)
         except FileNotFoundError:
             return []
@@ -125,7 +141,7 @@ class ObjectStore:
     def list_dirs(self, prefix: str) -> list[str]:
         """Names of the immediate sub-directories of prefix."""
         try:
-            result = obstore.list_with_delimiter(self._store, prefix.rstrip("/") + "/")
+            result = obstore.list_with_delimiter(self._s, prefix.rstrip("/") + "/")
         except FileNotFoundError:
             return []
         return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in result["common_prefixes"])
@@ -133,7 +149,7 @@ class ObjectStore:
     def list_files(self, prefix: str) -> list[ObjectMeta]:
         """The objects directly in prefix (not recursive)."""
         try:
-            result = obstore.list_with_delimiter(self._store, prefix.rstrip("/") + "/")
+            result = obstore.list_with_delimiter(self._s, prefix.rstrip("/") + "/")
         except FileNotFoundError:
             return []
         return [ObjectMeta(m["path"], m["size"], m["last_modified"]) for m in result["objects"]]
@@ -141,18 +157,18 @@ class ObjectStore:
     def put_if_not_exists(self, path: str, data: bytes) -> None:
         """Create the object; raise AlreadyExistsError if it exists. Never overwrites."""
         try:
-            obstore.put(self._store, path, data, mode="create")
+            obstore.put(self._w(), path, data, mode="create")
         except (obx.AlreadyExistsError, obx.PreconditionError) as exc:
             raise AlreadyExistsError(path) from exc
 
     def put(self, path: str, data: bytes) -> None:
         """Create or overwrite the object (best-effort hints only)."""
-        obstore.put(self._store, path, data)
+        obstore.put(self._w(), path, data)
 
     def delete(self, path: str) -> None:
         """Delete one object; deleting a missing object is not an error."""
         try:
-            obstore.delete(self._store, path)
+            obstore.delete(self._s, path)
         except FileNotFoundError:
             pass
 

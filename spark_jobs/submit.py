@@ -1,0 +1,242 @@
+"""Build and run the spark-submit command of a job (used by the `memwal` CLI and the Airflow operators).
+
+    spark_submit_command("merge", "s3://bucket/table", master="spark://host:7077",
+                         storage_options={...}, regions=[...], extra_args=["--max-generations-per-commit", "4"])
+    -> [".../spark-submit", "--master", "spark://host:7077", "--name", "memwal-merge",
+        "--conf", "spark.pyspark.python=...", ..., "/abs/spark_jobs/merge.py", "s3://bucket/table", ...]
+
+Code on the executors: the jobs import `memwal` and `spark_jobs`. On this machine (local or standalone
+mode) the editable install makes both importable by the venv interpreter, which the command pins with
+`spark.pyspark.python` / `spark.pyspark.driver.python`; nothing is shipped. For a cluster whose Python has
+the dependencies (pylance, pyarrow, obstore, protobuf, mmh3) but not this repository, pass
+`py_files=[package_code()]` to ship both packages as a zip with `--py-files`.
+
+Storage options go on the command line as `--storage-option KEY=VALUE` (the logged command redacts
+secret-looking values); `storage_options_file=` passes them as `--storage-options-json @FILE` instead,
+which keeps them out of the process list.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import zipfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+__all__ = [
+    "JOBS",
+    "SparkJobError",
+    "job_script",
+    "package_code",
+    "redact",
+    "run_spark_job",
+    "spark_home",
+    "spark_submit_command",
+    "spark_submit_executable",
+]
+
+log = logging.getLogger(__name__)
+
+JOBS = ("merge", "catchup", "snapshot", "gc")
+JOBS_DIR = Path(__file__).resolve().parent
+_SECRET_HINTS = ("secret", "password", "token", "credential", "session", "access_key", "key_id")
+
+
+class SparkJobError(RuntimeError):
+    """spark-submit failed. `reason` is the job's one-line error, `stderr_tail` its last stderr lines,
+    `summary` the JSON summary when the job printed one (some regions failed: exit status 3)."""
+
+    def __init__(self, message: str, *, returncode: int, reason: str | None, stderr_tail: list[str],
+                 summary: dict | None = None, command: Sequence[str] = ()):
+        super().__init__(message)
+        self.returncode = returncode
+        self.reason = reason
+        self.stderr_tail = stderr_tail
+        self.summary = summary
+        self.command = list(command)
+
+
+def job_script(job: str) -> Path:
+    """Absolute path of a job's entry point."""
+    if job not in JOBS:
+        raise ValueError(f"unknown job {job!r} (one of {', '.join(JOBS)})")
+    path = JOBS_DIR / f"{job}.py"
+    if not path.is_file():
+        raise FileNotFoundError(f"job {job!r} has no entry point at {path}")
+    return path
+
+
+def spark_home() -> str:
+    """SPARK_HOME if set, else the Spark distribution inside the installed pyspark package."""
+    if os.environ.get("SPARK_HOME"):
+        return os.environ["SPARK_HOME"]
+    import pyspark
+
+    return str(Path(pyspark.__file__).resolve().parent)
+
+
+def spark_submit_executable() -> str:
+    """spark-submit of SPARK_HOME, else the one next to this interpreter, else the one on PATH."""
+    candidates = [Path(spark_home()) / "bin" / "spark-submit", Path(sys.executable).parent / "spark-submit"]
+    for c in candidates:
+        if c.is_file() and os.access(c, os.X_OK):
+            return str(c)
+    found = shutil.which("spark-submit")
+    if found:
+        return found
+    raise FileNotFoundError("spark-submit not found (install pyspark or set SPARK_HOME)")
+
+
+def spark_submit_command(
+    job: str,
+    table: str,
+    *,
+    master: str = "local[*]",
+    storage_options: Mapping[str, str] | None = None,
+    regions: Sequence[str] | None = None,
+    extra_args: Sequence[str] = (),
+    conf: Mapping[str, str] | None = None,
+    python: str | None = None,
+    py_files: Sequence[str] = (),
+    storage_options_file: str | None = None,
+    spark_submit: str | None = None,
+) -> list[str]:
+    """The exact spark-submit argv of a job. `python` (default: this interpreter) runs the driver and the
+    executors' Python workers; `conf` entries override the defaults set here."""
+    from memwal.storage import normalize_uri
+
+    python = python or sys.executable
+    settings = {"spark.pyspark.python": python, "spark.pyspark.driver.python": python, **(conf or {})}
+    cmd = [spark_submit or spark_submit_executable(), "--master", master, "--name", f"memwal-{job}"]
+    for key, value in settings.items():
+        cmd += ["--conf", f"{key}={value}"]
+    if py_files:
+        cmd += ["--py-files", ",".join(str(p) for p in py_files)]
+    cmd += [str(job_script(job)), normalize_uri(table)]
+    if storage_options_file:
+        cmd += ["--storage-options-json", f"@{storage_options_file}"]
+    for key, value in (storage_options or {}).items():
+        cmd += ["--storage-option", f"{key}={value}"]
+    for region in regions or ():
+        cmd += ["--region", str(region)]
+    return cmd + [str(a) for a in extra_args]
+
+
+def redact(cmd: Sequence[str]) -> list[str]:
+    """The command with secret-looking storage option values replaced by ***."""
+    out = []
+    for arg in cmd:
+        key, sep, _ = arg.partition("=")
+        if sep and any(h in key.lower() for h in _SECRET_HINTS) and not key.startswith("spark."):
+            arg = f"{key}=***"
+        out.append(arg)
+    return out
+
+
+def _env(python: str | None, env: Mapping[str, str] | None) -> dict[str, str]:
+    out = dict(os.environ if env is None else env)
+    python = python or sys.executable
+    # bin/spark-submit of the pip package locates SPARK_HOME with `python3` unless these are set.
+    out.setdefault("PYSPARK_PYTHON", python)
+    out.setdefault("PYSPARK_DRIVER_PYTHON", python)
+    out.setdefault("SPARK_HOME", spark_home())
+    return out
+
+
+def run_spark_job(
+    job: str,
+    table: str,
+    *,
+    logger: logging.Logger | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float | None = None,
+    **kwargs,
+) -> dict:
+    """Run a job with spark-submit; stderr lines go to `logger` as they arrive. Returns the JSON summary.
+
+    Raises SparkJobError (with the job's one-line reason and the last stderr lines) on a non-zero exit,
+    a timeout, or a missing summary. kwargs are those of spark_submit_command.
+    """
+    logger = logger or log
+    cmd = spark_submit_command(job, table, **kwargs)
+    logger.info("running %s", " ".join(redact(cmd)))
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+        errors="replace", env=_env(kwargs.get("python"), env), start_new_session=True,
+    )
+    tail: collections.deque[str] = collections.deque(maxlen=40)
+    reason: list[str] = []
+    marker = f"memwal-{job}: error: "
+
+    def pump_stderr() -> None:
+        for line in proc.stderr:
+            line = line.rstrip("\n")
+            tail.append(line)
+            if line.startswith(marker):
+                reason.append(line[len(marker):])
+            logger.info("%s", line)
+
+    pump = threading.Thread(target=pump_stderr, name=f"memwal-{job}-stderr", daemon=True)
+    pump.start()
+    try:
+        stdout, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        pump.join(timeout=5)
+        raise SparkJobError(f"memwal-{job} timed out after {timeout}s", returncode=proc.returncode,
+                            reason=None, stderr_tail=list(tail), command=redact(cmd)) from None
+    pump.join()
+    summary = _last_json_line(stdout)
+    if proc.returncode != 0:
+        why = reason[-1] if reason else next((ln for ln in reversed(tail) if ln.strip()), "no output")
+        raise SparkJobError(
+            f"memwal-{job} failed (exit {proc.returncode}): {why}", returncode=proc.returncode,
+            reason=reason[-1] if reason else None, stderr_tail=list(tail), summary=summary, command=redact(cmd),
+        )
+    if summary is None:
+        raise SparkJobError(f"memwal-{job} printed no JSON summary on stdout", returncode=0, reason=None,
+                            stderr_tail=list(tail) + stdout.splitlines()[-5:], command=redact(cmd))
+    return summary
+
+
+def _last_json_line(stdout: str) -> dict | None:
+    lines = [ln for ln in stdout.splitlines() if ln.strip()]
+    if not lines:
+        return None
+    try:
+        value = json.loads(lines[-1])
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def package_code(dest_dir: str | None = None) -> str:
+    """A zip of the `memwal` and `spark_jobs` packages for `--py-files` (content-addressed, reused)."""
+    roots = {"memwal": JOBS_DIR.parent / "plugins" / "memwal", "spark_jobs": JOBS_DIR}
+    files = sorted(
+        (f"{name}/{p.relative_to(root).as_posix()}", p)
+        for name, root in roots.items()
+        for p in root.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix in (".py", ".pyi")
+    )
+    digest = hashlib.sha256()
+    for arc, path in files:
+        digest.update(arc.encode() + b"\0" + path.read_bytes() + b"\0")
+    out = Path(dest_dir or tempfile.gettempdir()) / f"memwal-code-{digest.hexdigest()[:16]}.zip"
+    if not out.exists():
+        tmp = out.with_suffix(f".{os.getpid()}.tmp")
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+            for arc, path in files:
+                zf.write(path, arc)
+        os.replace(tmp, out)
+    return str(out)
