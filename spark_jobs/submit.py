@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -175,6 +176,7 @@ def run_spark_job(
     )
     tail: collections.deque[str] = collections.deque(maxlen=40)
     reason: list[str] = []
+    out_lines: list[str] = []
     marker = f"memwal-{job}: error: "
 
     def pump_stderr() -> None:
@@ -185,17 +187,24 @@ def run_spark_job(
                 reason.append(line[len(marker):])
             logger.info("%s", line)
 
-    pump = threading.Thread(target=pump_stderr, name=f"memwal-{job}-stderr", daemon=True)
-    pump.start()
+    def pump_stdout() -> None:
+        out_lines.extend(proc.stdout)
+
+    pumps = [threading.Thread(target=f, name=f"memwal-{job}-{f.__name__}", daemon=True)
+             for f in (pump_stderr, pump_stdout)]
+    for t in pumps:
+        t.start()
     try:
-        stdout, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        pump.join(timeout=5)
-        raise SparkJobError(f"memwal-{job} timed out after {timeout}s", returncode=proc.returncode,
-                            reason=None, stderr_tail=list(tail), command=redact(cmd)) from None
-    pump.join()
+        proc.wait(timeout=timeout)
+    except BaseException as exc:
+        _kill_group(proc)
+        if isinstance(exc, subprocess.TimeoutExpired):
+            raise SparkJobError(f"memwal-{job} timed out after {timeout}s", returncode=proc.returncode,
+                                reason=None, stderr_tail=list(tail), command=redact(cmd)) from None
+        raise
+    for t in pumps:
+        t.join()
+    stdout = "".join(out_lines)
     summary = _last_json_line(stdout)
     if proc.returncode != 0:
         why = reason[-1] if reason else next((ln for ln in reversed(tail) if ln.strip()), "no output")
@@ -207,6 +216,15 @@ def run_spark_job(
         raise SparkJobError(f"memwal-{job} printed no JSON summary on stdout", returncode=0, reason=None,
                             stderr_tail=list(tail) + stdout.splitlines()[-5:], command=redact(cmd))
     return summary
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """Kill spark-submit and its Python driver (their own process group, started by run_spark_job)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
 
 
 def _last_json_line(stdout: str) -> dict | None:

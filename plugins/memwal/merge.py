@@ -67,9 +67,13 @@ class GenerationRef:
 
 @dataclass
 class MergeInput:
-    """What one commit applies: upserts (re-openable stream, one per attempt) and deleted keys."""
+    """What one commit applies: upserts and deleted keys.
 
-    open_upserts: Callable[[], pa.RecordBatchReader]
+    open_upserts() is called once per commit attempt; it returns a table when the upserts are in memory
+    (Lance then plans the merge-insert join with exact statistics) or a stream when they are not.
+    """
+
+    open_upserts: Callable[[], pa.Table | pa.RecordBatchReader]
     deleted_keys: pa.Table
     rows_read: int = 0
     cleanup: Callable[[], None] = lambda: None
@@ -188,7 +192,7 @@ def local_dedup(refs: Sequence[GenerationRef], pk: list[str], schema: pa.Schema,
     tables = [read_generation(r, store) for r in refs]
     rows = pa.concat_tables(tables, promote_options="permissive")
     upserts, deletes = split_winners(newest_per_key(rows, pk), pk, schema)
-    return MergeInput(lambda: pa.RecordBatchReader.from_batches(schema, upserts.to_batches()), deletes, rows.num_rows)
+    return MergeInput(lambda: upserts, deletes, rows.num_rows)
 
 
 class _Counter:
@@ -213,7 +217,11 @@ def _commit(uri: str, storage_options, region_id: str, last_gen: int, data: Merg
     if predicate:
         builder = builder.when_not_matched_by_source_delete(predicate)
     builder = builder.mark_sstables_as_compacted([CompactedSsTable(region_id, last_gen)])
-    counter = _Counter(data.open_upserts())
+    upserts = data.open_upserts()
+    if isinstance(upserts, pa.Table):
+        builder.execute(upserts)
+        return upserts.num_rows
+    counter = _Counter(upserts)
     builder.execute(pa.RecordBatchReader.from_batches(schema, iter(counter)))
     return counter.rows
 
