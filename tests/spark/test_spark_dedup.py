@@ -1,0 +1,172 @@
+"""spark_dedup on a local[2] SparkSession commits exactly what local_dedup commits, keeps the driver free
+of upserts (staged files, streamed), and leaves no staging files behind, also when a commit or the Spark
+job fails. The job entry point's in-process paths (usage errors, a failed region, --up-to-generation)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shutil
+import uuid
+from dataclasses import asdict
+
+import lance
+import pyarrow as pa
+import pytest
+from spark_helpers import ONE_GEN_PER_FLUSH, Loc, base_rows, build_table, lsm_view
+from tables import open_base
+
+from memwal import merge as merge_mod
+from memwal.mem_wal_index import load_index
+from memwal.merge import MergeConfig, merge_table
+from memwal.writer import RegionWriter
+from spark_jobs import merge as merge_job
+from spark_jobs.merge_dedup import STAGING_DIR, spark_dedup
+
+pytestmark = pytest.mark.spark
+
+_VOLATILE = {"duration_s"}
+
+
+def _results(summary):
+    return [{k: v for k, v in asdict(r).items() if k not in _VOLATILE} for r in summary.regions]
+
+
+def test_spark_dedup_commits_what_local_dedup_commits(spark, tmp_path):
+    a = Loc(str(tmp_path / "a"))
+    build_table(a, n_regions=2)
+    b = Loc(str(tmp_path / "b"))
+    shutil.copytree(a.uri, b.uri)
+    before = lsm_view(a)
+    config = MergeConfig(max_generations_per_commit=3)  # two commits per region
+
+    local = merge_table(a.uri, config=config)
+    on_spark = merge_table(b.uri, config=config, dedup=spark_dedup(spark))
+
+    assert not on_spark.failed_regions
+    assert [r.generations for r in on_spark.regions] == [[1, 2, 3, 4, 5]] * 2
+    assert _results(on_spark) == _results(local), "same generations, commits, rows read/upserted/deleted"
+    assert base_rows(b) == base_rows(a) == before, "the merged base table must equal the LSM view before it"
+    assert open_base(b).schema == open_base(a).schema
+    assert on_spark.table_version_after == local.table_version_after
+    assert load_index(b.uri).merged_generations == load_index(a.uri).merged_generations
+    assert b.store().list(STAGING_DIR) == [], "the staging prefix must be gone after the merge"
+
+
+SCHEMA = pa.schema([
+    pa.field("id", pa.int64(), nullable=False, metadata={"lance-schema:unenforced-primary-key": "true"}),
+    pa.field("vec", pa.list_(pa.float32(), 3)),
+    pa.field("big", pa.uint64()),
+    pa.field("small", pa.uint8()),
+    pa.field("ts", pa.timestamp("us", tz="UTC")),
+    pa.field("day", pa.date32()),
+    pa.field("tags", pa.list_(pa.string())),
+    pa.field("blob", pa.binary()),
+])
+
+
+def _typed_rows(ids, k):
+    n = len(ids)
+    return pa.table({
+        "id": ids,
+        "vec": pa.array([[float(i), float(k), 0.5] for i in ids], SCHEMA.field("vec").type),
+        "big": pa.array([2**64 - 1 - i - k for i in ids], pa.uint64()),
+        "small": pa.array([(i + k) % 256 for i in ids], pa.uint8()),
+        "ts": pa.array([dt.datetime(2026, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=i + k) for i in ids],
+                       SCHEMA.field("ts").type),
+        "day": pa.array([dt.date(2026, 1, 1) + dt.timedelta(days=i) for i in ids], pa.date32()),
+        "tags": [[f"t{i}", None] if i % 2 else [] for i in ids],
+        "blob": [bytes([i % 256, k]) for i in ids],
+    }, schema=SCHEMA).slice(0, n)
+
+
+def test_column_types_survive_the_trip_through_spark(spark, tmp_path):
+    """Spark has no unsigned ints or fixed-size lists: values cross in wider types and come back exact."""
+    a = Loc(str(tmp_path / "a"))
+    lance.write_dataset(_typed_rows(list(range(5)), 0), a.uri)
+    open_base(a).initialize_mem_wal(unsharded=True)
+    with RegionWriter(a.uri, str(uuid.uuid4()), config=ONE_GEN_PER_FLUSH) as w:
+        for k in (1, 2):
+            w.put(_typed_rows([1, 2, 7 + k], k))
+            w.flush()
+        w.delete(pa.table({"id": pa.array([3], pa.int64())}))
+        w.flush()
+    b = Loc(str(tmp_path / "b"))
+    shutil.copytree(a.uri, b.uri)
+    merge_table(a.uri)
+    summary = merge_table(b.uri, dedup=spark_dedup(spark))
+    assert not summary.failed_regions
+    ta, tb = open_base(a).to_table().sort_by("id"), open_base(b).to_table().sort_by("id")
+    assert tb.schema == ta.schema
+    assert tb.equals(ta), "every value must come back exactly as local_dedup commits it"
+    assert tb.column("id").to_pylist() == [0, 1, 2, 4, 8, 9]
+
+
+def test_staging_is_removed_after_failed_commits(spark, tmp_path, monkeypatch):
+    loc = Loc(str(tmp_path / "t"))
+    build_table(loc, n_regions=1)
+    version = open_base(loc).version
+    attempts = []
+
+    def failing_commit(uri, so, region_id, last_gen, data, pk, schema):
+        staged = loc.store().list(STAGING_DIR)
+        first, again = data.open_upserts().read_all(), data.open_upserts().read_all()
+        attempts.append((len(staged), first.num_rows, data.deleted_keys.num_rows))
+        assert staged and first.equals(again), "the staged upserts must be re-readable for a retry"
+        assert first.schema == schema
+        raise OSError("injected commit failure")
+
+    monkeypatch.setattr(merge_mod, "_commit", failing_commit)
+    summary = merge_table(loc.uri, config=MergeConfig(max_attempts=2), dedup=spark_dedup(spark))
+    assert len(attempts) == 2 and attempts[0] == attempts[1]
+    assert "injected commit failure" in summary.regions[0].error
+    assert loc.store().list(STAGING_DIR) == [], "every attempt's staging prefix must be deleted"
+    assert open_base(loc).version == version, "nothing was committed"
+
+
+def test_a_failed_spark_job_removes_its_staging_and_fails_only_that_region(spark, tmp_path):
+    loc = Loc(str(tmp_path / "t"))
+    good, bad = build_table(loc, n_regions=2)
+    store = loc.store()
+    data_files = [m.path for m in store.list(f"_mem_wal/{bad}") if "_gen_2/data/" in m.path]
+    assert data_files
+    for path in data_files:  # the manifest still lists it: the driver plans, the executor fails reading
+        store.put(path, b"not a lance file")
+    summary = merge_table(loc.uri, dedup=spark_dedup(spark))
+    by_region = {r.region_id: r for r in summary.regions}
+    assert by_region[good].error is None and by_region[good].generations == [1, 2, 3, 4, 5]
+    err = by_region[bad].error
+    assert err and "Spark dedup of generations [1, 2, 3, 4, 5] failed" in err and "\n" not in err
+    assert store.list(STAGING_DIR) == []
+
+
+def _run_main(argv, capfd):
+    code = merge_job.main(argv)
+    out, err = capfd.readouterr()
+    return code, out, err
+
+
+def test_job_usage_errors_are_one_line(tmp_path, capfd):
+    code, out, err = _run_main([str(tmp_path), "--up-to-generation", "2"], capfd)
+    assert code == 2 and out == ""
+    assert err.strip().splitlines() == ["memwal-merge: error: --up-to-generation needs exactly one --region"]
+    code, out, err = _run_main([str(tmp_path), "--region", "nope"], capfd)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "not a UUID" in err
+
+
+def test_job_in_process_up_to_generation_and_a_failed_region(spark, tmp_path, capfd):
+    loc = Loc(str(tmp_path / "t"))
+    region, _ = build_table(loc, n_regions=2)
+    code, out, err = _run_main([loc.uri, "--region", region, "--up-to-generation", "2"], capfd)
+    assert code == 0, err
+    summary = json.loads(out)
+    assert out.count("\n") == 1 and summary["regions"][0]["generations"] == [1, 2]
+    assert load_index(loc.uri).merged_generations == {region: 2}
+
+    bogus = str(uuid.uuid4())
+    code, out, err = _run_main([loc.uri, "--region", region, "--region", bogus], capfd)
+    assert code == 3, "a failed region makes the job fail, after printing the summary"
+    summary = json.loads(out)
+    assert summary["failed_regions"] == [bogus] and summary["regions"][0]["generations"] == [3, 4, 5]
+    assert err.strip().splitlines()[-1].startswith(f"memwal-merge: error: 1 of 2 region(s) failed: {bogus}: ")
+    assert not spark.sparkContext._jsc.sc().isStopped(), "an in-process job must not stop a session it reused"
