@@ -5,6 +5,7 @@ from datetime import timedelta
 
 import pyarrow as pa
 from lance.mem_wal import LsmScanner
+from tables import create_base, lance_core_scan, lance_core_snapshots, open_base, rows, sorted_rows
 
 from memwal.catchup import catchup_table
 from memwal.gc import GcConfig, gc_table
@@ -13,7 +14,6 @@ from memwal.merge import merge_table
 from memwal.reader import LsmReader
 from memwal.region_manifest import load_latest_manifest
 from memwal.snapshot import read_snapshot, refresh_snapshot
-from tables import create_base, lance_core_scan, lance_core_snapshots, open_base, rows, sorted_rows
 
 
 def _lance_core_writes(loc, region, start):
