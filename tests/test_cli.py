@@ -53,3 +53,13 @@ def test_console_script_is_on_the_venv_path(local_location):
     done = subprocess.run([str(exe), "status", local_location.uri], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "1 regions" in done.stdout
+
+
+def test_status_lag_thresholds_alert_with_exit_3(local_location, capsys):
+    build_table(local_location, regions=2, generations=3)
+    assert main(["status", local_location.uri, "--max-unmerged-generations", "3"]) == 0
+    assert main(["status", local_location.uri, "--max-unmerged-generations", "2"]) == 3
+    err = capsys.readouterr().err
+    assert err.count("ALERT region") == 2 and "unmerged_generations 3 > 2" in err
+    assert main(["merge", local_location.uri]) == 0
+    assert main(["status", local_location.uri, "--max-unmerged-generations", "0", "--max-age-s", "0"]) == 0

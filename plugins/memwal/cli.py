@@ -7,7 +7,7 @@
     memwal gc TABLE [--dry-run]         remove what no reader needs any more
 
 Progress goes to stderr; `--json` prints the job's JSON summary to stdout. Exit status is 0 on
-success and 1 with a one-line reason on failure.
+success, 1 with a one-line reason on failure, and 3 when `memwal status` finds a lag threshold breached.
 """
 
 from __future__ import annotations
@@ -30,6 +30,12 @@ def _parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="per-region status of a table")
     add_common_arguments(status)
     status.add_argument("--json", action="store_true", help="print the status as JSON")
+    status.add_argument("--max-unmerged-generations", type=int, default=None,
+                        help="alert (exit 3) when a region has more unmerged generations")
+    status.add_argument("--max-age-s", type=float, default=None,
+                        help="alert (exit 3) when a region's oldest unmerged generation is older")
+    status.add_argument("--max-index-lag", type=int, default=None,
+                        help="alert (exit 3) when an index lags a region's merges by more generations")
     status.add_argument("-v", "--verbose", action="store_true")
     for job in JOBS:
         p = sub.add_parser(job, help=f"run the {job} job")
@@ -107,15 +113,23 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         if args.command == "status":
-            from memwal.status import table_status
+            from memwal.status import LagThresholds, lag_alerts, table_status
 
             options = parse_storage_options(args.storage_option, args.storage_options_json)
-            summary = table_status(args.table, options, args.region).to_dict()
+            status = table_status(args.table, options, args.region)
+            summary = status.to_dict()
+            alerts = lag_alerts(status, LagThresholds(args.max_unmerged_generations, args.max_age_s,
+                                                      args.max_index_lag))
+            summary["alerts"] = [a.message() for a in alerts]
             if args.json:
                 print(json.dumps(summary, default=str))
             else:
                 print_status(summary)
-            return 1 if any(r["error"] for r in summary["regions"]) else 0
+            for alert in alerts:
+                print(f"ALERT {alert.message()}", file=sys.stderr)
+            if any(r["error"] for r in summary["regions"]):
+                return 1
+            return 3 if alerts else 0
         if args.spark:
             from spark_jobs.submit import run_spark_job
 
