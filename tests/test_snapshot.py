@@ -51,3 +51,22 @@ def test_snapshot_refresh_racing_a_merge_keeps_merged_generations(local_location
     details = load_index(loc.uri).details
     assert details.merged_generations[a] == 2, "snapshot refresh must never overwrite merge progress"
     assert details.num_regions == 2
+
+
+def test_external_snapshot_is_still_found_after_a_merge_rekeys_the_index_entry(local_location):
+    """Lance core's merge commit gives __lance_mem_wal a fresh UUID; the file stays under the old one."""
+    loc = local_location
+    a, _, _ = build_table(loc, regions=3, generations=2)
+    refresh_snapshot(loc.uri, inline_threshold=2)
+    before = load_index(loc.uri).entry_uuid
+    merge_region(loc.uri, None, a)
+    assert load_index(loc.uri).entry_uuid != before, "the scenario needs Lance core's re-keying"
+    assert read_snapshot(loc.uri).num_rows == 3
+
+
+def test_a_lost_external_snapshot_reads_as_none_not_an_error(local_location):
+    loc = local_location
+    build_table(loc, regions=3, generations=1)
+    refresh_snapshot(loc.uri, inline_threshold=2)
+    loc.store().delete_prefix("_indices")
+    assert read_snapshot(loc.uri) is None

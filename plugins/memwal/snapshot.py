@@ -23,7 +23,7 @@ import lance
 import pyarrow as pa
 from lance.file import LanceFileReader, LanceFileWriter
 
-from memwal import wal
+from memwal import naming, wal
 from memwal.errors import MemWalError
 from memwal.faults import fault_point
 from memwal.generation import open_generation
@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_INLINE_THRESHOLD = 100
 SNAPSHOT_FILE = "index.lance"
+_TS_KEY = b"snapshot_ts_millis"
 
 _BASE_FIELDS = [
     pa.field("region_id", pa.binary(16)),
@@ -162,8 +163,26 @@ def decode_snapshot(data: bytes) -> pa.Table:
         return LanceFileReader(path).read_all().to_table()
 
 
-def read_snapshot(uri: str, storage_options: dict[str, str] | None = None) -> pa.Table | None:
-    """The region snapshot rows recorded in the MemWAL index (inline or external), or None."""
+def _snapshot_entry_uuids(uri: str, storage_options: dict[str, str] | None, lookback: int) -> list[str]:
+    """UUIDs the __lance_mem_wal entry had in recent details rewrites, newest first."""
+    ds = lance.dataset(uri, storage_options=lance_storage_options(storage_options))
+    out = []
+    for txn in ds.get_transactions(recent_transactions=lookback):
+        if txn is not None and type(txn.operation).__name__ == "CreateIndex":
+            out += [i.uuid for i in txn.operation.new_indices if i.name == naming.MEM_WAL_INDEX_NAME]
+    return out
+
+
+def read_snapshot(
+    uri: str, storage_options: dict[str, str] | None = None, lookback: int = 100
+) -> pa.Table | None:
+    """The region snapshot rows recorded in the MemWAL index (inline or external), or None.
+
+    An external snapshot lives at _indices/{entry uuid}/index.lance, but a merge commit gives the
+    __lance_mem_wal entry a fresh UUID (Lance core), so the file is looked up under the UUID of the
+    commit that wrote it (stamped with snapshot_ts_millis). A snapshot that can no longer be found is
+    stale metadata, not an error: None is returned and the next refresh rebuilds it.
+    """
     index = load_index(uri, storage_options)
     d = index.details
     if d.inline_snapshots is not None:
@@ -171,7 +190,16 @@ def read_snapshot(uri: str, storage_options: dict[str, str] | None = None) -> pa
     if d.num_regions == 0:
         return None
     store = ObjectStore(uri, storage_options)
-    return decode_snapshot(store.get(f"_indices/{index.entry_uuid}/{SNAPSHOT_FILE}"))
+    for entry_uuid in [index.entry_uuid, *_snapshot_entry_uuids(index.table_uri, storage_options, lookback)]:
+        try:
+            table = decode_snapshot(store.get(f"_indices/{entry_uuid}/{SNAPSHOT_FILE}"))
+        except FileNotFoundError:
+            continue
+        if (table.schema.metadata or {}).get(_TS_KEY) == str(d.snapshot_ts_millis).encode():
+            return table
+    log.warning("external region snapshot of %s (ts %d) is gone; run a snapshot refresh",
+                uri, d.snapshot_ts_millis)
+    return None
 
 
 ManifestReader = Callable[[ObjectStore, Sequence[str]], list[RegionManifest]]
@@ -199,9 +227,9 @@ def refresh_snapshot(
     region_ids = list_regions(store)
     manifests = read_manifests(store, region_ids)
     table = snapshot_table(store, manifests, index.details.region_specs, base_schema)
-    data = encode_snapshot(table)
-    external = len(manifests) > inline_threshold
     ts = int(time.time() * 1000)
+    data = encode_snapshot(table.replace_schema_metadata({_TS_KEY: str(ts).encode()}))
+    external = len(manifests) > inline_threshold
 
     def prepare(entry_uuid: str) -> None:
         if external:
