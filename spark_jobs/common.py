@@ -10,8 +10,8 @@ Contract with the callers (`spark_jobs.submit`, the `memwal` CLI, the Airflow op
 Pitfall handled here: spark-submit starts the Python driver with its stderr merged into its stdout
 (PythonRunner uses `redirectErrorStream(true)`), so every log line would land on stdout. When we detect
 that (stdout and stderr are the same pipe and spark-submit is our parent), stderr is re-pointed at
-spark-submit's own stderr (`/proc/<ppid>/fd/2`, Linux, when that is a pipe or a terminal). Elsewhere the
-streams stay merged and the summary is still the last stdout line.
+spark-submit's own stderr (`/proc/<ppid>/fd/2`, Linux, when that is a pipe, a terminal or a file opened
+for append). Elsewhere the streams stay merged and the summary is still the last stdout line.
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ import re
 import stat
 import sys
 import time
-import uuid
 import warnings
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
+
+from memwal import jobs
 
 __all__ = [
     "EXIT_FAILED",
@@ -36,16 +36,15 @@ __all__ = [
     "EXIT_PARTIAL",
     "EXIT_USAGE",
     "build_spark",
-    "byte_size",
     "job_parser",
     "one_line",
-    "positive_int",
     "run_job",
+    "spark_error_line",
 ]
 
 log = logging.getLogger("spark_jobs")
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PARTIAL = 0, 1, 2, 3
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PARTIAL = jobs.EXIT_OK, jobs.EXIT_FAILED, jobs.EXIT_USAGE, jobs.EXIT_PARTIAL
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 _SPARK_LOG_LEVELS = ("ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF")
@@ -61,48 +60,12 @@ class JobArgumentParser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
-def region_id(text: str) -> str:
-    try:
-        return str(uuid.UUID(text))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"region id {text!r} is not a UUID") from None
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not >= 1")
-    return value
-
-
-_SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
-
-
-def byte_size(text: str) -> int:
-    """Bytes from `536870912`, `512MiB`, `512m`, `1g`, `1GB` (binary units)."""
-    m = _SIZE.match(text)
-    if not m:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 536870912, 512MiB, 1g)")
-    value = int(m.group(1)) * 1024 ** "_kmgt".index(m.group(2).lower() or "_")
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not >= 1 byte")
-    return value
-
-
 def job_parser(job: str, description: str | None = None) -> JobArgumentParser:
-    """The options every job takes; the job adds its own."""
+    """The job's arguments (memwal.jobs: the same as the `memwal` command's) plus the log levels."""
     p = JobArgumentParser(prog=f"memwal-{job}", description=description)
-    p.add_argument("table", help="table URI: a path, file://... or s3://bucket/prefix")
-    p.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
-                   help="a storage option for Lance and the object store (repeatable)")
-    p.add_argument("--storage-options-json", metavar="JSON",
-                   help="storage options as a JSON object, or @FILE to read it from a file (keeps secrets "
-                        "off the command line); --storage-option entries override it")
-    p.add_argument("--region", action="append", type=region_id, default=[], metavar="UUID",
-                   help="only this region (repeatable; default: every region)")
+    p.job = job
+    jobs.add_common_arguments(p)
+    jobs.add_job_arguments(p, job)
     p.add_argument("--log-level", default="INFO", type=str.upper, choices=_LOG_LEVELS,
                    help="log level of the job's own progress messages (stderr)")
     p.add_argument("--spark-log-level", default="WARN", type=str.upper, choices=_SPARK_LOG_LEVELS,
@@ -110,33 +73,15 @@ def job_parser(job: str, description: str | None = None) -> JobArgumentParser:
     return p
 
 
-def _storage_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, str] | None:
-    options: dict[str, str] = {}
-    if args.storage_options_json:
-        text = args.storage_options_json
-        try:
-            if text.startswith("@"):
-                text = Path(text[1:]).read_text()
-            data = json.loads(text)
-        except (OSError, ValueError) as exc:
-            parser.error(f"--storage-options-json: {exc}")
-        if not isinstance(data, dict):
-            parser.error("--storage-options-json must be a JSON object")
-        for key, value in data.items():
-            options[str(key)] = str(value).lower() if isinstance(value, bool) else str(value)
-    for item in args.storage_option:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            parser.error(f"--storage-option {item!r} is not KEY=VALUE")
-        options[key.strip()] = value
-    return options or None
-
-
 def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> argparse.Namespace:
     """parse_args plus `args.storage_options` (dict or None) and `args.regions` (list or None)."""
     args = parser.parse_args(argv)
-    args.storage_options = _storage_options(parser, args)
-    args.regions = list(dict.fromkeys(args.region)) or None
+    try:
+        jobs.validate_job_arguments(parser.job, args)
+        args.storage_options = jobs.job_options(args)
+    except argparse.ArgumentTypeError as exc:
+        parser.error(str(exc))
+    args.regions = list(dict.fromkeys(args.region or [])) or None
     return args
 
 
@@ -159,17 +104,26 @@ def build_spark(job: str, *, master: str | None = None, conf: dict[str, str] | N
     `local[*]`. In local mode the defaults are small: `spark.sql.shuffle.partitions` = 2 x cores, no web
     UI, the driver on 127.0.0.1. Anything given with `--conf` (or in `conf`) is kept.
     """
+    warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
     from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
-    warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
     active = SparkSession.getActiveSession()
     if active is not None:
         return active, False
-    SparkContext._ensure_initialized()  # joins spark-submit's JVM, or launches one
-    given = SparkConf()  # the spark.* properties spark-submit set
-    master_url = given.get("spark.master", None) or master or "local[*]"
-    settings = {"spark.app.name": f"memwal-{job}", "spark.ui.showConsoleProgress": "false"}
+    under_spark_submit = "PYSPARK_GATEWAY_PORT" in os.environ  # set by spark-submit's PythonRunner
+    launch = None
+    if not under_spark_submit and conf and SparkContext._gateway is None:
+        # JVM options (spark.driver.extraJavaOptions, spark.driver.memory) only act when the JVM starts.
+        launch = SparkConf(loadDefaults=False).setAll(list(conf.items()))
+    SparkContext._ensure_initialized(conf=launch)  # joins spark-submit's JVM, or launches one
+    given = SparkConf()  # the spark.* properties spark-submit (or the pyspark launcher) set
+    # pyspark's own launcher always sets spark.master (local[*]); only spark-submit's is a choice to honour.
+    submitted = given.get("spark.master", None) if under_spark_submit else None
+    master_url = submitted or master or given.get("spark.master", None) or "local[*]"
+    # Always: a progress bar is not a log line (the pyspark launcher turns it on for its own JVM).
+    forced = {"spark.app.name": f"memwal-{job}", "spark.ui.showConsoleProgress": "false"}
+    settings: dict[str, str] = {}
     if master_url.startswith("local"):
         settings.update({
             "spark.sql.shuffle.partitions": str(2 * _local_cores(master_url)),
@@ -179,9 +133,9 @@ def build_spark(job: str, *, master: str | None = None, conf: dict[str, str] | N
         })
     builder = SparkSession.builder.master(master_url)
     for key, value in settings.items():
-        if key == "spark.app.name" or not given.contains(key):
+        if not given.contains(key):
             builder = builder.config(key, value)
-    for key, value in (conf or {}).items():
+    for key, value in {**forced, **(conf or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(spark_log_level)
@@ -201,11 +155,21 @@ def _spark_submit_stderr() -> int | None:
             return None
         path = f"/proc/{os.getppid()}/fd/2"
         mode = os.stat(path).st_mode
-        if not (stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)):
-            return None  # a regular file: a second open would write over the JVM's own lines
-        return os.open(path, os.O_WRONLY)
+        if stat.S_ISFIFO(mode) or stat.S_ISCHR(mode):
+            return os.open(path, os.O_WRONLY)
+        if stat.S_ISREG(mode) and _opened_for_append(os.getppid(), 2):
+            return os.open(path, os.O_WRONLY | os.O_APPEND)
+        return None  # a file not opened for append: a second open would overwrite the JVM's own lines
     except OSError:
         return None
+
+
+def _opened_for_append(pid: int, fd: int) -> bool:
+    with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+        for line in f:
+            if line.startswith("flags:"):
+                return bool(int(line.split()[1], 8) & os.O_APPEND)
+    return False
 
 
 class _Streams:
@@ -259,14 +223,17 @@ def one_line(exc: BaseException) -> str:
     return text if len(text) <= 1000 else text[:997] + "..."
 
 
-def _failed_regions_reason(summary: dict) -> str | None:
-    failed = summary.get("failed_regions") or []
-    if not failed:
-        return None
-    errors = {r.get("region_id"): r.get("error") for r in summary.get("regions", []) if isinstance(r, dict)}
-    parts = [f"{rid}: {' '.join(str(errors.get(rid) or 'failed').split())}" for rid in failed]
-    total = len(summary.get("regions", [])) or len(failed)
-    return f"{len(failed)} of {total} region(s) failed: " + "; ".join(parts)
+_EXC_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit): .+")
+
+
+def spark_error_line(exc: BaseException) -> str:
+    """The root cause of a failed Spark action in one line: the executor's Python exception if there is
+    one (a PythonException carries the whole worker traceback), else the first line."""
+    lines = [ln.strip() for ln in str(exc).splitlines()]
+    found = [ln for ln in lines if _EXC_LINE.match(ln) and not ln.startswith(("org.apache.spark", "py4j"))]
+    if found:
+        return found[-1]
+    return next((ln for ln in lines if ln), type(exc).__name__)
 
 
 def run_job(
@@ -274,16 +241,12 @@ def run_job(
     parser: argparse.ArgumentParser,
     run: Callable[[Any, argparse.Namespace], Any],
     argv: list[str] | None = None,
-    *,
-    validate: Callable[[argparse.ArgumentParser, argparse.Namespace], None] | None = None,
 ) -> int:
     """Parse, build the session, `run(spark, args)` -> summary (dict or `.to_dict()`), print it; exit code."""
     prefix = f"memwal-{job}"
     with _Streams() as streams:
         try:
             args = parse_args(parser, argv)
-            if validate is not None:
-                validate(parser, args)
         except SystemExit as exc:  # --help, or a usage error already written as one line
             return exc.code if isinstance(exc.code, int) else EXIT_USAGE
         handler = _start_logging(args.log_level)
@@ -306,7 +269,7 @@ def run_job(
             logging.getLogger().removeHandler(handler)
             return EXIT_FAILED
         _stop(spark, owned)
-        reason = _failed_regions_reason(summary)
+        reason = jobs.failure_reason(summary)
         log.info("%s: done in %.1fs", prefix, time.monotonic() - started)
         logging.getLogger().removeHandler(handler)
         streams.emit(json.dumps(summary, default=str))

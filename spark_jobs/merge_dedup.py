@@ -29,7 +29,6 @@ the job instead of changing data.
 from __future__ import annotations
 
 import logging
-import re
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -45,6 +44,7 @@ from memwal.errors import MemWalError
 from memwal.generation import open_generation
 from memwal.merge import Dedup, GenerationRef, MergeInput, split_winners
 from memwal.storage import ObjectStore
+from spark_jobs.common import spark_error_line
 
 __all__ = ["STAGING_DIR", "spark_dedup"]
 
@@ -260,18 +260,6 @@ def _open_staged(store: ObjectStore, paths: Sequence[str], schema: pa.Schema) ->
     return pa.RecordBatchReader.from_batches(schema, batches())
 
 
-_EXC_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit): .+")
-
-
-def _short_error(exc: BaseException) -> str:
-    """The root cause of a Spark failure in one line (the executor's Python exception if there is one)."""
-    lines = [ln.strip() for ln in str(exc).splitlines()]
-    found = [ln for ln in lines if _EXC_LINE.match(ln) and not ln.startswith(("org.apache.spark", "py4j"))]
-    if found:
-        return found[-1]
-    return next((ln for ln in lines if ln), type(exc).__name__)
-
-
 def _set_job_description(spark, text: str | None) -> None:
     try:
         spark.sparkContext.setJobDescription(text)
@@ -285,11 +273,7 @@ def _dedup(spark, refs: Sequence[GenerationRef], pk: list[str], schema: pa.Schem
     from pyspark.sql import functions as F
     from pyspark.sql.types import LongType, StringType
 
-    if not refs:
-        return MergeInput(lambda: pa.RecordBatchReader.from_batches(schema, iter(())), schema.empty_table().select(pk))
     started = time.monotonic()
-    region = refs[0].region_id
-    gens = [r.generation for r in refs]
     tasks: list[_Task] = []
     rows_read = 0
     for ref in refs:
@@ -297,6 +281,11 @@ def _dedup(spark, refs: Sequence[GenerationRef], pk: list[str], schema: pa.Schem
         for fragment in ds.get_fragments():
             tasks.append(_Task(ref.region_id, ref.generation, ref.path, fragment.fragment_id))
             rows_read += fragment.count_rows()
+    if not tasks:  # nothing planned, or only empty generations
+        empty = schema.empty_table()
+        return MergeInput(lambda: pa.RecordBatchReader.from_batches(schema, iter(())), empty.select(pk))
+    region = refs[0].region_id
+    gens = [r.generation for r in refs]
 
     rows_struct = _rows_struct(schema)
     rows_arrow = _arrow_schema(spark, rows_struct)
@@ -319,23 +308,22 @@ def _dedup(spark, refs: Sequence[GenerationRef], pk: list[str], schema: pa.Schem
         result = winners.mapInArrow(
             _writer(store.uri, options, prefix, schema, pk, out_arrow, file_bytes), out_struct
         ).toArrow()
+        is_file = pc.is_valid(result.column(_FILE))
+        staged = result.filter(is_file)
+        files = sorted(zip(staged.column(_FILE).to_pylist(), staged.column(_ROWS).to_pylist(), strict=True))
+        deleted = result.filter(pc.invert(is_file)).select(pk).cast(pa.schema([schema.field(c) for c in pk]))
+        if deleted.num_rows:
+            deleted = deleted.sort_by([(c, "ascending") for c in pk])
     except BaseException as exc:
         _cleanup(store, prefix)
         if not isinstance(exc, Exception):
             raise
         raise MemWalError(
-            f"region {region}: Spark dedup of generations {gens} failed: {_short_error(exc)}"
+            f"region {region}: Spark dedup of generations {gens} failed: {spark_error_line(exc)}"
         ) from exc
     finally:
         _set_job_description(spark, None)
 
-    is_file = pc.is_valid(result.column(_FILE))
-    staged = result.filter(is_file)
-    files = sorted(zip(staged.column(_FILE).to_pylist(), staged.column(_ROWS).to_pylist(), strict=True))
-    key_schema = pa.schema([schema.field(c) for c in pk])
-    deleted = result.filter(pc.invert(is_file)).select(pk).cast(key_schema)
-    if deleted.num_rows:
-        deleted = deleted.sort_by([(c, "ascending") for c in pk])
     paths = [p for p, _ in files]
     log.info(
         "region %s: Spark dedup of generations %d..%d: %d rows read from %d fragments, %d upserts staged in "

@@ -42,6 +42,7 @@ __all__ = [
     "run_spark_job",
     "spark_home",
     "spark_submit_command",
+    "spark_submit_env",
     "spark_submit_executable",
 ]
 
@@ -143,7 +144,8 @@ def redact(cmd: Sequence[str]) -> list[str]:
     return out
 
 
-def _env(python: str | None, env: Mapping[str, str] | None) -> dict[str, str]:
+def spark_submit_env(python: str | None = None, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment to run a spark_submit_command with (os.environ or `env`, plus what spark-submit needs)."""
     out = dict(os.environ if env is None else env)
     python = python or sys.executable
     # bin/spark-submit of the pip package locates SPARK_HOME with `python3` unless these are set.
@@ -172,7 +174,7 @@ def run_spark_job(
     logger.info("running %s", " ".join(redact(cmd)))
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
-        errors="replace", env=_env(kwargs.get("python"), env), start_new_session=True,
+        errors="replace", env=spark_submit_env(kwargs.get("python"), env), start_new_session=True,
     )
     tail: collections.deque[str] = collections.deque(maxlen=40)
     reason: list[str] = []

@@ -55,11 +55,32 @@ def test_console_script_is_on_the_venv_path(local_location):
     assert "1 regions" in done.stdout
 
 
-def test_status_lag_thresholds_alert_with_exit_3(local_location, capsys):
+def test_status_lag_thresholds_alert_with_exit_4(local_location, capsys):
     build_table(local_location, regions=2, generations=3)
     assert main(["status", local_location.uri, "--max-unmerged-generations", "3"]) == 0
-    assert main(["status", local_location.uri, "--max-unmerged-generations", "2"]) == 3
+    assert main(["status", local_location.uri, "--max-unmerged-generations", "2"]) == 4
     err = capsys.readouterr().err
     assert err.count("ALERT region") == 2 and "unmerged_generations 3 > 2" in err
     assert main(["merge", local_location.uri]) == 0
     assert main(["status", local_location.uri, "--max-unmerged-generations", "0", "--max-age-s", "0"]) == 0
+
+
+def test_a_failed_region_exits_3_after_the_summary(local_location, capsys):
+    import uuid
+
+    build_table(local_location, regions=1, generations=1)
+    bogus = str(uuid.uuid4())
+    assert main(["merge", local_location.uri, "--region", bogus, "--json"]) == 3
+    captured = capsys.readouterr()
+    assert json.loads(captured.out.strip().splitlines()[-1])["failed_regions"] == [bogus]
+    assert captured.err.strip().splitlines()[-1] == (
+        f"memwal merge: 1 of 1 region(s) failed: {bogus}: region {bogus} has no manifest"
+    )
+
+
+def test_region_that_is_not_a_uuid_is_a_usage_error(local_location):
+    import pytest
+
+    with pytest.raises(SystemExit) as exc:
+        main(["merge", local_location.uri, "--region", "bucket-3"])
+    assert exc.value.code == 2

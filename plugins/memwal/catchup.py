@@ -50,7 +50,8 @@ class CatchupSummary:
 
     def to_dict(self) -> dict:
         return {**asdict(self), "job": "catchup",
-                "failed_indexes": [i.index_name for i in self.indexes if i.error or not i.covered]}
+                "failed_indexes": [i.index_name for i in self.indexes if i.error],
+                "uncovered_indexes": [i.index_name for i in self.indexes if not i.error and not i.covered]}
 
 
 def _covered_fragments(ds: lance.LanceDataset, name: str) -> set[int]:

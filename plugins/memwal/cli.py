@@ -6,8 +6,9 @@
     memwal snapshot TABLE               refresh the region snapshots in the MemWAL index
     memwal gc TABLE [--dry-run]         remove what no reader needs any more
 
-Progress goes to stderr; `--json` prints the job's JSON summary to stdout. Exit status is 0 on
-success, 1 with a one-line reason on failure, and 3 when `memwal status` finds a lag threshold breached.
+Progress goes to stderr; `--json` prints the job's JSON summary to stdout. Exit status (memwal.jobs):
+0 done; 1 failed, with a one-line reason; 2 bad arguments; 3 the job ran but some region or index
+failed (summary first, then the reason); 4 `memwal status` found a lag threshold breached.
 """
 
 from __future__ import annotations
@@ -19,7 +20,19 @@ import sys
 from typing import Any
 
 from memwal.errors import MemWalError
-from memwal.jobs import JOBS, add_common_arguments, add_job_arguments, job_failed, parse_storage_options, run_job
+from memwal.jobs import (
+    EXIT_FAILED,
+    EXIT_LAG_ALERT,
+    EXIT_OK,
+    EXIT_PARTIAL,
+    JOBS,
+    add_common_arguments,
+    add_job_arguments,
+    failure_reason,
+    job_argv,
+    job_options,
+    run_job,
+)
 
 __all__ = ["main"]
 
@@ -115,8 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "status":
             from memwal.status import LagThresholds, lag_alerts, table_status
 
-            options = parse_storage_options(args.storage_option, args.storage_options_json)
-            status = table_status(args.table, options, args.region)
+            status = table_status(args.table, job_options(args), args.region)
             summary = status.to_dict()
             alerts = lag_alerts(status, LagThresholds(args.max_unmerged_generations, args.max_age_s,
                                                       args.max_index_lag))
@@ -128,25 +140,31 @@ def main(argv: list[str] | None = None) -> int:
             for alert in alerts:
                 print(f"ALERT {alert.message()}", file=sys.stderr)
             if any(r["error"] for r in summary["regions"]):
-                return 1
-            return 3 if alerts else 0
-        if args.spark:
-            from spark_jobs.submit import run_spark_job
-
-            passthrough = [a for a in (argv if argv is not None else sys.argv[1:])
-                           if a not in ("--spark", "--json", "-v", "--verbose")]
-            summary = run_spark_job(args.command, passthrough, master=args.master)
-        else:
-            summary = run_job(args.command, args)
+                return EXIT_FAILED
+            return EXIT_LAG_ALERT if alerts else EXIT_OK
+        summary = _run_with_spark(args) if args.spark else run_job(args.command, args)
     except (MemWalError, OSError, ValueError, argparse.ArgumentTypeError) as exc:
         print(f"memwal {args.command}: {str(exc).splitlines()[0]}", file=sys.stderr)
-        return 1
+        return EXIT_FAILED
     print(json.dumps(summary, default=str) if args.json else _summary_line(summary))
-    reason = job_failed(summary)
+    reason = failure_reason(summary)
     if reason:
         print(f"memwal {args.command}: {reason}", file=sys.stderr)
-        return 1
-    return 0
+        return EXIT_PARTIAL
+    return EXIT_OK
+
+
+def _run_with_spark(args: argparse.Namespace) -> dict[str, Any]:
+    """The same job through spark-submit; its JSON summary, or the job's one-line reason as an error."""
+    from spark_jobs.submit import SparkJobError, run_spark_job
+
+    try:
+        return run_spark_job(args.command, args.table, master=args.master, storage_options=job_options(args),
+                             regions=args.region, extra_args=job_argv(args.command, args))
+    except SparkJobError as exc:
+        if exc.summary is not None:
+            return exc.summary  # the job ran; failure_reason() reports which regions failed
+        raise MemWalError(exc.reason or str(exc)) from exc
 
 
 if __name__ == "__main__":

@@ -1,35 +1,98 @@
 """The four background jobs behind one calling convention, shared by the `memwal` command, the Spark
-entry points and (later) the Airflow operators: the same arguments and the same JSON summaries.
+entry points (`spark_jobs/`) and the Airflow operators: the same arguments, summaries and exit codes.
 
-Every job takes the table URI, storage options (`--storage-option KEY=VALUE`, repeatable) and a
-region selection (`--region ID`, repeatable; default all), plus its own options below.
+Every job takes the table URI, storage options (`--storage-option KEY=VALUE`, repeatable, or
+`--storage-options-json '{...}'` / `@FILE`) and a region selection (`--region UUID`, repeatable; default
+all), plus its own options (`add_job_arguments`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable, Sequence
+import logging
+import re
+import uuid
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-__all__ = ["JOBS", "add_common_arguments", "add_job_arguments", "parse_storage_options", "run_job"]
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_LAG_ALERT",
+    "EXIT_OK",
+    "EXIT_PARTIAL",
+    "EXIT_USAGE",
+    "JOBS",
+    "add_common_arguments",
+    "add_job_arguments",
+    "byte_size",
+    "failure_reason",
+    "job_argv",
+    "job_options",
+    "parse_storage_options",
+    "positive_int",
+    "region_id",
+    "run_job",
+    "validate_job_arguments",
+]
+
+log = logging.getLogger(__name__)
 
 JOBS = ("merge", "catchup", "snapshot", "gc")
 
+# Exit statuses of `memwal` and of every spark_jobs entry point.
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PARTIAL, EXIT_LAG_ALERT = 0, 1, 2, 3, 4
 
-def parse_storage_options(pairs: Sequence[str] | None, as_json: str | None = None) -> dict[str, str] | None:
-    """`KEY=VALUE` pairs (and/or a JSON object) as the storage options Lance and obstore take."""
+
+def region_id(text: str) -> str:
+    try:
+        return str(uuid.UUID(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"region id {text!r} is not a UUID") from None
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not >= 1")
+    return value
+
+
+_SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+
+
+def byte_size(text: str) -> int:
+    """Bytes from `536870912`, `512MiB`, `512m`, `1g`, `1GB` (binary units)."""
+    m = _SIZE.match(text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 536870912, 512MiB, 1g)")
+    value = int(m.group(1)) * 1024 ** "_kmgt".index(m.group(2).lower() or "_")
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not >= 1 byte")
+    return value
+
+
+def parse_storage_options(pairs: list[str] | None, as_json: str | None = None) -> dict[str, str] | None:
+    """`KEY=VALUE` pairs over a JSON object (or `@FILE` holding one, which keeps secrets off argv)."""
     out: dict[str, str] = {}
     if as_json:
         try:
-            out.update({str(k): str(v) for k, v in json.loads(as_json).items()})
-        except (ValueError, AttributeError) as exc:
-            raise argparse.ArgumentTypeError(f"--storage-options-json is not a JSON object: {exc}") from exc
+            text = Path(as_json[1:]).read_text() if as_json.startswith("@") else as_json
+            data = json.loads(text)
+        except (OSError, ValueError) as exc:
+            raise argparse.ArgumentTypeError(f"--storage-options-json: {exc}") from exc
+        if not isinstance(data, dict):
+            raise argparse.ArgumentTypeError("--storage-options-json must be a JSON object")
+        out.update({str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in data.items()})
     for pair in pairs or ():
         key, sep, value = pair.partition("=")
-        if not sep or not key:
+        if not sep or not key.strip():
             raise argparse.ArgumentTypeError(f"--storage-option {pair!r} is not KEY=VALUE")
-        out[key] = value
+        out[key.strip()] = value
     return out or None
 
 
@@ -37,18 +100,20 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("table", help="table URI: a path, file://... or s3://bucket/prefix")
     parser.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
                         help="storage option as Lance takes it (repeatable), e.g. aws_endpoint=http://...")
-    parser.add_argument("--storage-options-json", default=None, help="storage options as one JSON object")
-    parser.add_argument("--region", action="append", default=None, metavar="REGION_ID",
+    parser.add_argument("--storage-options-json", default=None, metavar="JSON",
+                        help="storage options as one JSON object, or @FILE; --storage-option entries override it")
+    parser.add_argument("--region", action="append", type=region_id, default=None, metavar="UUID",
                         help="limit to this region (repeatable; default: all regions)")
 
 
 def add_job_arguments(parser: argparse.ArgumentParser, job: str) -> None:
     """The options of one job (besides the common ones)."""
     if job == "merge":
-        parser.add_argument("--max-generations-per-commit", type=int, default=8)
-        parser.add_argument("--max-bytes-per-commit", type=int, default=512 * 1024 * 1024)
-        parser.add_argument("--up-to-generation", type=int, default=None,
-                            help="merge no further than this generation (needs exactly one --region)")
+        parser.add_argument("--max-generations-per-commit", type=positive_int, default=8)
+        parser.add_argument("--max-bytes-per-commit", type=byte_size, default=512 * 1024 * 1024,
+                            help="e.g. 536870912, 512MiB, 1g")
+        parser.add_argument("--up-to-generation", type=positive_int, default=None,
+                            help="merge no generation above this one (needs exactly one --region)")
     elif job == "catchup":
         parser.add_argument("--index", action="append", default=None, metavar="NAME",
                             help="only this base-table index (repeatable; default: every maintained index)")
@@ -57,32 +122,60 @@ def add_job_arguments(parser: argparse.ArgumentParser, job: str) -> None:
                             help="store snapshots inline up to this many regions, else as index.lance")
     elif job == "gc":
         parser.add_argument("--dry-run", action="store_true", help="list what would be deleted, delete nothing")
-        parser.add_argument("--keep-manifest-versions", type=int, default=10)
+        parser.add_argument("--keep-manifest-versions", type=positive_int, default=10)
         parser.add_argument("--grace-period-s", type=float, default=3600.0,
                             help="age after which an unlisted generation directory counts as a failed flush")
     else:
         raise ValueError(f"unknown job {job!r}; expected one of {JOBS}")
 
 
+def job_argv(job: str, values: argparse.Namespace | dict[str, Any]) -> list[str]:
+    """The job-specific options among values (a Namespace or a dict keyed by option dest) as argv, the
+    inverse of add_job_arguments; options at their default are left out."""
+    values = vars(values) if isinstance(values, argparse.Namespace) else dict(values)
+    parser = argparse.ArgumentParser(add_help=False)
+    add_job_arguments(parser, job)
+    argv: list[str] = []
+    for action in parser._actions:
+        value = values.get(action.dest, action.default)
+        if value is None or value == action.default or not action.option_strings:
+            continue
+        flag = action.option_strings[0]
+        if isinstance(action, argparse._StoreTrueAction):
+            argv.append(flag)
+        elif isinstance(action, argparse._AppendAction):
+            for item in value:
+                argv += [flag, str(item)]
+        else:
+            argv += [flag, str(value)]
+    return argv
+
+
+def validate_job_arguments(job: str, args: argparse.Namespace) -> None:
+    """Checks across options; raises ArgumentTypeError with a one-line reason."""
+    if job == "merge" and args.up_to_generation is not None and len(args.region or []) != 1:
+        raise argparse.ArgumentTypeError("--up-to-generation needs exactly one --region")
+
+
+def job_options(args: argparse.Namespace) -> dict[str, str] | None:
+    return parse_storage_options(args.storage_option, args.storage_options_json)
+
+
 def run_job(job: str, args: argparse.Namespace, *, dedup: Callable | None = None,
             read_manifests: Callable | None = None) -> dict[str, Any]:
     """Run one job in this process; returns its JSON-ready summary. Spark passes its own hooks."""
-    options = parse_storage_options(args.storage_option, args.storage_options_json)
-    regions = args.region
+    validate_job_arguments(job, args)
+    options = job_options(args)
+    regions = list(dict.fromkeys(args.region)) if args.region else None
     if job == "merge":
-        from memwal.merge import MergeConfig, local_dedup, merge_region, merge_table
+        from memwal.merge import MergeConfig, local_dedup, merge_table
 
         config = MergeConfig(max_generations_per_commit=args.max_generations_per_commit,
                              max_bytes_per_commit=args.max_bytes_per_commit)
-        if args.up_to_generation is not None:
-            if not regions or len(regions) != 1:
-                raise argparse.ArgumentTypeError("--up-to-generation needs exactly one --region")
-            from memwal.merge import MergeSummary
-
-            result = merge_region(args.table, options, regions[0], config, dedup or local_dedup,
-                                  up_to_generation=args.up_to_generation)
-            return MergeSummary(args.table, regions=[result]).to_dict()
-        return merge_table(args.table, options, regions, config, dedup or local_dedup).to_dict()
+        return merge_table(args.table, options, regions, config, dedup or local_dedup,
+                           up_to_generation=args.up_to_generation).to_dict()
+    if job in ("catchup", "snapshot") and regions:
+        log.warning("--region is ignored: %s always covers the whole table", job)
     if job == "catchup":
         from memwal.catchup import catchup_table
 
@@ -101,15 +194,15 @@ def run_job(job: str, args: argparse.Namespace, *, dedup: Callable | None = None
     raise ValueError(f"unknown job {job!r}; expected one of {JOBS}")
 
 
-def job_failed(summary: dict[str, Any]) -> str | None:
-    """A one-line reason if the summary reports failed regions or indexes, else None."""
-    job = summary.get("job", "job")
-    for item in summary.get("regions", []) + summary.get("indexes", []):
-        if item.get("error"):
-            name = item.get("region_id") or item.get("index_name")
-            failed = len(summary.get("failed_regions") or summary.get("failed_indexes") or [name])
-            return f"{job}: {failed} failed; first: {name}: {str(item['error']).splitlines()[0]}"
-    for key in ("failed_regions", "failed_indexes"):
-        if summary.get(key):
-            return f"{job}: {key.replace('_', ' ')}: {', '.join(summary[key])}"
+def failure_reason(summary: dict[str, Any]) -> str | None:
+    """One line naming what failed when the summary reports failed regions or indexes, else None."""
+    for key, items, name_key, noun in (("failed_regions", "regions", "region_id", "region(s)"),
+                                       ("failed_indexes", "indexes", "index_name", "index(es)")):
+        failed = summary.get(key) or []
+        if not failed:
+            continue
+        entries = [e for e in summary.get(items, []) if isinstance(e, dict)]
+        errors = {e.get(name_key): e.get("error") for e in entries}
+        parts = [f"{name}: {' '.join(str(errors.get(name) or 'not done').split())}" for name in failed]
+        return f"{len(failed)} of {len(entries) or len(failed)} {noun} failed: " + "; ".join(parts)
     return None

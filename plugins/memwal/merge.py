@@ -299,8 +299,10 @@ def merge_table(
     regions: Sequence[str] | None = None,
     config: MergeConfig | None = None,
     dedup: Dedup = local_dedup,
+    up_to_generation: int | None = None,
 ) -> MergeSummary:
-    """Merge all regions (or the given ones). A region that fails is reported, the others still run."""
+    """Merge all regions (or the given ones), each up to up_to_generation if given. A region that fails
+    is reported, the others still run."""
     store = ObjectStore(uri, storage_options)
     started = time.monotonic()
     index = load_index(store.uri, storage_options)
@@ -311,7 +313,9 @@ def merge_table(
             summary.regions.append(RegionMergeResult(region_id, error=f"region {region_id} has no manifest"))
             continue
         try:
-            summary.regions.append(merge_region(store.uri, storage_options, region_id, config, dedup))
+            summary.regions.append(
+                merge_region(store.uri, storage_options, region_id, config, dedup, up_to_generation)
+            )
         except (MemWalError, MissingGenerationError, OSError) as exc:
             log.error("region %s: merge failed: %s", region_id, exc)
             summary.regions.append(RegionMergeResult(region_id, error=str(exc)))

@@ -13,6 +13,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from spark_helpers import FAST_JVM, FAST_JVM_OPTIONS
 
 from spark_jobs import common, submit
 
@@ -29,7 +30,7 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="session")
 def spark():
-    session, created = common.build_spark("tests", master="local[2]")
+    session, created = common.build_spark("tests", master="local[2]", conf=FAST_JVM)
     yield session
     if created:
         session.stop()
@@ -42,7 +43,8 @@ def standalone_master(tmp_path_factory):
     spark_class = str(Path(home) / "bin" / "spark-class")
     logs = tmp_path_factory.mktemp("standalone")
     port, ui, worker_ui = _free_port(), _free_port(), _free_port()
-    env = {**os.environ, "SPARK_HOME": home, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_NO_DAEMONIZE": "1"}
+    env = {**os.environ, "SPARK_HOME": home, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_NO_DAEMONIZE": "1",
+           "SPARK_DAEMON_JAVA_OPTS": FAST_JVM_OPTIONS}
     procs = []
     log_files = []
 

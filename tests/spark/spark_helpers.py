@@ -15,6 +15,11 @@ from memwal.writer import RegionWriter, WriterConfig
 
 ONE_GEN_PER_FLUSH = WriterConfig(max_memtable_rows=10**9, max_flush_interval_s=None)
 
+# Test-only: the JVMs here live for seconds, so C1-only JIT starts them much faster (about 40% per
+# spark-submit on this 2-core machine). Not a production default: long merges want C2.
+FAST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+FAST_JVM = {"spark.driver.extraJavaOptions": FAST_JVM_OPTIONS, "spark.executor.extraJavaOptions": FAST_JVM_OPTIONS}
+
 # (put ids, tag, delete ids), one flushed generation each; ids are offset per region.
 GENS = [
     ([1, 2, 11, 12, 13], "g1", [3]),

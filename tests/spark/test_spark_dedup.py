@@ -21,6 +21,7 @@ from memwal.mem_wal_index import load_index
 from memwal.merge import MergeConfig, merge_table
 from memwal.writer import RegionWriter
 from spark_jobs import merge as merge_job
+from spark_jobs import merge_dedup
 from spark_jobs.merge_dedup import STAGING_DIR, spark_dedup
 
 pytestmark = pytest.mark.spark
@@ -32,7 +33,7 @@ def _results(summary):
     return [{k: v for k, v in asdict(r).items() if k not in _VOLATILE} for r in summary.regions]
 
 
-def test_spark_dedup_commits_what_local_dedup_commits(spark, tmp_path):
+def test_spark_dedup_commits_what_local_dedup_commits(spark, tmp_path, monkeypatch):
     a = Loc(str(tmp_path / "a"))
     build_table(a, n_regions=2)
     b = Loc(str(tmp_path / "b"))
@@ -41,7 +42,20 @@ def test_spark_dedup_commits_what_local_dedup_commits(spark, tmp_path):
     config = MergeConfig(max_generations_per_commit=3)  # two commits per region
 
     local = merge_table(a.uri, config=config)
-    on_spark = merge_table(b.uri, config=config, dedup=spark_dedup(spark))
+    staged_files = []
+    real_open = merge_dedup._open_staged
+
+    def open_staged(store, paths, schema):
+        staged_files.append(len(paths))
+        return real_open(store, paths, schema)
+
+    monkeypatch.setattr(merge_dedup, "_open_staged", open_staged)
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "7")  # many batches: many staged files
+    try:
+        on_spark = merge_table(b.uri, config=config, dedup=spark_dedup(spark, file_bytes=1))
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    assert max(staged_files) > 3, "the commit must stream its upserts from several staged files"
 
     assert not on_spark.failed_regions
     assert [r.generations for r in on_spark.regions] == [[1, 2, 3, 4, 5]] * 2

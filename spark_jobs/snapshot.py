@@ -1,0 +1,88 @@
+"""Snapshot refresh: summarise every region manifest into the MemWAL index, reading the manifests on
+the executors.
+
+    spark-submit [spark options] /abs/path/spark_jobs/snapshot.py TABLE [--inline-threshold N]
+
+`memwal.snapshot.refresh_snapshot` takes a `read_manifests(store, region_ids)` hook; here it is
+`spark_manifest_reader(spark)`: one row per region (`spark.range`), `mapInArrow` loads each region's latest
+manifest on an executor and returns its protobuf bytes, the driver decodes them. Everything else
+(the snapshot rows, inline or external storage, the commit through commit_details) is the library's.
+Prints one JSON line (`SnapshotSummary.to_dict()`).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Iterator, Sequence
+
+import pyarrow as pa
+
+from memwal import jobs, naming
+from memwal.errors import MemWalError
+from memwal.region_manifest import RegionManifest, decode_manifest, load_latest_manifest
+from memwal.snapshot import ManifestReader
+from memwal.storage import ObjectStore
+from spark_jobs import common
+
+log = logging.getLogger(__name__)
+
+
+def _manifest_task(region_ids: list[str], uri: str, storage_options: dict):
+    def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        store = ObjectStore(uri, storage_options)
+        for batch in batches:
+            ids = [region_ids[i] for i in batch.column(0).to_pylist()]
+            raw = [load_latest_manifest(store, r).raw for r in ids]
+            yield pa.record_batch({"region_id": pa.array(ids, pa.string()), "manifest": pa.array(raw, pa.binary())})
+
+    return read
+
+
+def _parallelism(spark) -> int:
+    try:
+        return spark.sparkContext.defaultParallelism
+    except Exception:  # Spark Connect has no SparkContext
+        return 8
+
+
+def spark_manifest_reader(spark, max_tasks: int | None = None) -> ManifestReader:
+    """A `read_manifests` hook that loads the latest region manifests in parallel on Spark."""
+
+    def read_manifests(store: ObjectStore, region_ids: Sequence[str]) -> list[RegionManifest]:
+        ids = list(region_ids)
+        if not ids:
+            return []
+        tasks = min(len(ids), max_tasks or 4 * _parallelism(spark))
+        try:
+            table = (
+                spark.range(0, len(ids), 1, tasks)
+                .mapInArrow(_manifest_task(ids, store.uri, dict(store.storage_options)),
+                            "region_id string, manifest binary")
+                .toArrow()
+            )
+        except Exception as exc:
+            raise MemWalError(
+                f"reading {len(ids)} region manifests on Spark failed: {common.spark_error_line(exc)}"
+            ) from exc
+        raw = dict(zip(table.column("region_id").to_pylist(), table.column("manifest").to_pylist(), strict=True))
+        log.info("read %d region manifests on Spark in %d tasks", len(raw), tasks)
+        return [decode_manifest(raw[r], naming.manifest_dir(r)) for r in ids]
+
+    return read_manifests
+
+
+def build_parser():
+    return common.job_parser("snapshot", "Refresh the region snapshots in the MemWAL index.")
+
+
+def run(spark, args):
+    return jobs.run_job("snapshot", args, read_manifests=spark_manifest_reader(spark))
+
+
+def main(argv: list[str] | None = None) -> int:
+    return common.run_job("snapshot", build_parser(), run, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
