@@ -18,7 +18,10 @@ echo; echo "== 4. index catch-up"
 $BIN/memwal catchup "$TABLE"
 echo; echo "== 5. snapshot refresh"
 $BIN/memwal snapshot "$TABLE"
-echo; echo "== 6. GC dry run, then GC (generations stay while retained table versions need them)"
+echo; echo "== 6. GC: nothing goes while retained table versions (time travel) still need the generations"
+$BIN/memwal gc "$TABLE" --dry-run
+echo "   ... a version-retention policy keeps only the newest table version (Lance cleanup_old_versions):"
+$BIN/python -m memwal.demo retain-latest "$TABLE"
 $BIN/memwal gc "$TABLE" --dry-run
 $BIN/memwal gc "$TABLE"
 echo; echo "== 7. status after maintenance"

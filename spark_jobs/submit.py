@@ -67,6 +67,9 @@ class SparkJobError(RuntimeError):
         self.command = list(command)
 
 
+LOG4J_CONFIG = Path(__file__).resolve().with_name("log4j2.properties")
+
+
 def job_script(job: str) -> Path:
     """Absolute path of a job's entry point."""
     if job not in JOBS:
@@ -117,7 +120,11 @@ def spark_submit_command(
     from memwal.storage import normalize_uri
 
     python = python or sys.executable
-    settings = {"spark.pyspark.python": python, "spark.pyspark.driver.python": python, **(conf or {})}
+    log4j = f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}"
+    settings = {"spark.pyspark.python": python, "spark.pyspark.driver.python": python,
+                "spark.driver.extraJavaOptions": log4j, "spark.executor.extraJavaOptions": log4j}
+    for key, value in (conf or {}).items():  # JVM options add to ours; everything else replaces
+        settings[key] = f"{settings[key]} {value}" if key.endswith("extraJavaOptions") and key in settings else value
     cmd = [spark_submit or spark_submit_executable(), "--master", master, "--name", f"memwal-{job}"]
     for key, value in settings.items():
         cmd += ["--conf", f"{key}={value}"]

@@ -32,9 +32,9 @@ from memwal.region_manifest import (
     RegionManifest,
     commit_manifest,
     list_manifest_versions,
-    list_regions,
     load_latest_manifest,
     load_manifest,
+    select_regions,
 )
 from memwal.status import maintained_indexes
 from memwal.storage import ObjectStore, lance_storage_options
@@ -238,9 +238,8 @@ def gc_table(
     retained = _retained_progress(store, ds)
     indexes = maintained_indexes(index, storage_options)
     summary = GcSummary(store.uri, config.dry_run, retained_table_versions=sorted(retained))
-    known = set(list_regions(store))
-    for region_id in regions if regions is not None else sorted(known):
-        if region_id not in known:
+    for region_id, exists in select_regions(store, regions):
+        if not exists:
             summary.regions.append(RegionGc(region_id, error=f"region {region_id} has no manifest"))
             continue
         try:

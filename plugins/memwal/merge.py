@@ -26,7 +26,7 @@ from memwal.errors import CommitConflictError, MemWalError, MissingGenerationErr
 from memwal.faults import fault_point
 from memwal.generation import open_generation
 from memwal.mem_wal_index import load_index
-from memwal.region_manifest import list_regions, load_latest_manifest
+from memwal.region_manifest import load_latest_manifest, select_regions
 from memwal.schema import primary_key_columns
 from memwal.sql import keys_predicate
 from memwal.storage import ObjectStore, lance_storage_options
@@ -307,9 +307,8 @@ def merge_table(
     started = time.monotonic()
     index = load_index(store.uri, storage_options)
     summary = MergeSummary(store.uri, table_version_before=index.table_version)
-    known = set(list_regions(store))
-    for region_id in regions if regions is not None else sorted(known):
-        if region_id not in known:
+    for region_id, exists in select_regions(store, regions):
+        if not exists:
             summary.regions.append(RegionMergeResult(region_id, error=f"region {region_id} has no manifest"))
             continue
         try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import secrets
+from collections.abc import Iterable
 
 MEM_WAL_DIR = "_mem_wal"
 MANIFEST_DIR = "manifest"
@@ -47,6 +48,19 @@ def parse_bit_reversed_name(name: str) -> int:
     if len(stem) != _BITS or set(stem) - {"0", "1"}:
         raise ValueError(f"{name!r} is not a bit-reversed 64-bit name")
     return int(stem[::-1], 2)
+
+
+def list_bit_reversed(objects: Iterable[object], suffix: str) -> list[int]:
+    """The numbers behind the bit-reversed names with this suffix among listed objects, ascending."""
+    numbers = []
+    for meta in objects:
+        path = meta.path
+        if path.endswith(suffix):
+            try:
+                numbers.append(parse_bit_reversed_name(path))
+            except ValueError:
+                continue
+    return sorted(numbers)
 
 
 def region_dir(region_id: str) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from google.protobuf.message import DecodeError
@@ -29,6 +30,7 @@ __all__ = [
     "list_regions",
     "load_latest_manifest",
     "load_manifest",
+    "select_regions",
 ]
 
 
@@ -126,16 +128,17 @@ def list_regions(store: ObjectStore) -> list[str]:
     return out
 
 
+def select_regions(store: ObjectStore, regions: Sequence[str] | None) -> list[tuple[str, bool]]:
+    """(region id, has a manifest) for the requested regions, or every region when none are requested."""
+    known = set(list_regions(store))
+    if regions is None:
+        return [(r, True) for r in sorted(known)]
+    return [(r, r in known) for r in regions]
+
+
 def list_manifest_versions(store: ObjectStore, region_id: str) -> list[int]:
     """Every manifest version present for the region, ascending."""
-    versions = []
-    for meta in store.list_files(naming.manifest_dir(region_id)):
-        if meta.path.endswith(naming.MANIFEST_SUFFIX):
-            try:
-                versions.append(naming.parse_bit_reversed_name(meta.path))
-            except ValueError:
-                continue
-    return sorted(versions)
+    return naming.list_bit_reversed(store.list_files(naming.manifest_dir(region_id)), naming.MANIFEST_SUFFIX)
 
 
 def _read_hint(store: ObjectStore, region_id: str) -> int:

@@ -89,11 +89,4 @@ def scan_wal(store: ObjectStore, region_id: str, after_position: int) -> Iterato
 
 def list_wal_positions(store: ObjectStore, region_id: str) -> list[int]:
     """Every WAL position present in storage, ascending (for GC and status, not for replay)."""
-    positions = []
-    for meta in store.list_files(naming.wal_dir(region_id)):
-        if meta.path.endswith(naming.WAL_SUFFIX):
-            try:
-                positions.append(naming.parse_bit_reversed_name(meta.path))
-            except ValueError:
-                continue
-    return sorted(positions)
+    return naming.list_bit_reversed(store.list_files(naming.wal_dir(region_id)), naming.WAL_SUFFIX)
