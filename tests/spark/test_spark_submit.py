@@ -135,6 +135,8 @@ def test_spark_submit_command_is_exact(tmp_path, monkeypatch):
     assert cmd == [
         "/ss", "--master", "spark://h:7077", "--name", "memwal-merge",
         "--conf", "spark.pyspark.python=/py", "--conf", "spark.pyspark.driver.python=/py",
+        "--conf", f"spark.driver.extraJavaOptions=-Dlog4j2.configurationFile=file:{submit.LOG4J_CONFIG}",
+        "--conf", f"spark.executor.extraJavaOptions=-Dlog4j2.configurationFile=file:{submit.LOG4J_CONFIG}",
         "--conf", "spark.executor.memory=2g", "--py-files", "/code.zip",
         str(submit.JOBS_DIR / "merge.py"), str(tmp_path / "rel" / "table"),
         "--storage-option", "aws_endpoint=http://x", "--storage-option", "aws_secret_access_key=s3cr3t",
