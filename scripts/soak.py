@@ -3,7 +3,6 @@
 
     .venv/bin/python scripts/soak.py --minutes 10            # batches of random sequences until time is up
     .venv/bin/python scripts/soak.py --seed 123 --batch 50   # replay one batch exactly (prints its steps)
-    .venv/bin/python scripts/soak.py --minutes 5 --strict gc-hole   # walk into a known bug (or: all)
 
 Prints how many sequences ran; on a divergence, the seed, the shrunk steps (as hypothesis prints them)
 and the command that replays the batch, and exits 1. Tables live on the local filesystem (a temporary
@@ -13,7 +12,6 @@ directory, removed at the end).
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import shutil
 import sys
@@ -31,15 +29,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=None, help="run exactly one batch with this seed")
     parser.add_argument("--batch", type=int, default=25, help="sequences per seed (default 25)")
     parser.add_argument("--steps", type=int, default=20, help="steps per sequence (default 20)")
-    parser.add_argument("--strict", nargs="?", const="all", default=None, metavar="BUGS",
-                        help="do not avoid the known bugs of tests/model/machine.py (all, or a comma list "
-                             "such as gc-hole)")
     parser.add_argument("--no-shrink", action="store_true",
                         help="report the first failing sequence as found (shrinking slow sequences can take minutes)")
     args = parser.parse_args(argv)
 
-    if args.strict:
-        os.environ["MEMWAL_MODEL_STRICT"] = args.strict
     sys.path[:0] = [str(REPO / "tests" / "model"), str(REPO / "tests")]
     import hypothesis.core
     from hypothesis import HealthCheck, Phase, settings
@@ -67,16 +60,15 @@ def main(argv: list[str] | None = None) -> int:
             hypothesis.core.global_force_seed = seed
             try:
                 run_state_machine_as_test(machine, settings=config)
-            except BaseException as exc:  # noqa: BLE001 - report any divergence, then fail
+            except BaseException as exc:
                 total += machine.stats["sequences"]
-                strict = f" --strict {args.strict}" if args.strict else ""
                 print(f"\nDIVERGENCE after {total} sequences ({time.monotonic() - started:.0f}s), seed {seed}:",
                       flush=True)
                 # hypothesis attaches the shrunk steps ("Falsifying example: state = ...") as exception notes
                 print("".join(traceback.format_exception(exc)), flush=True)
                 print("Replay with:\n"
                       f"  .venv/bin/python scripts/soak.py --seed {seed} --batch {args.batch} "
-                      f"--steps {args.steps}{strict}", flush=True)
+                      f"--steps {args.steps}", flush=True)
                 return 1
             finally:
                 hypothesis.core.global_force_seed = None

@@ -112,6 +112,10 @@ def build_spark(job: str, *, master: str | None = None, conf: dict[str, str] | N
     if active is not None:
         return active, False
     under_spark_submit = "PYSPARK_GATEWAY_PORT" in os.environ  # set by spark-submit's PythonRunner
+    if not under_spark_submit:
+        # Python workers must run this interpreter (with pyarrow, lance, memwal), not whatever python3 is.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     launch = None
     if not under_spark_submit and conf and SparkContext._gateway is None:
         # JVM options (spark.driver.extraJavaOptions, spark.driver.memory) only act when the JVM starts.

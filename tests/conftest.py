@@ -120,6 +120,11 @@ def location(request) -> Location:
     return request.getfixturevalue("s3_location")
 
 
+# A crashed job (the crash tests SIGKILL children inside commits) holds the MemWAL index lock for one
+# lease; keep that short in tests. Children inherit it.
+os.environ.setdefault("MEMWAL_LOCK_LEASE_S", "4")
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _spark_python():
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

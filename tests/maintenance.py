@@ -25,3 +25,14 @@ def build_table(loc, regions: int = 2, generations: int = 3, base_ids=range(10),
                     w.delete(pa.table({"id": pa.array([1000 * (r + 1)], pa.int64())}))
                 w.flush()
     return ids
+
+
+def merge_without_our_lock(uri, storage_options, region, **kwargs):
+    """A merge by another tool that does not take our MemWAL index lock (to stage Lance's rebase)."""
+    from contextlib import nullcontext
+    from unittest import mock
+
+    import memwal.merge as merge_mod
+
+    with mock.patch.object(merge_mod, "index_lock", lambda store: nullcontext()):
+        return merge_mod.merge_region(uri, storage_options, region, **kwargs)

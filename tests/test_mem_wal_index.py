@@ -4,6 +4,7 @@ import uuid
 from dataclasses import replace
 
 import pytest
+from maintenance import merge_without_our_lock
 from tables import create_base, open_base, rows
 
 from memwal.errors import MemWalNotInitializedError
@@ -42,8 +43,9 @@ def test_rewrite_keeps_fields_it_does_not_own_and_lance_core_still_reads_it(loca
 
 def test_rewrite_racing_a_merge_never_regresses_merged_generations(location):
     """
-    INTEROP hazard, staged exactly: the rewrite reads at version R (merged 1); a merger commits
-    generation 2 at R+1; the rewrite commits with read_version R and Lance accepts it (merged back to 1).
+    INTEROP hazard, staged exactly: the rewrite reads at version R (merged 1); a merger that does not take
+    our index lock (another tool) commits generation 2 at R+1; the rewrite commits with read_version R
+    and Lance accepts it (merged back to 1).
     commit_details must repair it to 2, and load_index(monotone) must read 2 even at the regressed version.
     """
     loc = location
@@ -59,7 +61,8 @@ def test_rewrite_racing_a_merge_never_regresses_merged_generations(location):
 
     def mutate_while_a_merge_lands(details):
         if open_base(loc).version == read_version:
-            merge_region(loc.uri, loc.storage_options, region)  # generation 2 lands at R+1
+            # generation 2 lands at R+1, merged by a tool that does not take our index lock
+            merge_without_our_lock(loc.uri, loc.storage_options, region)
         return replace(details, snapshot_ts_millis=42)
 
     final = commit_details(loc.uri, loc.storage_options, mutate_while_a_merge_lands)

@@ -9,8 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from memwal.errors import AlreadyExistsError, CommitConflictError, FencedError
-from memwal.region_manifest import RegionManifest, commit_manifest, latest_version, load_manifest
+from memwal import naming
+from memwal.errors import AlreadyExistsError, CommitConflictError, CorruptFileError, FencedError
+from memwal.region_manifest import (
+    RegionManifest,
+    commit_manifest,
+    latest_version,
+    list_manifest_versions,
+    load_manifest,
+)
 from memwal.storage import ObjectStore
 
 __all__ = ["claim_region", "commit_as_writer"]
@@ -31,6 +38,13 @@ def claim_region(store: ObjectStore, region_id: str, region_spec_id: int = 0) ->
                 region_spec_id=region_spec_id,
             )
         else:
+            versions = list_manifest_versions(store, region_id)
+            if versions and versions[-1] > version:
+                raise CorruptFileError(
+                    f"{store.uri}/{naming.manifest_path(region_id, version + 1)}",
+                    f"region {region_id}: manifest version {version + 1} is missing but {versions[-1]} exists; "
+                    "a writer must not claim into the gap (restore the missing version)",
+                )
             current = load_manifest(store, region_id, version)
             claimed = current.next_version(writer_epoch=current.writer_epoch + 1)
         try:

@@ -27,6 +27,7 @@ import lance
 from memwal import naming
 from memwal.errors import AlreadyExistsError, MemWalError
 from memwal.faults import fault_point
+from memwal.lock import LOCK_DIR
 from memwal.mem_wal_index import MemWalIndex, load_index, read_details_at
 from memwal.region_manifest import (
     RegionManifest,
@@ -222,6 +223,21 @@ def _execute(store: ObjectStore, plan: RegionGc) -> None:
             store.delete(a.path)
 
 
+_KEEP_LOCK_OBJECTS = 16
+
+
+def _prune_locks(store: ObjectStore, dry_run: bool) -> list[GcAction]:
+    """Old lock objects: only the newest of each lock is ever read; keep a few for the record."""
+    actions = []
+    for name in store.list_dirs(LOCK_DIR):
+        objects = sorted(store.list_files(f"{LOCK_DIR}/{name}"), key=lambda m: m.path)
+        for meta in objects[:-_KEEP_LOCK_OBJECTS]:
+            actions.append(GcAction("lock", None, meta.path, meta.size, "superseded lock object"))
+            if not dry_run:
+                store.delete(meta.path)
+    return actions
+
+
 def gc_table(
     uri: str,
     storage_options: dict[str, str] | None = None,
@@ -238,9 +254,9 @@ def gc_table(
     retained = _retained_progress(store, ds)
     indexes = maintained_indexes(index, storage_options)
     summary = GcSummary(store.uri, config.dry_run, retained_table_versions=sorted(retained))
-    for region_id, exists in select_regions(store, regions):
-        if not exists:
-            summary.regions.append(RegionGc(region_id, error=f"region {region_id} has no manifest"))
+    for region_id, problem in select_regions(store, regions):
+        if problem:
+            summary.regions.append(RegionGc(region_id, error=problem))
             continue
         try:
             plan = plan_region_gc(store, index, region_id, indexes, retained, config, now)
@@ -250,6 +266,7 @@ def gc_table(
         except (MemWalError, OSError) as exc:
             log.error("region %s: gc failed: %s", region_id, exc)
             summary.regions.append(RegionGc(region_id, error=str(exc)))
+    summary.staging += _prune_locks(store, config.dry_run)
     for name in store.list_dirs(STAGING_DIR):
         rel = f"{STAGING_DIR}/{name}"
         files = store.list(rel)

@@ -28,7 +28,7 @@ from google.protobuf.message import DecodeError
 
 from memwal import naming
 from memwal._proto import memwal_pb2
-from memwal.errors import CommitConflictError, CorruptFileError, MemWalNotInitializedError
+from memwal.errors import CommitConflictError, CorruptFileError, MemWalNotInitializedError, RegionSpecError
 from memwal.faults import fault_point
 from memwal.region_spec import RegionSpec
 from memwal.storage import ObjectStore, lance_storage_options
@@ -64,7 +64,25 @@ class MemWalIndexDetails:
     merged_generations: Mapping[str, int] = field(default_factory=dict)
     index_catchup: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     maintain_all_indexes: bool = False
+    # Specs this library cannot evaluate (e.g. a transform from a newer Lance core): (spec_id, bytes, why).
+    # Jobs that never evaluate specs work on; rewrites write them back unchanged.
+    unsupported_region_specs: tuple[tuple[int, bytes, str], ...] = ()
     raw: bytes = field(default=b"", repr=False, compare=False)
+
+    def region_spec(self, spec_id: int) -> RegionSpec:
+        """The spec with this id; RegionSpecError naming it if it is missing or unsupported."""
+        for spec in self.region_specs:
+            if spec.spec_id == spec_id:
+                return spec
+        for sid, _raw, why in self.unsupported_region_specs:
+            if sid == spec_id:
+                raise RegionSpecError(f"region spec {spec_id} is not supported by this library: {why}")
+        raise RegionSpecError(f"no region spec {spec_id} in the MemWAL index")
+
+    @property
+    def newest_region_spec_id(self) -> int:
+        ids = [s.spec_id for s in self.region_specs] + [sid for sid, _, _ in self.unsupported_region_specs]
+        return max(ids, default=0)
 
     def merged_generation(self, region_id: str) -> int:
         return self.merged_generations.get(region_id, 0)
@@ -102,6 +120,17 @@ def _uuid_str(msg: memwal_pb2.UUID) -> str:
     return str(uuid.UUID(bytes=msg.uuid))
 
 
+def _decode_specs(msg: memwal_pb2.MemWalIndexDetails, where: str) -> tuple[list, list]:
+    specs, unsupported = [], []
+    for s in msg.region_specs:
+        try:
+            specs.append(RegionSpec.from_proto(s))
+        except RegionSpecError as exc:
+            log.warning("%s: region spec %d is kept but not used: %s", where, s.spec_id, exc)
+            unsupported.append((s.spec_id, s.SerializeToString(), str(exc)))
+    return specs, unsupported
+
+
 def decode_details(data: bytes, where: str) -> MemWalIndexDetails:
     msg = memwal_pb2.MemWalIndexDetails()
     try:
@@ -113,11 +142,13 @@ def decode_details(data: bytes, where: str) -> MemWalIndexDetails:
         }
     except (DecodeError, ValueError) as exc:
         raise CorruptFileError(where, f"MemWalIndexDetails cannot be parsed ({exc})") from exc
+    specs, unsupported = _decode_specs(msg, where)
     return MemWalIndexDetails(
         snapshot_ts_millis=msg.snapshot_ts_millis,
         num_regions=msg.num_regions,
         inline_snapshots=msg.inline_snapshots if msg.HasField("inline_snapshots") else None,
-        region_specs=tuple(RegionSpec.from_proto(s) for s in msg.region_specs),
+        region_specs=tuple(specs),
+        unsupported_region_specs=tuple(unsupported),
         maintained_indexes=tuple(msg.maintained_indexes),
         merged_generations=merged,
         index_catchup=catchup,
@@ -139,6 +170,8 @@ def encode_details(d: MemWalIndexDetails) -> bytes:
         msg.inline_snapshots = d.inline_snapshots
     del msg.region_specs[:]
     msg.region_specs.extend(s.to_proto() for s in d.region_specs)
+    for _spec_id, raw, _why in d.unsupported_region_specs:
+        msg.region_specs.add().ParseFromString(raw)
     del msg.maintained_indexes[:]
     msg.maintained_indexes.extend(d.maintained_indexes)
     del msg.merged_generations[:]
@@ -227,6 +260,14 @@ def read_details_at(store: ObjectStore, version: int) -> MemWalIndexDetails | No
     return entry.details if entry else None
 
 
+def _details_if_kept(store: ObjectStore, version: int) -> MemWalIndexDetails | None:
+    """Details at a version, or None if Lance's version cleanup already removed that version."""
+    try:
+        return read_details_at(store, version)
+    except FileNotFoundError:
+        return None
+
+
 @dataclass(frozen=True)
 class MemWalIndex:
     """The MemWAL index as of one base-table version."""
@@ -263,7 +304,7 @@ def _progress_floor(ds: lance.LanceDataset, store: ObjectStore) -> MemWalIndexDe
         if not any(i.name == naming.MEM_WAL_INDEX_NAME for i in txn.operation.new_indices):
             continue
         for skipped in range(txn.read_version + 1, version):
-            details = read_details_at(store, skipped)
+            details = _details_if_kept(store, skipped)
             if details is not None:
                 floor = details if floor is None else floor.with_progress_at_least(details)
     return floor
@@ -337,6 +378,13 @@ def commit_details(
     prepare(entry_uuid), if given, runs before each commit attempt, e.g. to write _indices/{uuid}/ files.
     """
     store = ObjectStore(uri, storage_options)
+    from memwal.lock import index_lock
+
+    with index_lock(store):
+        return _commit_details_locked(uri, storage_options, store, mutate, prepare)
+
+
+def _commit_details_locked(uri, storage_options, store, mutate, prepare) -> MemWalIndex:
     floor: MemWalIndexDetails | None = None
     for attempt in range(_MAX_COMMIT_ATTEMPTS):
         current = load_index(uri, storage_options, monotone=True)
@@ -359,7 +407,7 @@ def commit_details(
         if ds.version == current.table_version + 1:
             return load_index(uri, storage_options, version=ds.version, monotone=False)
         # Other commits landed between our read and our commit: check what we overwrote.
-        skipped = [read_details_at(store, v) for v in range(current.table_version + 1, ds.version)]
+        skipped = [_details_if_kept(store, v) for v in range(current.table_version + 1, ds.version)]
         for details in skipped:
             if details is not None:
                 floor = details if floor is None else floor.with_progress_at_least(details)

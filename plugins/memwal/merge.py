@@ -25,8 +25,9 @@ from memwal.dedup import GEN_COLUMN, ROWADDR_COLUMN, newest_per_key
 from memwal.errors import CommitConflictError, MemWalError, MissingGenerationError
 from memwal.faults import fault_point
 from memwal.generation import open_generation
+from memwal.lock import index_lock
 from memwal.mem_wal_index import load_index
-from memwal.region_manifest import load_latest_manifest, select_regions
+from memwal.region_manifest import canonical_region_id, load_latest_manifest, select_regions
 from memwal.schema import primary_key_columns
 from memwal.sql import keys_predicate
 from memwal.storage import ObjectStore, lance_storage_options
@@ -210,7 +211,12 @@ def _is_stale_marker(exc: BaseException) -> bool:
 
 
 def _commit(uri: str, storage_options, region_id: str, last_gen: int, data: MergeInput, pk, schema) -> int:
-    """One merge-insert commit of upserts + deletes + marker; returns rows upserted."""
+    """One merge-insert commit of upserts + deletes + marker, under the MemWAL index lock; rows upserted."""
+    with index_lock(ObjectStore(uri, storage_options)):
+        return _commit_locked(uri, storage_options, region_id, last_gen, data, pk, schema)
+
+
+def _commit_locked(uri: str, storage_options, region_id: str, last_gen: int, data: MergeInput, pk, schema) -> int:
     ds = lance.dataset(uri, storage_options=lance_storage_options(storage_options))
     builder = ds.merge_insert(pk).when_matched_update_all().when_not_matched_insert_all()
     predicate = keys_predicate(data.deleted_keys, pk)
@@ -237,6 +243,7 @@ def merge_region(
     """Merge the pending generations of one region (all, or up to a generation); safe to run
     concurrently with other mergers."""
     config = config or MergeConfig()
+    region_id = canonical_region_id(region_id)
     store = ObjectStore(uri, storage_options)
     started = time.monotonic()
     result = RegionMergeResult(region_id)
@@ -307,9 +314,9 @@ def merge_table(
     started = time.monotonic()
     index = load_index(store.uri, storage_options)
     summary = MergeSummary(store.uri, table_version_before=index.table_version)
-    for region_id, exists in select_regions(store, regions):
-        if not exists:
-            summary.regions.append(RegionMergeResult(region_id, error=f"region {region_id} has no manifest"))
+    for region_id, problem in select_regions(store, regions):
+        if problem:
+            summary.regions.append(RegionMergeResult(region_id, error=problem))
             continue
         try:
             summary.regions.append(

@@ -72,7 +72,9 @@ class LsmReader:
         )
         self.pk = primary_key_columns(self.base.schema, where=self.store.uri)
         try:
-            details = load_index(self.store.uri, storage_options, version=version).details
+            # merged_generations as of the very base version we scan: a merge committed meanwhile must
+            # not make us skip generations the older base does not hold.
+            details = load_index(self.store.uri, storage_options, version=self.base.version).details
         except MemWalNotInitializedError:
             details = None
         merged = dict(details.merged_generations) if details else {}

@@ -16,12 +16,13 @@ from google.protobuf.message import DecodeError
 
 from memwal import naming
 from memwal._proto import memwal_pb2
-from memwal.errors import CorruptFileError, RegionNotFoundError
+from memwal.errors import CorruptFileError, MemWalError, RegionNotFoundError
 from memwal.storage import ObjectStore
 
 __all__ = [
     "FlushedGeneration",
     "RegionManifest",
+    "canonical_region_id",
     "commit_manifest",
     "decode_manifest",
     "encode_manifest",
@@ -128,12 +129,28 @@ def list_regions(store: ObjectStore) -> list[str]:
     return out
 
 
-def select_regions(store: ObjectStore, regions: Sequence[str] | None) -> list[tuple[str, bool]]:
-    """(region id, has a manifest) for the requested regions, or every region when none are requested."""
+def canonical_region_id(region_id: str) -> str:
+    """The region id as a canonical UUID string; MemWalError naming it when it is not a UUID."""
+    try:
+        return str(uuid.UUID(str(region_id)))
+    except ValueError:
+        raise MemWalError(f"region id {region_id!r} is not a UUID") from None
+
+
+def select_regions(store: ObjectStore, regions: Sequence[str] | None) -> list[tuple[str, str | None]]:
+    """(region id, why it cannot be worked on or None) for the requested regions, or for every region."""
     known = set(list_regions(store))
     if regions is None:
-        return [(r, True) for r in sorted(known)]
-    return [(r, r in known) for r in regions]
+        return [(r, None) for r in sorted(known)]
+    out = []
+    for r in regions:
+        try:
+            canonical = canonical_region_id(r)
+        except MemWalError as exc:
+            out.append((r, str(exc)))
+            continue
+        out.append((canonical, None if canonical in known else f"region {canonical} has no manifest"))
+    return out
 
 
 def list_manifest_versions(store: ObjectStore, region_id: str) -> list[int]:

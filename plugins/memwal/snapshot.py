@@ -97,7 +97,7 @@ def _one_row(store: ObjectStore, m: RegionManifest) -> pa.Table | None:
     for fg in sorted(m.flushed_generations, key=lambda g: g.generation):
         try:
             t = open_generation(store, m.region_id, fg.generation, fg.path).to_table(limit=1)
-        except MemWalError:
+        except (MemWalError, OSError, pa.ArrowException):  # collected by GC meanwhile
             continue
         if t.num_rows:
             return t

@@ -35,10 +35,10 @@ class TableWriter:
         self.table_uri = table_uri
         self.storage_options = storage_options
         self.config = config
-        specs = load_index(table_uri, storage_options).details.region_specs
-        if not specs:
+        details = load_index(table_uri, storage_options).details
+        if not details.newest_region_spec_id:
             raise MemWalError(f"table {table_uri} has no region spec: use RegionWriter with explicit regions")
-        self.spec: RegionSpec = max(specs, key=lambda s: s.spec_id)
+        self.spec: RegionSpec = details.region_spec(details.newest_region_spec_id)
         self.writers: dict[str, RegionWriter] = {}
         self._names: dict[int, str] | None = None
 

@@ -20,6 +20,7 @@ from memwal.storage import ObjectStore
 __all__ = ["WalEntry", "decode_wal_entry", "encode_wal_entry", "read_wal_entry", "scan_wal", "write_wal_entry"]
 
 FIRST_POSITION = 1
+_END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,13 @@ def encode_wal_entry(table: pa.Table, writer_epoch: int, generation: int) -> byt
 
 
 def decode_wal_entry(data: bytes, path: str, position: int) -> WalEntry:
-    """Parse one WAL entry; CorruptFileError (naming the path) if truncated or missing metadata."""
+    """Parse one WAL entry; CorruptFileError (naming the path) if truncated or missing metadata.
+
+    A stream cut at a message boundary still parses (with rows missing), so the end-of-stream marker
+    that every writer (ours, Lance core's) ends an entry with is required.
+    """
+    if not data.endswith(_END_OF_STREAM):
+        raise CorruptFileError(path, "truncated: no Arrow IPC end-of-stream marker")
     try:
         reader = ipc.open_stream(pa.BufferReader(data))
         table = reader.read_all()

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from dataclasses import asdict, dataclass
 
 import lance
 import pyarrow as pa
 
-from memwal import fencing, wal
+from memwal import fencing, naming, wal
 from memwal.errors import (
     AlreadyExistsError,
     FencedError,
@@ -27,7 +26,7 @@ from memwal.errors import (
 from memwal.faults import fault_point
 from memwal.generation import write_generation
 from memwal.memtable import MemTable
-from memwal.region_manifest import FlushedGeneration, RegionManifest, load_latest_manifest
+from memwal.region_manifest import FlushedGeneration, RegionManifest, canonical_region_id, load_latest_manifest
 from memwal.schema import primary_key_columns, tombstone_schema, with_tombstone
 from memwal.storage import ObjectStore, lance_storage_options
 
@@ -61,22 +60,14 @@ class WriterStats:
         return asdict(self)
 
 
-def _validate_region_id(region_id: str) -> str:
-    try:
-        return str(uuid.UUID(str(region_id)))
-    except ValueError as exc:
-        raise MemWalError(f"region id {region_id!r} is not a UUID") from exc
-
-
 def _current_region_spec_id(table_uri: str, storage_options: dict[str, str] | None) -> int:
     """The newest region spec of the table (0, a manual region, when there is none)."""
     from memwal.mem_wal_index import load_index
 
     try:
-        specs = load_index(table_uri, storage_options).details.region_specs
+        return load_index(table_uri, storage_options).details.newest_region_spec_id
     except MemWalNotInitializedError:
         return 0
-    return max((s.spec_id for s in specs), default=0)
 
 
 class RegionWriter:
@@ -91,7 +82,7 @@ class RegionWriter:
         config: WriterConfig | None = None,
         region_spec_id: int | None = None,
     ):
-        self.region_id = _validate_region_id(region_id)
+        self.region_id = canonical_region_id(region_id)
         self.store = ObjectStore(table_uri, storage_options)
         self.table_uri = self.store.uri
         self.config = config or WriterConfig()
@@ -115,8 +106,9 @@ class RegionWriter:
 
     # -- WAL ---------------------------------------------------------------------------------------
 
-    def _take_entry(self, entry: wal.WalEntry) -> None:
-        if entry.writer_epoch > self.writer_epoch:
+    def _take_entry(self, entry: wal.WalEntry, replaying: bool = False) -> None:
+        # While replaying, our own epoch is brand new: an entry already carrying it is another writer's.
+        if entry.writer_epoch > self.writer_epoch or (replaying and entry.writer_epoch == self.writer_epoch):
             self._abort()
             raise FencedError(self.region_id, self.writer_epoch, entry.writer_epoch)
         self.memtable.append(entry.table.cast(self.memtable.schema), entry.position)
@@ -124,7 +116,7 @@ class RegionWriter:
 
     def _replay(self) -> None:
         for entry in wal.scan_wal(self.store, self.region_id, self._next_position - 1):
-            self._take_entry(entry)
+            self._take_entry(entry, replaying=True)
             self.stats.replayed_entries += 1
 
     def _append(self, rows: pa.Table) -> None:
@@ -134,6 +126,7 @@ class RegionWriter:
             position = self._next_position
             try:
                 wal.write_wal_entry(self.store, self.region_id, position, data)
+                self._check_not_collected(position)
                 fault_point("writer.after_wal_write")
                 break
             except AlreadyExistsError:
@@ -148,6 +141,20 @@ class RegionWriter:
         self.stats.wal_bytes += len(data)
         self.stats.rows_written += rows.num_rows
         self._maybe_flush()
+
+    def _check_not_collected(self, position: int) -> None:
+        """Refuse a WAL entry written where replay will never look.
+
+        A fenced writer whose successor flushed, was merged and garbage-collected can re-create a WAL
+        position at or below the region's replay_after_wal_entry_position (GC removed the file that would
+        have made the write collide). Position P-1 is gone only if GC passed it, so check the manifest then.
+        """
+        if position > wal.FIRST_POSITION and self.store.exists(naming.wal_entry_path(self.region_id, position - 1)):
+            return
+        latest = load_latest_manifest(self.store, self.region_id)
+        if position <= latest.replay_after_wal_entry_position:
+            self._abort()
+            raise FencedError(self.region_id, self.writer_epoch, latest.writer_epoch)
 
     def put(self, data: pa.Table | pa.RecordBatch) -> None:
         """Upsert rows (all base-table columns). Durable when it returns."""

@@ -1,0 +1,145 @@
+"""The MemWAL index lock: our merges and our MemWAL index rewrites never commit at the same time.
+
+Why: Lance rebases a CreateIndex rewrite (snapshot refresh, catch-up) over a concurrent merge without a
+conflict, leaving merged_generations regressed until commit_details repairs it; a stale merge committing
+in that window passes Lance's marker check against the regressed value and writes older rows over newer
+ones. Holding this lock around every merge commit and every rewrite (read, commit, verify) means a rewrite
+is never rebased over one of our merges. Merges by other tools are not covered (see README).
+
+How: lock objects `_mem_wal/_locks/{name}/{seq}.json`, each created with put-if-not-exists (the CAS).
+The newest object says who holds the lock and until when (a lease), or that it was released. To acquire,
+create seq+1 when the newest is released or its lease expired; otherwise wait. While held, a heartbeat
+renews the lease by creating the next object (same owner); release creates the next one as released.
+An expired lease may be taken over, so a crashed holder blocks others for one lease (default 60 s,
+MEMWAL_LOCK_LEASE_S) at most, while a slow but live holder keeps the lock.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+
+from memwal import naming
+from memwal.errors import AlreadyExistsError, CommitConflictError
+from memwal.storage import ObjectStore
+
+__all__ = ["LOCK_DIR", "TableLock", "index_lock"]
+
+log = logging.getLogger(__name__)
+
+LOCK_DIR = f"{naming.MEM_WAL_DIR}/_locks"
+_WIDTH = 20
+
+
+@dataclass(frozen=True)
+class _State:
+    seq: int
+    owner: str
+    released: bool
+    expires_at: float
+
+
+class TableLock:
+    """A lease-based mutex on object storage. Use as a context manager."""
+
+    def __init__(self, store: ObjectStore, name: str, lease_s: float | None = None, wait_s: float = 900.0):
+        self.store = store
+        self.dir = f"{LOCK_DIR}/{name}"
+        self.lease_s = lease_s if lease_s is not None else float(os.environ.get("MEMWAL_LOCK_LEASE_S", "60"))
+        self.wait_s = wait_s
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.seq: int | None = None
+        self._mutex = threading.Lock()
+        self._stop = threading.Event()
+        self._heartbeat: threading.Thread | None = None
+
+    def _path(self, seq: int) -> str:
+        return f"{self.dir}/{seq:0{_WIDTH}d}.json"
+
+    def _latest(self) -> _State | None:
+        seqs = sorted(int(m.path.rsplit("/", 1)[-1].split(".")[0]) for m in self.store.list_files(self.dir)
+                      if m.path.endswith(".json"))
+        for seq in reversed(seqs):
+            try:
+                d = json.loads(self.store.get(self._path(seq)))
+            except FileNotFoundError:
+                continue  # cleaned up meanwhile
+            except ValueError:
+                return _State(seq, "unreadable", True, 0.0)  # a torn write cannot hold the lock
+            return _State(seq, d.get("owner", "?"), d.get("state") == "released", float(d.get("expires_at", 0)))
+        return None
+
+    def _create(self, seq: int, state: str) -> None:
+        body = {"owner": self.owner, "state": state, "expires_at": time.time() + self.lease_s}
+        self.store.put_if_not_exists(self._path(seq), json.dumps(body).encode())
+
+    def acquire(self) -> TableLock:
+        deadline = time.monotonic() + self.wait_s
+        delay = 0.02
+        while True:
+            latest = self._latest()
+            if latest is None or latest.released or latest.expires_at < time.time():
+                if latest is not None and not latest.released:
+                    log.warning("lock %s: lease of %s expired; taking over", self.dir, latest.owner)
+                seq = (latest.seq if latest else 0) + 1
+                try:
+                    self._create(seq, "held")
+                except AlreadyExistsError:
+                    continue  # another process got there first
+                self.seq = seq
+                self._stop.clear()
+                self._heartbeat = threading.Thread(target=self._renew, name=f"lease {self.dir}", daemon=True)
+                self._heartbeat.start()
+                return self
+            if time.monotonic() > deadline:
+                raise CommitConflictError(
+                    f"lock {self.store.uri}/{self.dir} is held by {latest.owner}; waited {self.wait_s:.0f}s"
+                )
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
+    def _renew(self) -> None:
+        while not self._stop.wait(self.lease_s / 3):
+            with self._mutex:
+                if self.seq is None:
+                    return
+                try:
+                    self._create(self.seq + 1, "held")
+                    self.seq += 1
+                except AlreadyExistsError:
+                    log.error("lock %s: lease %d was taken over while held (stalled past %.0fs)",
+                              self.dir, self.seq, self.lease_s)
+                    return
+                except OSError as exc:  # a transient store error: the next beat retries
+                    log.warning("lock %s: could not renew the lease: %s", self.dir, exc)
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._heartbeat is not None:
+            self._heartbeat.join()
+            self._heartbeat = None
+        with self._mutex:
+            if self.seq is None:
+                return
+            try:
+                self._create(self.seq + 1, "released")
+            except AlreadyExistsError:
+                log.warning("lock %s: our lease %d was taken over before release", self.dir, self.seq)
+            self.seq = None
+
+    def __enter__(self) -> TableLock:
+        return self.acquire()
+
+    def __exit__(self, *exc_info) -> None:
+        self.release()
+
+
+def index_lock(store: ObjectStore) -> TableLock:
+    """The lock around commits that change the MemWAL index (merges and rewrites)."""
+    return TableLock(store, "mem_wal_index")

@@ -1,0 +1,195 @@
+"""Worker processes for the race tests. Each waits until `start_at` (wall clock), loops until `stop_at`,
+and prints one JSON line (flushed) per acknowledged write or finished job run.
+
+    python worker.py '{"role": "writer", "uri": ..., "storage_options": ..., "start_at": t, "stop_at": t, ...}'
+
+Roles:
+- writer: puts/deletes on `keys` (routed to `regions` by key % len(regions)) and flushes; every
+  acknowledged operation is printed before the next one starts; closes its writers at the end.
+- merger: merge_table in a loop (random generations per commit).
+- snapshot: refresh_snapshot (inline) alternating with catchup_table.
+- gc: Lance cleanup_old_versions(older_than=cleanup_s) then gc_table in a loop.
+- fighter: claims `region`, writes and flushes; when fenced, claims again (two fighters steal the region
+  from each other). Prints its epoch with every flush and every fence.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+import time
+import traceback
+from datetime import timedelta
+
+import pyarrow as pa
+
+PK = {"lance-schema:unenforced-primary-key": "true"}
+SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False, metadata=PK),
+        pa.field("name", pa.string()),
+        pa.field("score", pa.float64()),
+    ]
+)
+
+
+def emit(record: dict) -> None:
+    print(json.dumps(record), flush=True)
+
+
+def _table(ids: list[int], tag: str, score: float) -> pa.Table:
+    return pa.table({"id": ids, "name": [f"{tag}.{i}" for i in ids], "score": [score] * len(ids)}, schema=SCHEMA)
+
+
+def writer(spec: dict, rng: random.Random) -> None:
+    from memwal.writer import RegionWriter, WriterConfig
+
+    uri, so, regions, keys = spec["uri"], spec.get("storage_options"), spec["regions"], spec["keys"]
+    config = WriterConfig(max_memtable_rows=10**9, max_memtable_bytes=10**12, max_flush_interval_s=None)
+    writers = [RegionWriter(uri, r, storage_options=so, config=config) for r in regions]
+    n = 0
+    while time.time() < spec["stop_at"]:
+        n += 1
+        ri = rng.randrange(len(regions))
+        mine = [k for k in keys if k % len(regions) == ri]
+        roll = rng.random()
+        if roll < 0.6:
+            ids = rng.sample(mine, rng.randint(1, 3))
+            writers[ri].put(_table(ids, f"w{n}", float(n)))
+            emit({"op": "put", "ids": ids, "tag": f"w{n}", "score": float(n)})
+        elif roll < 0.8:
+            ids = rng.sample(mine, rng.randint(1, 2))
+            writers[ri].delete(pa.table({"id": pa.array(ids, pa.int64())}))
+            emit({"op": "delete", "ids": ids})
+        else:
+            writers[ri].flush()
+            emit({"op": "flush", "region": regions[ri]})
+        time.sleep(rng.uniform(0, 0.02))
+    for w in writers:
+        w.close()
+    emit({"op": "closed"})
+
+
+def _guarded(job: str, fn) -> None:
+    """Run one job iteration; an exception is reported (the test decides) and the loop goes on."""
+    try:
+        fn()
+    except Exception as exc:
+        emit({"job": job, "exception": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+              "errors": []})
+
+
+def merger(spec: dict, rng: random.Random) -> None:
+    from memwal.merge import MergeConfig, merge_table
+
+    def once() -> None:
+        summary = merge_table(spec["uri"], spec.get("storage_options"),
+                              config=MergeConfig(max_generations_per_commit=rng.randint(1, 3)))
+        emit({"job": "merge", "commits": summary.commits, "conflicts": sum(r.conflicts for r in summary.regions),
+              "errors": [r.error for r in summary.regions if r.error]})
+
+    while time.time() < spec["stop_at"]:
+        _guarded("merge", once)
+        time.sleep(rng.uniform(0, 0.05))
+
+
+def snapshot(spec: dict, rng: random.Random) -> None:
+    from memwal.catchup import catchup_table
+    from memwal.snapshot import refresh_snapshot
+
+    def snap() -> None:
+        s = refresh_snapshot(spec["uri"], spec.get("storage_options"), inline_threshold=100)
+        emit({"job": "snapshot", "regions": s.num_regions, "version": s.table_version, "errors": []})
+
+    def catch_up() -> None:
+        c = catchup_table(spec["uri"], spec.get("storage_options"))
+        emit({"job": "catchup", "errors": [x.error for x in c.indexes if x.error]})
+
+    i = 0
+    while time.time() < spec["stop_at"]:
+        i += 1
+        _guarded("snapshot" if i % 2 else "catchup", snap if i % 2 else catch_up)
+        time.sleep(rng.uniform(0, 0.05))
+
+
+def gc(spec: dict, rng: random.Random) -> None:
+    import lance
+
+    from memwal.gc import GcConfig, gc_table
+    from memwal.storage import lance_storage_options
+
+    def once() -> None:
+        ds = lance.dataset(spec["uri"], storage_options=lance_storage_options(spec.get("storage_options")))
+        ds.cleanup_old_versions(older_than=timedelta(seconds=spec.get("cleanup_s", 2.0)))
+        s = gc_table(spec["uri"], spec.get("storage_options"),
+                     config=GcConfig(grace_period_s=spec.get("grace_period_s", 30.0), keep_manifest_versions=3))
+        kinds: dict[str, int] = {}
+        for a in s.actions:
+            kinds[a.kind] = kinds.get(a.kind, 0) + 1
+        emit({"job": "gc", "deleted": kinds, "errors": [r.error for r in s.regions if r.error]})
+
+    while time.time() < spec["stop_at"]:
+        _guarded("gc", once)
+        time.sleep(rng.uniform(0.05, 0.2))
+
+
+def fighter(spec: dict, rng: random.Random) -> None:
+    from memwal.errors import FencedError, WriterClosedError
+    from memwal.writer import RegionWriter, WriterConfig
+
+    uri, so, region, keys = spec["uri"], spec.get("storage_options"), spec["region"], spec["keys"]
+    config = WriterConfig(max_memtable_rows=10**9, max_memtable_bytes=10**12, max_flush_interval_s=None)
+    def claim() -> RegionWriter:
+        while True:  # a claim is fenced itself when the other writer claims again while it replays
+            try:
+                w = RegionWriter(uri, region, storage_options=so, config=config)
+            except FencedError as exc:
+                emit({"claim_fenced": exc.local_epoch})
+                continue
+            emit({"claimed": w.writer_epoch})
+            return w
+
+    w = claim()
+    n = 0
+    while time.time() < spec["stop_at"]:
+        n += 1
+        try:
+            if rng.random() < 0.7:
+                ids = rng.sample(keys, rng.randint(1, 2))
+                w.put(_table(ids, f"{spec['name']}{n}", float(n)))
+                emit({"op": "put", "ids": ids, "tag": f"{spec['name']}{n}", "score": float(n), "epoch": w.writer_epoch})
+            else:
+                flushed = w.flush()
+                if flushed is not None:
+                    emit({"op": "flush", "epoch": w.writer_epoch, "version": w.manifest.version,
+                          "manifest_epoch": w.manifest.writer_epoch, "generation": flushed.generation})
+        except (FencedError, WriterClosedError) as exc:
+            emit({"fenced": w.writer_epoch, "error": type(exc).__name__})
+            w = claim()
+        time.sleep(rng.uniform(0, 0.01))
+    try:
+        w.close()
+        emit({"op": "closed", "epoch": w.writer_epoch})
+    except (FencedError, WriterClosedError) as exc:
+        emit({"fenced": w.writer_epoch, "error": f"{type(exc).__name__} at close"})
+
+
+ROLES = {"writer": writer, "merger": merger, "snapshot": snapshot, "gc": gc, "fighter": fighter}
+
+
+def main() -> None:
+    spec = json.loads(sys.argv[1])
+    rng = random.Random(spec.get("seed"))
+    delay = spec["start_at"] - time.time()
+    if delay > 0:
+        time.sleep(delay)
+    try:
+        ROLES[spec["role"]](spec, rng)
+    except BaseException as exc:
+        emit({"crashed": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()})
+        raise
+
+
+if __name__ == "__main__":
+    main()

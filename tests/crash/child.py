@@ -1,0 +1,78 @@
+"""Child process for the crash tests: runs one scenario against a table and prints, line by line and
+flushed, a JSON record of every acknowledged operation before going on. With MEMWAL_FAULT=<fault point>
+in its environment the library SIGKILLs this process at that point (memwal.faults).
+
+    python child.py '{"scenario": "write", "uri": ..., "storage_options": ..., "ops": [...]}'
+
+Scenarios: write (ops: {"op": put|delete|flush|close, "region": id, "rows": [[id, name, score], ...],
+"keys": [id, ...]}), merge, snapshot (inline_threshold), catchup, gc (keep).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pyarrow as pa
+
+PK = {"lance-schema:unenforced-primary-key": "true"}
+SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False, metadata=PK),
+        pa.field("name", pa.string()),
+        pa.field("score", pa.float64()),
+    ]
+)
+
+
+def emit(record: dict) -> None:
+    print(json.dumps(record), flush=True)
+
+
+def run(spec: dict) -> None:
+    uri, so = spec["uri"], spec.get("storage_options")
+    scenario = spec["scenario"]
+    if scenario == "write":
+        from memwal.writer import RegionWriter, WriterConfig
+
+        config = WriterConfig(max_memtable_rows=10**9, max_memtable_bytes=10**12, max_flush_interval_s=None)
+        writers: dict[str, RegionWriter] = {}
+        for op in spec["ops"]:
+            region = op["region"]
+            if region not in writers:
+                writers[region] = RegionWriter(uri, region, storage_options=so, config=config)
+            w = writers[region]
+            if op["op"] == "put":
+                ids, names, scores = zip(*op["rows"], strict=True)
+                w.put(pa.table({"id": list(ids), "name": list(names), "score": list(scores)}, schema=SCHEMA))
+            elif op["op"] == "delete":
+                w.delete(pa.table({"id": pa.array(op["keys"], pa.int64())}))
+            elif op["op"] == "flush":
+                w.flush()
+            elif op["op"] == "close":
+                writers.pop(region).close()
+            emit({"ack": op})
+    elif scenario == "merge":
+        from memwal.merge import MergeConfig, merge_table
+
+        summary = merge_table(uri, so, config=MergeConfig(max_generations_per_commit=1))
+        emit({"merge": summary.to_dict()["failed_regions"]})
+    elif scenario == "snapshot":
+        from memwal.snapshot import refresh_snapshot
+
+        refresh_snapshot(uri, so, inline_threshold=spec.get("inline_threshold", 100))
+    elif scenario == "catchup":
+        from memwal.catchup import catchup_table
+
+        catchup_table(uri, so)
+    elif scenario == "gc":
+        from memwal.gc import GcConfig, gc_table
+
+        gc_table(uri, so, config=GcConfig(grace_period_s=0, keep_manifest_versions=spec.get("keep", 1)))
+    else:
+        raise SystemExit(f"unknown scenario {scenario!r}")
+    emit({"done": scenario})
+
+
+if __name__ == "__main__":
+    run(json.loads(sys.argv[1]))
