@@ -48,7 +48,7 @@ from memwal.catchup import catchup_table
 from memwal.errors import FencedError, WriterClosedError
 from memwal.gc import GcConfig, gc_table
 from memwal.mem_wal_index import initialize_mem_wal, load_index
-from memwal.merge import MergeConfig, merge_region, merge_table
+from memwal.merge import MergeConfig, local_dedup, merge_region, merge_table
 from memwal.reader import LsmReader
 from memwal.region_manifest import list_regions, load_latest_manifest
 from memwal.snapshot import read_snapshot, refresh_snapshot
@@ -104,6 +104,7 @@ def _tracked(fn: Callable) -> Callable:
 
 
 class LsmMachine(RuleBasedStateMachine):
+    dedup = staticmethod(local_dedup)  # the merge's dedup hook: the Spark variant sets spark_dedup(spark)
     """Subclass and set `new_location` (a callable returning a fresh Loc per sequence)."""
 
     new_location: ClassVar[Callable[[], Loc]]
@@ -399,14 +400,14 @@ class LsmMachine(RuleBasedStateMachine):
         before_view = self._lsm(False)
         before = self._check_merged_monotonic()
         if up_to is None:
-            summary = merge_table(self.uri, self.so, config=config)
+            summary = merge_table(self.uri, self.so, config=config, dedup=self.dedup)
             assert not summary.failed_regions, [x.error for x in summary.regions]
             targets = {ri: None for ri in range(len(self.regions))}
         else:
             ri = r % len(self.regions)
             if not self._has_manifest(ri):
                 return
-            result = merge_region(self.uri, self.so, self.regions[ri], config, up_to_generation=up_to)
+            result = merge_region(self.uri, self.so, self.regions[ri], config, self.dedup, up_to_generation=up_to)
             assert result.error is None
             targets = {ri: up_to}
         merged = self._check_merged_monotonic()
@@ -456,7 +457,7 @@ class LsmMachine(RuleBasedStateMachine):
         store = self.store
         cleanup = "cleanup" in prepare
         if prepare.startswith("merge"):
-            merge_table(self.uri, self.so)
+            merge_table(self.uri, self.so, dedup=self.dedup)
             self._check_merged_monotonic()
         if "catch-up" in prepare:
             catchup_table(self.uri, self.so)
@@ -528,7 +529,7 @@ class LsmMachine(RuleBasedStateMachine):
                 w.close()
         assert self._lsm(False) == self.model, "after recovery the LSM view differs from the model"
         assert view(lance_core_scan(self.loc)) == self.model, "Lance core's view differs from the model"
-        summary = merge_table(self.uri, self.so)
+        summary = merge_table(self.uri, self.so, dedup=self.dedup)
         assert not summary.failed_regions, [r.error for r in summary.regions]
         merged = self._check_merged_monotonic()
         for ri, region in enumerate(self.regions):

@@ -1,0 +1,41 @@
+"""A smaller set of the model-based sequences with every merge deduplicated on Spark (spark_dedup)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from spark_jobs.merge_dedup import spark_dedup
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "model"))
+from machine import local_machine
+
+EXAMPLES, STEPS = 8, 10
+
+
+def test_lsm_model_with_spark_merges(spark, tmp_path, capsys):
+    hook = spark_dedup(spark)
+    calls = Counter()
+
+    def counted(refs, pk, schema, store):
+        calls["commits"] += 1
+        calls["generations"] += len(refs)
+        return hook(refs, pk, schema, store)
+
+    machine = type("SparkLsmMachine", (local_machine(str(tmp_path)),),
+                   {"dedup": staticmethod(counted), "stats": Counter()})
+    started = time.monotonic()
+    run_state_machine_as_test(machine, settings=settings(
+        max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None, print_blob=True,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]))
+    n = machine.stats["sequences"]
+    with capsys.disabled():
+        print(f"\n[memwal model spark] {n} sequences (<= {STEPS} steps) in {time.monotonic() - started:.1f}s; "
+              f"{calls['generations']} generations deduplicated on Spark for {calls['commits']} merge commits")
+    assert n >= EXAMPLES
+    assert calls["generations"] >= EXAMPLES, "the sequences must really merge through Spark"
