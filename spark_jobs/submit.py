@@ -33,6 +33,8 @@ import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from memwal.jobs import JOBS
+
 __all__ = [
     "JOBS",
     "SparkJobError",
@@ -48,7 +50,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-JOBS = ("merge", "catchup", "snapshot", "gc")
+
 JOBS_DIR = Path(__file__).resolve().parent
 _SECRET_HINTS = ("secret", "password", "token", "credential", "session", "access_key", "key_id")
 

@@ -59,3 +59,15 @@ def lance_core_scan(location) -> pa.Table:
 
 def sorted_rows(table: pa.Table, columns=("id", "name", "score")) -> list[dict]:
     return sorted(table.select(list(columns)).to_pylist(), key=lambda r: r["id"])
+
+
+Row = tuple[str, float]
+
+
+def view(table: pa.Table) -> dict[int, Row]:
+    """id -> (name, score) of a table in SCHEMA; fails on a duplicate primary key (a row applied twice)."""
+    out: dict[int, Row] = {}
+    for r in table.select(["id", "name", "score"]).to_pylist():
+        assert r["id"] not in out, f"primary key {r['id']} appears twice: {out[r['id']]} and {r}"
+        out[r["id"]] = (r["name"], r["score"])
+    return out

@@ -74,8 +74,9 @@ def test_gc_respects_index_catchup(local_location):
 
 
 def test_failed_flush_leftover_removed_only_after_grace(local_location):
+    """A failed first attempt at generation 2 (its retry is listed; current_generation is 3)."""
     loc = local_location
-    (a,) = build_table(loc, regions=1, generations=1)
+    (a,) = build_table(loc, regions=1, generations=2)
     store = loc.store()
     leftover = naming.generation_dir(a, "deadbeef_gen_2")
     store.put(f"{leftover}/data/x.lance", b"partial")
@@ -85,4 +86,15 @@ def test_failed_flush_leftover_removed_only_after_grace(local_location):
     summary = gc_table(loc.uri, config=GcConfig(grace_period_s=0))
     assert not store.exists(f"{leftover}/data/x.lance")
     assert [x.kind for x in summary.actions if x.path == leftover] == ["failed_flush"]
-    assert len(_gen_dirs(store, a)) == 1, "the flushed generation stays (not merged)"
+    assert len(_gen_dirs(store, a)) == 2, "the flushed generations stay (not merged)"
+
+
+def test_gc_never_touches_a_flush_in_flight_even_with_zero_grace(local_location):
+    """A directory for the generation being flushed (>= current_generation) is not a leftover yet."""
+    loc = local_location
+    (a,) = build_table(loc, regions=1, generations=1)
+    store = loc.store()
+    in_flight = naming.generation_dir(a, "cafef00d_gen_2")  # current_generation is 2
+    store.put(f"{in_flight}/data/x.lance", b"being written")
+    gc_table(loc.uri, config=GcConfig(grace_period_s=0))
+    assert store.exists(f"{in_flight}/data/x.lance"), "a flush in flight must survive GC"

@@ -158,9 +158,10 @@ def plan_region_gc(
             out.actions.append(GcAction("generation", region_id, rel, size,
                                         f"generation {fg.generation} <= safe generation {safe}"))
     # Generation directories no manifest lists: failed flushes (or a previous GC's unfinished deletes).
+    # One at or above current_generation may be a flush in flight: never touched, whatever the grace period.
     for name in store.list_dirs(naming.region_dir(region_id)):
         gen = naming.parse_generation_dir_name(name)
-        if gen is None or name in listed:
+        if gen is None or name in listed or gen >= manifest.current_generation:
             continue
         rel = naming.generation_dir(region_id, name)
         files = store.list(rel)

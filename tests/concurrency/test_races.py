@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from tables import SCHEMA, create_base, lance_core_scan, open_base
+from tables import SCHEMA, create_base, lance_core_scan, open_base, view
 
 from memwal.catchup import catchup_table
 from memwal.errors import FencedError, MissingGenerationError
@@ -45,14 +45,6 @@ RACE_S = 10.0
 WRITER_KEYS = list(range(1000, 1030))
 STABLE_KEYS = list(range(500, 520))
 Model = dict[int, tuple[str, float]]
-
-
-def view(table: pa.Table) -> Model:
-    out: Model = {}
-    for r in table.select(["id", "name", "score"]).to_pylist():
-        assert r["id"] not in out, f"key {r['id']} appears twice"
-        out[r["id"]] = (r["name"], r["score"])
-    return out
 
 
 @dataclass

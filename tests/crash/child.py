@@ -12,17 +12,12 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pyarrow as pa
 
-PK = {"lance-schema:unenforced-primary-key": "true"}
-SCHEMA = pa.schema(
-    [
-        pa.field("id", pa.int64(), nullable=False, metadata=PK),
-        pa.field("name", pa.string()),
-        pa.field("score", pa.float64()),
-    ]
-)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for the shared helpers
+from tables import SCHEMA
 
 
 def emit(record: dict) -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from tables import SCHEMA, create_base, lance_core_scan, open_base
+from tables import SCHEMA, create_base, lance_core_scan, open_base, view
 
 from memwal import naming
 from memwal.catchup import catchup_table
@@ -67,14 +67,6 @@ def apply(model: Model, ops: list[dict]) -> Model:
             for k in op["keys"]:
                 model.pop(k, None)
     return model
-
-
-def view(table: pa.Table) -> Model:
-    out: Model = {}
-    for r in table.select(["id", "name", "score"]).to_pylist():
-        assert r["id"] not in out, f"key {r['id']} appears twice"
-        out[r["id"]] = (r["name"], r["score"])
-    return out
 
 
 def lsm(loc, memtables=()) -> Model:

@@ -42,7 +42,7 @@ import lance
 import pyarrow as pa
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
-from tables import SCHEMA, lance_core_scan
+from tables import SCHEMA, Row, lance_core_scan, view
 
 from memwal.catchup import catchup_table
 from memwal.errors import FencedError, WriterClosedError
@@ -61,7 +61,6 @@ BASE_KEYS = range(4)
 INDEX_NAME = "name_idx"
 MAX_STALE = 3
 
-Row = tuple[str, float]
 
 WRITE_OPS = st.lists(
     st.tuples(st.sampled_from(["put", "put", "delete", "flush"]),
@@ -77,15 +76,6 @@ class Loc:
 
     def store(self) -> ObjectStore:
         return ObjectStore(self.uri, self.storage_options)
-
-
-def view(table: pa.Table) -> dict[int, Row]:
-    """id -> (name, score); fails on a duplicate primary key (a row applied twice)."""
-    out: dict[int, Row] = {}
-    for r in table.select(["id", "name", "score"]).to_pylist():
-        assert r["id"] not in out, f"primary key {r['id']} appears twice: {out[r['id']]} and {r}"
-        out[r["id"]] = (r["name"], r["score"])
-    return out
 
 
 def _tracked(fn: Callable) -> Callable:
