@@ -10,7 +10,7 @@ PROTO_GEN := $(patsubst protos/%.proto,$(PROTO_OUT)/%_pb2.py,$(PROTOS))
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: setup proto test lint demo bench clean
+.PHONY: setup proto test lint demo bench bench-merge clean
 
 setup: $(STAMP) $(PROTO_GEN)
 
@@ -37,6 +37,9 @@ demo: setup
 
 bench: setup
 	$(BIN)/python bench/writer.py
+
+bench-merge: setup
+	$(BIN)/python bench/merge.py
 
 clean:
 	rm -rf $(VENV) $(PROTO_GEN) demo
