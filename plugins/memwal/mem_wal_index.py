@@ -30,6 +30,7 @@ from memwal import naming
 from memwal._proto import memwal_pb2
 from memwal.errors import CommitConflictError, CorruptFileError, MemWalNotInitializedError, RegionSpecError
 from memwal.faults import fault_point
+from memwal.lock import index_lock
 from memwal.region_spec import RegionSpec
 from memwal.storage import ObjectStore, lance_storage_options
 
@@ -378,8 +379,6 @@ def commit_details(
     prepare(entry_uuid), if given, runs before each commit attempt, e.g. to write _indices/{uuid}/ files.
     """
     store = ObjectStore(uri, storage_options)
-    from memwal.lock import index_lock
-
     with index_lock(store):
         return _commit_details_locked(uri, storage_options, store, mutate, prepare)
 
