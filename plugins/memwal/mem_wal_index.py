@@ -269,6 +269,17 @@ def _details_if_kept(store: ObjectStore, version: int) -> MemWalIndexDetails | N
         return None
 
 
+def _fold_progress(
+    store: ObjectStore, versions: range, floor: MemWalIndexDetails | None
+) -> MemWalIndexDetails | None:
+    """floor raised to the progress recorded at each of the versions still kept."""
+    for version in versions:
+        details = _details_if_kept(store, version)
+        if details is not None:
+            floor = details if floor is None else floor.with_progress_at_least(details)
+    return floor
+
+
 @dataclass(frozen=True)
 class MemWalIndex:
     """The MemWAL index as of one base-table version."""
@@ -304,10 +315,7 @@ def _progress_floor(ds: lance.LanceDataset, store: ObjectStore) -> MemWalIndexDe
             continue
         if not any(i.name == naming.MEM_WAL_INDEX_NAME for i in txn.operation.new_indices):
             continue
-        for skipped in range(txn.read_version + 1, version):
-            details = _details_if_kept(store, skipped)
-            if details is not None:
-                floor = details if floor is None else floor.with_progress_at_least(details)
+        floor = _fold_progress(store, range(txn.read_version + 1, version), floor)
     return floor
 
 
@@ -406,10 +414,7 @@ def _commit_details_locked(uri, storage_options, store, mutate, prepare) -> MemW
         if ds.version == current.table_version + 1:
             return load_index(uri, storage_options, version=ds.version, monotone=False)
         # Other commits landed between our read and our commit: check what we overwrote.
-        skipped = [_details_if_kept(store, v) for v in range(current.table_version + 1, ds.version)]
-        for details in skipped:
-            if details is not None:
-                floor = details if floor is None else floor.with_progress_at_least(details)
+        floor = _fold_progress(store, range(current.table_version + 1, ds.version), floor)
         if floor is None or not proposed.progress_below(floor):
             return load_index(uri, storage_options, version=ds.version, monotone=False)
         log.warning(

@@ -9,7 +9,7 @@ import pyarrow as pa
 from memwal import naming
 from memwal.errors import NoPrimaryKeyError
 
-__all__ = ["primary_key_columns", "with_tombstone", "without_tombstone"]
+__all__ = ["primary_key_columns", "tombstone_schema", "with_tombstone"]
 
 
 def primary_key_columns(schema: pa.Schema, where: str = "schema") -> list[str]:
@@ -54,9 +54,3 @@ def with_tombstone(table: pa.Table, schema: pa.Schema, tombstone: bool) -> pa.Ta
             raise ValueError(f"column {f.name!r} is missing from the rows written (have {table.column_names})")
     columns.append(pa.array(np.full(table.num_rows, tombstone, dtype=np.bool_)))
     return pa.Table.from_arrays(columns, schema=target)
-
-
-def without_tombstone(table: pa.Table) -> pa.Table:
-    if naming.TOMBSTONE_COLUMN in table.column_names:
-        return table.drop_columns([naming.TOMBSTONE_COLUMN])
-    return table

@@ -56,7 +56,7 @@ class WriterStats:
     generations_flushed: int = 0
     flush_seconds: float = 0.0
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         return asdict(self)
 
 
