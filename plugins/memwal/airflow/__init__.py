@@ -1,0 +1,63 @@
+"""The Airflow side of the MemWAL maintenance platform, laid out as an Airflow provider: the tables
+configuration (`config`), the `memwal` connection type and hook (`hooks`), operators for the four jobs
+(`operators`), the table assets (`assets`) and the plugin class (`plugin`).
+
+`get_provider_info` is what Airflow's providers manager reads through the `apache_airflow_provider`
+entry point (pyproject.toml) to offer the `memwal` connection type in the UI. Importing this package
+imports nothing from Airflow.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["get_provider_info"]
+
+
+def get_provider_info() -> dict[str, Any]:
+    """Provider metadata: the `memwal` connection type, its hook and its form fields."""
+    return {
+        "package-name": "memwal-platform",
+        "name": "MemWAL",
+        "description": "Maintenance (merge, index catch-up, snapshot refresh, GC) of Lance MemWAL tables.",
+        "versions": ["0.1.0"],
+        "connection-types": [
+            {
+                "hook-class-name": "memwal.airflow.hooks.memwal.MemWalHook",
+                "hook-name": "MemWAL table storage",
+                "connection-type": "memwal",
+                "ui-field-behaviour": {
+                    "hidden-fields": ["schema", "port"],
+                    "relabeling": {
+                        "host": "Endpoint",
+                        "login": "Access key id",
+                        "password": "Secret access key",
+                        "extra": "Extra storage options (JSON)",
+                    },
+                    "placeholders": {
+                        "host": "http://127.0.0.1:9000 (empty: the store's default endpoint)",
+                        "login": "AKIA... (empty: the environment's credentials)",
+                        "password": "secret access key",
+                        "extra": '{"aws_session_token": "...", "virtual_hosted_style_request": "false"}',
+                    },
+                },
+                "conn-fields": {
+                    "region": {
+                        "label": "Region",
+                        "description": "aws_region, e.g. us-east-1",
+                        "schema": {"type": ["string", "null"]},
+                    },
+                    "allow_http": {
+                        "label": "Allow plain HTTP",
+                        "description": "allow_http: needed for an http:// endpoint (MinIO, moto)",
+                        "schema": {"type": ["boolean", "null"], "default": False},
+                    },
+                    "storage_options": {
+                        "label": "Storage options",
+                        "description": "More Lance storage options as a JSON object (non-secret)",
+                        "schema": {"type": ["object", "null"]},
+                    },
+                },
+            }
+        ],
+    }

@@ -1,0 +1,386 @@
+"""The tables file: which MemWAL tables Airflow maintains, and how. Adding a table needs no DAG code.
+
+    # dags/memwal_tables.yaml (or the file named by $MEMWAL_TABLES_FILE)
+    defaults:                      # optional; merged under every table (nested mappings key by key)
+      engine: spark
+    tables:
+      orders:
+        uri: s3://lake/orders.lance     # a relative path is relative to this file's directory
+        conn_id: memwal_lake            # `memwal` connection with the storage credentials (optional)
+        schedule: "*/30 * * * *"        # cron or @preset; null: only on the lag asset / manual
+        engine: spark                   # spark | in_process
+        spark_conn_id: spark_default
+        spark_conf: {spark.executor.memory: 4g}
+        max_generations_per_commit: 8
+        max_bytes_per_commit: 512MiB
+        max_merge_applications: 4       # Spark applications per maintenance run (regions are batched)
+        thresholds: {max_unmerged_generations: 20, max_oldest_unmerged_age_s: 900}
+        gc: {enabled: true, keep_manifest_versions: 10, grace_period_s: 3600}
+
+The Airflow Variable `memwal_tables` (the same structure, JSON or YAML) overrides the file: its
+`defaults` and each of its tables are merged over the file's, key by key. DAG files parse the file only
+(`load_tables(use_variable=False)`: no Variable, no I/O beyond reading the file); tasks call
+`get_table(name)`, which applies the Variable, so settings can change without touching DAG files while
+the set of tables and their schedules come from the file.
+
+A bad entry raises TableConfigError naming the table and the key; `load_tables_and_errors` returns the
+good tables together with the errors of the bad ones, so one bad table does not take the others down.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "DEFAULT_TABLES_FILE",
+    "ENGINES",
+    "TABLES_FILE_ENV",
+    "TABLES_VARIABLE",
+    "GcSettings",
+    "TableConfig",
+    "TableConfigError",
+    "Thresholds",
+    "get_table",
+    "load_tables",
+    "load_tables_and_errors",
+    "parse_tables",
+    "tables_file",
+]
+
+TABLES_FILE_ENV = "MEMWAL_TABLES_FILE"
+TABLES_VARIABLE = "memwal_tables"
+DEFAULT_TABLES_FILE = Path(__file__).resolve().parents[3] / "dags" / "memwal_tables.yaml"
+ENGINES = ("spark", "in_process")
+_TABLE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}$")
+_PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly",
+            "@annually")
+
+
+class TableConfigError(ValueError):
+    """A table entry in the tables file (or the `memwal_tables` Variable) is invalid. Fix the named key."""
+
+    def __init__(self, source: str, table: str | None, key: str | None, problem: str):
+        where = f"table {table!r}" if table else "the tables configuration"
+        at = f", key {key!r}" if key else ""
+        super().__init__(f"{source}: {where}{at}: {problem}")
+        self.source = source
+        self.table = table
+        self.key = key
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Lag limits per region that the lag monitor alerts on and the lag asset fires on; None: not checked."""
+
+    max_unmerged_generations: int | None = None
+    max_unmerged_bytes: int | None = None
+    max_oldest_unmerged_age_s: float | None = None
+    max_index_lag: int | None = None
+    max_snapshot_age_s: float | None = None
+
+
+@dataclass(frozen=True)
+class GcSettings:
+    """GC in the maintenance DAG: the `memwal gc` options (`enabled: false` skips the GC task's deletions)."""
+
+    enabled: bool = True
+    keep_manifest_versions: int = 10
+    grace_period_s: float = 3600.0
+
+
+@dataclass(frozen=True)
+class TableConfig:
+    """One maintained table. `uri` is absolute (or s3://); `conn_id` names a `memwal` connection."""
+
+    name: str
+    uri: str
+    conn_id: str | None = None
+    schedule: str | None = "@hourly"
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    engine: str = "spark"
+    spark_conn_id: str = "spark_default"
+    spark_conf: Mapping[str, str] = field(default_factory=dict)
+    max_generations_per_commit: int = 8
+    max_bytes_per_commit: int = 512 * 1024 * 1024
+    max_merge_applications: int = 4
+    snapshot_inline_threshold: int = 100
+    gc: GcSettings = field(default_factory=GcSettings)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (no secrets live here: credentials stay in the connection)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["thresholds"] = {f.name: getattr(self.thresholds, f.name) for f in fields(Thresholds)}
+        out["gc"] = {f.name: getattr(self.gc, f.name) for f in fields(GcSettings)}
+        out["spark_conf"] = dict(self.spark_conf)
+        return out
+
+
+# --- parsing ------------------------------------------------------------------------------------------
+
+
+def _int(v: Any, minimum: int = 1) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ValueError(f"{v!r} is not an integer")
+    if v < minimum:
+        raise ValueError(f"{v} is not >= {minimum}")
+    return v
+
+
+def _number(v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise ValueError(f"{v!r} is not a number")
+    if v < 0:
+        raise ValueError(f"{v} is negative")
+    return float(v)
+
+
+def _size(v: Any) -> int:
+    if isinstance(v, str):
+        from memwal.jobs import byte_size
+
+        try:
+            return byte_size(v)
+        except Exception as exc:  # argparse.ArgumentTypeError
+            raise ValueError(str(exc)) from None
+    return _int(v)
+
+
+def _str(v: Any) -> str:
+    if not isinstance(v, str) or not v.strip():
+        raise ValueError(f"{v!r} is not a non-empty string")
+    return v.strip()
+
+
+def _opt_str(v: Any) -> str | None:
+    return None if v is None else _str(v)
+
+
+def _bool(v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise ValueError(f"{v!r} is not true or false")
+    return v
+
+
+def _schedule(v: Any) -> str | None:
+    if v is None:
+        return None
+    text = _str(v)
+    if text.startswith("@"):
+        if text not in _PRESETS:
+            raise ValueError(f"{text!r} is not one of {', '.join(_PRESETS)}")
+        return text
+    from croniter import croniter
+
+    if not croniter.is_valid(text):
+        raise ValueError(f"{text!r} is not a cron expression (e.g. '*/30 * * * *') or @preset")
+    return text
+
+
+def _engine(v: Any) -> str:
+    if v not in ENGINES:
+        raise ValueError(f"{v!r} is not one of {', '.join(ENGINES)}")
+    return v
+
+
+def _spark_conf(v: Any) -> dict[str, str]:
+    if not isinstance(v, Mapping):
+        raise ValueError(f"{v!r} is not a mapping of Spark properties")
+    out = {}
+    for k, val in v.items():
+        if not isinstance(k, str) or not k.startswith("spark."):
+            raise ValueError(f"{k!r} is not a Spark property (spark.*)")
+        out[k] = str(val).lower() if isinstance(val, bool) else str(val)
+    return out
+
+
+def _opt(parse):
+    return lambda v: None if v is None else parse(v)
+
+
+_THRESHOLDS = {
+    "max_unmerged_generations": _opt(lambda v: _int(v, 0)),
+    "max_unmerged_bytes": _opt(lambda v: _size(v)),
+    "max_oldest_unmerged_age_s": _opt(_number),
+    "max_index_lag": _opt(lambda v: _int(v, 0)),
+    "max_snapshot_age_s": _opt(_number),
+}
+_GC = {"enabled": _bool, "keep_manifest_versions": _int, "grace_period_s": _number}
+_TABLE = {
+    "uri": _str,
+    "conn_id": _opt_str,
+    "schedule": _schedule,
+    "engine": _engine,
+    "spark_conn_id": _str,
+    "spark_conf": _spark_conf,
+    "max_generations_per_commit": _int,
+    "max_bytes_per_commit": _size,
+    "max_merge_applications": _int,
+    "snapshot_inline_threshold": lambda v: _int(v, 0),
+}
+_NESTED = {"thresholds": (_THRESHOLDS, Thresholds), "gc": (_GC, GcSettings)}
+
+
+def _merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, Mapping) and isinstance(out.get(k), Mapping) else v
+    return out
+
+
+def _resolve_uri(uri: str, base_dir: Path | None) -> str:
+    if "://" in uri:
+        return uri if not uri.startswith("file://") else os.path.abspath(uri[len("file://"):])
+    path = Path(uri).expanduser()
+    if not path.is_absolute() and base_dir is not None:
+        path = base_dir / path
+    return os.path.abspath(path)
+
+
+def _table(name: str, entry: Any, source: str, base_dir: Path | None) -> TableConfig:
+    if not isinstance(entry, Mapping):
+        raise TableConfigError(source, name, None, f"the entry is {type(entry).__name__}, not a mapping")
+    kwargs: dict[str, Any] = {"name": name}
+    for key, value in entry.items():
+        if key in _NESTED:
+            spec, cls = _NESTED[key]
+            if value is None:
+                continue
+            if not isinstance(value, Mapping):
+                raise TableConfigError(source, name, key, f"{value!r} is not a mapping")
+            nested = {}
+            for sub, sub_value in value.items():
+                if sub not in spec:
+                    raise TableConfigError(source, name, f"{key}.{sub}", f"unknown key (known: {', '.join(spec)})")
+                try:
+                    nested[sub] = spec[sub](sub_value)
+                except ValueError as exc:
+                    raise TableConfigError(source, name, f"{key}.{sub}", str(exc)) from None
+            kwargs[key] = cls(**nested)
+        elif key in _TABLE:
+            try:
+                kwargs[key] = _TABLE[key](value)
+            except ValueError as exc:
+                raise TableConfigError(source, name, key, str(exc)) from None
+        else:
+            known = ", ".join([*_TABLE, *_NESTED])
+            raise TableConfigError(source, name, str(key), f"unknown key (known: {known})")
+    if "uri" not in kwargs:
+        raise TableConfigError(source, name, "uri", "missing (the table's location: a path or s3://bucket/prefix)")
+    kwargs["uri"] = _resolve_uri(kwargs["uri"], base_dir)
+    if "://" in kwargs["uri"] and not kwargs["uri"].startswith(("s3://", "s3a://")):
+        raise TableConfigError(source, name, "uri", f"{kwargs['uri']!r}: use a path, file:// or s3://")
+    return TableConfig(**kwargs)
+
+
+def parse_tables(
+    data: Any, source: str, base_dir: Path | None = None
+) -> tuple[dict[str, TableConfig], dict[str, TableConfigError]]:
+    """(good tables, errors per bad table name) from the parsed file. A malformed file as a whole raises."""
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise TableConfigError(source, None, None, "expected a mapping with a `tables:` key")
+    unknown = set(data) - {"tables", "defaults"}
+    if unknown:
+        raise TableConfigError(source, None, sorted(unknown)[0], "unknown top-level key (use `tables:`, `defaults:`)")
+    defaults = data.get("defaults") or {}
+    if not isinstance(defaults, Mapping):
+        raise TableConfigError(source, None, "defaults", "expected a mapping")
+    entries = data.get("tables") or {}
+    if not isinstance(entries, Mapping):
+        raise TableConfigError(source, None, "tables", "expected a mapping of table name to settings")
+    good: dict[str, TableConfig] = {}
+    bad: dict[str, TableConfigError] = {}
+    for name, entry in entries.items():
+        name = str(name)
+        try:
+            if not _TABLE_NAME.match(name):
+                raise TableConfigError(source, name, None, "a table name is letters, digits, _ . - (it names DAGs)")
+            merged = _merge(defaults, entry) if isinstance(entry, Mapping) else entry
+            good[name] = _table(name, merged, source, base_dir)
+        except TableConfigError as exc:
+            bad[name] = exc
+    return good, bad
+
+
+def tables_file() -> Path:
+    """$MEMWAL_TABLES_FILE, else dags/memwal_tables.yaml next to this repository's plugins/."""
+    return Path(os.environ.get(TABLES_FILE_ENV) or DEFAULT_TABLES_FILE).expanduser().resolve()
+
+
+def _read_file(path: Path) -> Any:
+    import yaml
+
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise TableConfigError(str(path), None, None, f"tables file not found (set ${TABLES_FILE_ENV})") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise TableConfigError(str(path), None, None, f"not valid YAML: {' '.join(str(exc).split())}") from None
+
+
+def _read_variable() -> Any:
+    """The `memwal_tables` Variable (JSON or YAML), or None when it is not set. Only inside tasks."""
+    from airflow.sdk import Variable
+
+    try:
+        text = Variable.get(TABLES_VARIABLE, default=None)
+    except Exception:  # no Variable backend reachable (outside Airflow): the file alone
+        return None
+    if text is None or (isinstance(text, str) and not text.strip()):
+        return None
+    if not isinstance(text, str):
+        return text
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            raise TableConfigError(f"Variable {TABLES_VARIABLE}", None, None, f"not JSON or YAML: {exc}") from None
+
+
+def load_tables_and_errors(
+    use_variable: bool = True,
+) -> tuple[dict[str, TableConfig], dict[str, TableConfigError]]:
+    """Good tables and the error of each bad one (file, then the Variable's overrides merged per table)."""
+    path = tables_file()
+    data = _read_file(path)
+    if use_variable:
+        override = _read_variable()
+        if override is not None:
+            if not isinstance(override, Mapping):
+                raise TableConfigError(f"Variable {TABLES_VARIABLE}", None, None, "expected a mapping")
+            data = _merge(data or {}, override)
+    source = str(path) if not use_variable else f"{path} (+ Variable {TABLES_VARIABLE})"
+    return parse_tables(data, source, path.parent)
+
+
+def load_tables(use_variable: bool = True) -> dict[str, TableConfig]:
+    """Every valid table by name; raises the first TableConfigError if any entry is bad."""
+    good, bad = load_tables_and_errors(use_variable)
+    if bad:
+        raise next(iter(bad.values()))
+    return good
+
+
+def get_table(name: str, use_variable: bool = True) -> TableConfig:
+    """One table's config; a clear error for an unknown or invalid table."""
+    good, bad = load_tables_and_errors(use_variable)
+    if name in bad:
+        raise bad[name]
+    if name not in good:
+        known = ", ".join(sorted(good)) or "none"
+        raise TableConfigError(str(tables_file()), name, None,
+                               f"no such table in the tables file (configured: {known}); add it there")
+    return good[name]

@@ -1,0 +1,1 @@
+"""Operators: `memwal` (merge, index catch-up, snapshot refresh, GC)."""
