@@ -9,15 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from memwal import naming
-from memwal.errors import AlreadyExistsError, CommitConflictError, CorruptFileError, FencedError
-from memwal.region_manifest import (
-    RegionManifest,
-    commit_manifest,
-    latest_version,
-    list_manifest_versions,
-    load_manifest,
-)
+from memwal.errors import AlreadyExistsError, CommitConflictError, FencedError, RegionNotFoundError
+from memwal.region_manifest import RegionManifest, commit_manifest, load_latest_manifest
 from memwal.storage import ObjectStore
 
 __all__ = ["claim_region", "commit_as_writer"]
@@ -28,25 +21,19 @@ _MAX_ATTEMPTS = 64
 def claim_region(store: ObjectStore, region_id: str, region_spec_id: int = 0) -> RegionManifest:
     """Become the region's writer: a new manifest version with writer_epoch + 1.
 
-    A region with no manifest is created at version 1, epoch 1, current_generation 1.
+    A region with no manifest is created at version 1, epoch 1, current_generation 1. Losing the race for
+    the next version (another writer claimed or flushed first) reloads and retries; only a confirmed gap in
+    the manifest versions is an error (CorruptFileError, from `load_latest_manifest(refuse_gap=True)`).
     """
     for _ in range(_MAX_ATTEMPTS):
-        version = latest_version(store, region_id)
-        if version == 0:
+        try:
+            current = load_latest_manifest(store, region_id, refuse_gap=True)
+            claimed = current.next_version(writer_epoch=current.writer_epoch + 1)
+        except RegionNotFoundError:
             claimed = RegionManifest(
                 region_id=region_id, version=1, writer_epoch=1, current_generation=1,
                 region_spec_id=region_spec_id,
             )
-        else:
-            versions = list_manifest_versions(store, region_id)
-            if versions and versions[-1] > version:
-                raise CorruptFileError(
-                    f"{store.uri}/{naming.manifest_path(region_id, version + 1)}",
-                    f"region {region_id}: manifest version {version + 1} is missing but {versions[-1]} exists; "
-                    "a writer must not claim into the gap (restore the missing version)",
-                )
-            current = load_manifest(store, region_id, version)
-            claimed = current.next_version(writer_epoch=current.writer_epoch + 1)
         try:
             return commit_manifest(store, claimed)
         except AlreadyExistsError:
@@ -62,10 +49,11 @@ def commit_as_writer(
 ) -> RegionManifest:
     """Commit update(latest) as the next version if writer_epoch still owns the region.
 
-    Raises FencedError as soon as the stored epoch is higher than ours, before writing anything.
+    Raises FencedError as soon as the stored epoch is higher than ours, before writing anything. The latest
+    version is probed with refuse_gap: committing into a gap would skip the epoch of the versions above it.
     """
     for _ in range(_MAX_ATTEMPTS):
-        current = load_manifest(store, region_id, latest_version(store, region_id))
+        current = load_latest_manifest(store, region_id, refuse_gap=True)
         if current.writer_epoch > writer_epoch:
             raise FencedError(region_id, writer_epoch, current.writer_epoch)
         proposed = update(current)

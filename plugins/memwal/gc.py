@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 import lance
 
 from memwal import naming
-from memwal.errors import AlreadyExistsError, MemWalError
+from memwal.errors import AlreadyExistsError, MemWalError, RegionNotFoundError
 from memwal.faults import fault_point
 from memwal.lock import LOCK_DIR
 from memwal.mem_wal_index import MemWalIndex, load_index, read_details_at
@@ -130,7 +130,10 @@ def safe_generation(
 def _wal_bound(store: ObjectStore, region_id: str, safe: int, versions: list[int]) -> int | None:
     """Highest WAL position held only by generations <= safe: replay_after of the flush of `safe`."""
     for v in versions:
-        m = load_manifest(store, region_id, v)
+        try:
+            m = load_manifest(store, region_id, v)
+        except RegionNotFoundError:
+            continue  # pruned since the listing (another GC): the bound is then searched above it
         if m.current_generation > safe:
             earlier = m.current_generation == safe + 1 and any(fg.generation == safe for fg in m.flushed_generations)
             return m.replay_after_wal_entry_position if earlier else None
@@ -186,6 +189,8 @@ def plan_region_gc(
     keep = max(config.keep_manifest_versions, 1)
     # Removing generations commits one more manifest version: keep one fewer of the existing ones.
     existing_kept = max(keep - (1 if any(a.kind == "generation" for a in out.actions) else 0), 1)
+    # Oldest first, and executed in this order: a reader that finds a version missing below one that exists
+    # can then tell a pruned prefix from a real gap (region_manifest.confirmed_gap).
     for v in versions[:-existing_kept]:
         rel = naming.manifest_path(region_id, v)
         meta = store.head(rel)
@@ -197,7 +202,7 @@ def plan_region_gc(
 def _prune_manifest(store: ObjectStore, region_id: str, removed: set[str]) -> None:
     """Commit a manifest version without the removed generations (same writer epoch)."""
     for _ in range(32):
-        m: RegionManifest = load_latest_manifest(store, region_id)
+        m: RegionManifest = load_latest_manifest(store, region_id, refuse_gap=True)
         kept = tuple(fg for fg in m.flushed_generations if fg.path not in removed)
         if len(kept) == len(m.flushed_generations):
             return

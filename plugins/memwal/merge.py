@@ -135,12 +135,24 @@ def _generation_bytes(store: ObjectStore, region_id: str, path: str) -> int:
 
 
 def pending_generations(store: ObjectStore, region_id: str, merged_generation: int) -> list[GenerationRef]:
-    """Flushed generations above merged_generation, ascending; they must be consecutive."""
+    """Flushed generations above merged_generation, ascending; they must be consecutive.
+
+    merged_generation was read before the manifest: if a merge and a GC ran in between, the generations
+    just above it are already merged and pruned from the manifest. That is a race, not a gap: the index is
+    reloaded and the pending list starts from what is really merged. Only a generation still missing after
+    the reload is refused.
+    """
     manifest = load_latest_manifest(store, region_id)
     pending = sorted(
         (fg for fg in manifest.flushed_generations if fg.generation > merged_generation),
         key=lambda fg: fg.generation,
     )
+    if pending and pending[0].generation > merged_generation + 1:
+        reloaded = load_index(store.uri, store.storage_options).details.merged_generation(region_id)
+        if reloaded > merged_generation:
+            log.info("region %s: generations up to %d were merged meanwhile; continuing from there",
+                     region_id, reloaded)
+            return pending_generations(store, region_id, reloaded)
     expected = merged_generation + 1
     refs = []
     for fg in pending:

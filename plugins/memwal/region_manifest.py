@@ -8,6 +8,7 @@ Fields this library does not name (Lance core writes some) survive a read-modify
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -16,14 +17,17 @@ from google.protobuf.message import DecodeError
 
 from memwal import naming
 from memwal._proto import memwal_pb2
-from memwal.errors import CorruptFileError, MemWalError, RegionNotFoundError
+from memwal.errors import CommitConflictError, CorruptFileError, MemWalError, RegionNotFoundError
 from memwal.storage import ObjectStore
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "FlushedGeneration",
     "RegionManifest",
     "canonical_region_id",
     "commit_manifest",
+    "confirmed_gap",
     "decode_manifest",
     "encode_manifest",
     "latest_version",
@@ -167,12 +171,11 @@ def _read_hint(store: ObjectStore, region_id: str) -> int:
         return 1
 
 
-def latest_version(store: ObjectStore, region_id: str) -> int:
-    """The latest manifest version (0 if the region has none): hint, then probe forward.
+_MAX_PROBES = 64
 
-    If the hinted version is missing (a stale hint after GC of old versions, or a corrupt hint),
-    the manifest directory is listed instead.
-    """
+
+def _probe_latest(store: ObjectStore, region_id: str) -> int:
+    """Hint, then probe forward; the listing only when the hinted version is missing (0: no versions)."""
     start = _read_hint(store, region_id)
     if not store.exists(naming.manifest_path(region_id, start)):
         versions = list_manifest_versions(store, region_id)
@@ -183,6 +186,47 @@ def latest_version(store: ObjectStore, region_id: str) -> int:
     while store.exists(naming.manifest_path(region_id, version + 1)):
         version += 1
     return version
+
+
+def confirmed_gap(store: ObjectStore, region_id: str, missing: int, listed: Sequence[int]) -> bool:
+    """Whether version `missing` is a real gap: absent from one listing that holds a later version, and,
+    re-read after that listing, still absent while the version just below it still exists.
+
+    Versions are created in order (a writer creates N+1 only after seeing N), and GC prunes old versions
+    oldest first, so a version committed after a probe, or pruned while we looked, never passes both
+    re-reads: only a version missing below one that exists does.
+    """
+    if missing in listed or not any(v > missing for v in listed):
+        return False
+    if store.exists(naming.manifest_path(region_id, missing)):
+        return False  # committed after the probe: a race, not a gap
+    return missing > 1 and store.exists(naming.manifest_path(region_id, missing - 1))
+
+
+def latest_version(store: ObjectStore, region_id: str, *, refuse_gap: bool = False) -> int:
+    """The latest manifest version (0 if the region has none): hint, then probe forward.
+
+    If the hinted version is missing (a stale hint after GC of old versions, or a corrupt hint), the
+    manifest directory is listed instead. With refuse_gap (a writer about to commit the next version),
+    a version listed above the probed one means either a race (committed or pruned meanwhile: probe
+    again) or a real gap (`confirmed_gap`: CorruptFileError, a writer must not claim into it).
+    """
+    for _ in range(_MAX_PROBES):
+        version = _probe_latest(store, region_id)
+        if not refuse_gap or version == 0:
+            return version
+        listed = list_manifest_versions(store, region_id)
+        if not listed or listed[-1] <= version:
+            return version
+        if confirmed_gap(store, region_id, version + 1, listed):
+            raise CorruptFileError(
+                f"{store.uri}/{naming.manifest_path(region_id, version + 1)}",
+                f"region {region_id}: manifest version {version + 1} is missing but {listed[-1]} exists; "
+                "a writer must not commit into the gap (restore the missing version)",
+            )
+        log.debug("region %s: manifest versions moved while probing (%d, listed up to %d); probing again",
+                  region_id, version, listed[-1])
+    raise CommitConflictError(f"region {region_id}: manifest versions kept changing while probing the latest")
 
 
 def load_manifest(store: ObjectStore, region_id: str, version: int) -> RegionManifest:
@@ -199,11 +243,18 @@ def load_manifest(store: ObjectStore, region_id: str, version: int) -> RegionMan
     return manifest
 
 
-def load_latest_manifest(store: ObjectStore, region_id: str) -> RegionManifest:
-    version = latest_version(store, region_id)
-    if version == 0:
-        raise RegionNotFoundError(region_id, f"{store.uri}/{naming.manifest_dir(region_id)}")
-    return load_manifest(store, region_id, version)
+def load_latest_manifest(store: ObjectStore, region_id: str, *, refuse_gap: bool = False) -> RegionManifest:
+    """The latest manifest. A version pruned between the probe and the read (GC keeps only the newest
+    versions, and a writer may commit and GC prune meanwhile) means a newer one exists: probe again."""
+    for _ in range(_MAX_PROBES):
+        version = latest_version(store, region_id, refuse_gap=refuse_gap)
+        if version == 0:
+            raise RegionNotFoundError(region_id, f"{store.uri}/{naming.manifest_dir(region_id)}")
+        try:
+            return load_manifest(store, region_id, version)
+        except RegionNotFoundError:
+            log.debug("region %s: manifest version %d was pruned after the probe; probing again", region_id, version)
+    raise CommitConflictError(f"region {region_id}: manifest versions kept being pruned while reading the latest")
 
 
 def commit_manifest(store: ObjectStore, manifest: RegionManifest) -> RegionManifest:

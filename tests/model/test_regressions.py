@@ -184,8 +184,10 @@ def test_writer_claim_fills_a_manifest_gap(local_location):
     Region manifest versions 1..4 (epoch 1), version 3 missing, hint 2. latest_version stops at 2, so a new
     writer claims version 3 with epoch 2 based on version 2; version 4 (epoch 1) is latest again: the old
     writer is never fenced, and the new writer's flush re-uses generation numbers.
-    Fix (fencing.claim_region): list the manifest directory before claiming; if a version above the probed
-    latest exists, raise CorruptFileError naming the region and the missing version.
+    Fix (region_manifest.latest_version(refuse_gap=True), used by every manifest commit): list the manifest
+    directory after probing; a version above the probed latest is a race (probe again) unless the gap is
+    confirmed (still missing while the version below it exists): then CorruptFileError naming the region and
+    the missing version. Races: tests/concurrency/test_listing_races.py.
     """
     loc = local_location
     region = _table(loc)
