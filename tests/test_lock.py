@@ -28,28 +28,51 @@ def test_only_one_holder_at_a_time(location):
     assert len(done) == 3 and not overlaps, "two holders were inside the lock at once"
 
 
+class FakeClock:
+    """The wall clock leases are judged in, moved by the test: no sleeping, no dependence on load."""
+
+    def __init__(self, now: float = 1_000.0):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def test_a_crashed_holder_blocks_for_one_lease_then_is_taken_over(local_location):
+    import pytest
+
+    from memwal.errors import CommitConflictError
+
     store = local_location.store()
-    crashed = TableLock(store, "t", lease_s=0.3)
+    clock = FakeClock()
+    crashed = TableLock(store, "t", lease_s=30, clock=clock)
     crashed.acquire()
     crashed._stop.set()  # the process died: no heartbeat, no release
-    started = time.monotonic()
-    with TableLock(store, "t", lease_s=5, wait_s=10):
-        waited = time.monotonic() - started
-    assert 0.2 < waited < 5, f"takeover after the lease expired, not before ({waited:.2f}s)"
+    clock.now += 29
+    with pytest.raises(CommitConflictError, match=crashed.owner):
+        TableLock(store, "t", lease_s=30, wait_s=0, clock=clock).acquire()
+    clock.now += 2  # one lease after the crash
+    other = TableLock(store, "t", lease_s=30, wait_s=0, clock=clock).acquire()
+    assert other.seq == 2, "the expired lease is taken over with the next lock object"
+    other.release()
 
 
 def test_heartbeat_keeps_a_slow_holder_past_its_lease(local_location):
+    import pytest
+
+    from memwal.errors import CommitConflictError
+
     store = local_location.store()
-    with TableLock(store, "t", lease_s=0.3):
-        time.sleep(1.0)  # three leases long
-        other = TableLock(store, "t", lease_s=5, wait_s=0.2)
-        try:
-            other.acquire()
-            got = True
-        except Exception:
-            got = False
-    assert not got, "a live holder's lease must be renewed, not taken over"
+    clock = FakeClock()
+    holder = TableLock(store, "t", lease_s=30, clock=clock).acquire()
+    try:
+        clock.now += 25
+        assert holder.renew(), "a live holder renews its lease"
+        clock.now += 15  # past the first lease, within the renewed one
+        with pytest.raises(CommitConflictError, match=holder.owner):
+            TableLock(store, "t", lease_s=30, wait_s=0, clock=clock).acquire()
+    finally:
+        holder.release()
 
 
 def test_waiting_too_long_names_the_holder(local_location):

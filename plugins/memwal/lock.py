@@ -23,6 +23,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from memwal import naming
@@ -48,8 +49,12 @@ class _State:
 class TableLock:
     """A lease-based mutex on object storage. Use as a context manager."""
 
-    def __init__(self, store: ObjectStore, name: str, lease_s: float | None = None, wait_s: float = 900.0):
+    def __init__(self, store: ObjectStore, name: str, lease_s: float | None = None, wait_s: float = 900.0,
+                 clock: Callable[[], float] = time.time):
+        """`clock` is the wall clock leases are written and judged in (shared by every process; tests pass
+        their own to decide deterministically when a lease has expired)."""
         self.store = store
+        self.clock = clock
         self.dir = f"{LOCK_DIR}/{name}"
         self.lease_s = lease_s if lease_s is not None else float(os.environ.get("MEMWAL_LOCK_LEASE_S", "60"))
         self.wait_s = wait_s
@@ -76,7 +81,7 @@ class TableLock:
         return None
 
     def _create(self, seq: int, state: str) -> None:
-        body = {"owner": self.owner, "state": state, "expires_at": time.time() + self.lease_s}
+        body = {"owner": self.owner, "state": state, "expires_at": self.clock() + self.lease_s}
         self.store.put_if_not_exists(self._path(seq), json.dumps(body).encode())
 
     def acquire(self) -> TableLock:
@@ -84,7 +89,7 @@ class TableLock:
         delay = 0.02
         while True:
             latest = self._latest()
-            if latest is None or latest.released or latest.expires_at < time.time():
+            if latest is None or latest.released or latest.expires_at < self.clock():
                 if latest is not None and not latest.released:
                     log.warning("lock %s: lease of %s expired; taking over", self.dir, latest.owner)
                 seq = (latest.seq if latest else 0) + 1
@@ -106,18 +111,24 @@ class TableLock:
 
     def _renew(self) -> None:
         while not self._stop.wait(self.lease_s / 3):
-            with self._mutex:
-                if self.seq is None:
-                    return
-                try:
-                    self._create(self.seq + 1, "held")
-                    self.seq += 1
-                except AlreadyExistsError:
-                    log.error("lock %s: lease %d was taken over while held (stalled past %.0fs)",
-                              self.dir, self.seq, self.lease_s)
-                    return
-                except OSError as exc:  # a transient store error: the next beat retries
-                    log.warning("lock %s: could not renew the lease: %s", self.dir, exc)
+            if not self.renew():
+                return
+
+    def renew(self) -> bool:
+        """Extend the lease now (the heartbeat does this every lease/3); False once it was taken over."""
+        with self._mutex:
+            if self.seq is None:
+                return False
+            try:
+                self._create(self.seq + 1, "held")
+                self.seq += 1
+            except AlreadyExistsError:
+                log.error("lock %s: lease %d was taken over while held (stalled past %.0fs)",
+                          self.dir, self.seq, self.lease_s)
+                return False
+            except OSError as exc:  # a transient store error: the next beat retries
+                log.warning("lock %s: could not renew the lease: %s", self.dir, exc)
+            return True
 
     def release(self) -> None:
         self._stop.set()

@@ -74,8 +74,10 @@ def spawn(tmp: Path, loc, role: str, **spec) -> Worker:
     out, err = tmp / f"{name}.out", tmp / f"{name}.err"
     spec = {"role": role, "uri": loc.uri, "storage_options": loc.storage_options, **spec}
     with open(out, "w") as o, open(err, "w") as e:
+        # Nobody crashes here: a lease long enough that a loaded machine never makes a live holder's
+        # heartbeat late (takeover after a crash is tested deterministically in tests/test_lock.py).
         proc = subprocess.Popen([sys.executable, str(WORKER), json.dumps(spec)], stdout=o, stderr=e,
-                                env=dict(os.environ))
+                                env={**os.environ, "MEMWAL_LOCK_LEASE_S": "120"})
     return Worker(role, proc, out, err)
 
 
