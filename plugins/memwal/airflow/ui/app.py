@@ -1,0 +1,207 @@
+"""The MemWAL page: a FastAPI app mounted in Airflow's API server by the plugin (`/memwal`).
+
+Routes (all require a signed-in Airflow user; Airflow does not protect plugin apps by itself):
+  GET  /                         the page: per table, the region rows, the lag chart, the last runs
+  GET  /api/tables[/{table}]     the same data as JSON (region rows as `memwal status --json` + marks)
+  GET  /api/runs/{dag_id}/{run}  state of one memwal run (the page polls it after "Merge now")
+  POST /api/tables/{table}/merge "Merge now" (body {"regions": [...]} or none for the whole table):
+                                 triggers memwal_merge as the caller; needs permission to trigger it
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import Body, Depends, FastAPI, HTTPException, Request, status
+from fastapi.encoders import jsonable_encoder
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+from memwal.airflow.ui import URL_PREFIX, sources
+from memwal.airflow.ui.auth import (
+    CSRF_HEADER,
+    MERGE_DAG_ID,
+    SignedInUser,
+    caller_token,
+    can_read_dag,
+    may_trigger_merge,
+    require_csrf_header,
+    signed_in_user,
+)
+from memwal.airflow.ui.chart import lag_chart_svg
+from memwal.airflow.ui.merge_now import MergeRequestError, trigger_merge
+from memwal.airflow.ui.regions import COLUMNS, TableView
+
+__all__ = ["URL_PREFIX", "create_app"]
+
+_HERE = Path(__file__).parent
+_STATIC = {"memwal.js": "text/javascript", "memwal.css": "text/css"}
+_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+_SERIES_LABELS = {"unmerged_generations": "unmerged generations", "max_index_lag_generations": "index lag"}
+
+
+def _load_tables() -> dict[str, Any]:
+    return _load_tables_and_errors()[0]
+
+
+def _load_tables_and_errors() -> tuple[dict[str, Any], dict[str, Exception]]:
+    """Configured tables and the error of each bad entry (a bad entry never hides the good ones)."""
+    from memwal.airflow.config import TableConfigError, load_tables_and_errors
+
+    try:
+        return load_tables_and_errors()
+    except TableConfigError as exc:
+        raise HTTPException(status.HTTP_500_INTERNAL_SERVER_ERROR, f"tables configuration: {exc}") from exc
+
+
+def _table_config(name: str) -> Any:
+    tables = _load_tables()
+    if name not in tables:
+        raise HTTPException(status.HTTP_404_NOT_FOUND,
+                            f"unknown table {name!r}: configured tables are {sorted(tables)}")
+    return tables[name]
+
+
+def _fmt_bytes(n: Any) -> str:
+    if n is None:
+        return "-"
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _fmt_age(s: Any) -> str:
+    if s is None:
+        return "-"
+    s = float(s)
+    if s < 120:
+        return f"{s:.0f} s"
+    if s < 7200:
+        return f"{s / 60:.0f} min"
+    if s < 172800:
+        return f"{s / 3600:.1f} h"
+    return f"{s / 86400:.1f} d"
+
+
+def _fmt_time(d: datetime | None) -> str:
+    return d.strftime("%Y-%m-%d %H:%M:%S") if d else "-"
+
+
+def _fmt(key: str, value: Any) -> str:
+    if value is None:
+        return "-"
+    if key.endswith("_bytes"):
+        return _fmt_bytes(value)
+    if key.endswith("_age_s"):
+        return _fmt_age(value)
+    return str(value)
+
+
+def _view_json(view: TableView) -> dict:
+    return jsonable_encoder({
+        "name": view.name, "uri": view.uri, "error": view.error, "notes": view.notes,
+        "summary": view.summary, "regions": view.regions, "regions_over": view.regions_over,
+        "history": view.history,
+        "runs": [{k: v for k, v in r.items() if k != "summaries"} | {"summaries": r["summaries"]}
+                 for r in view.runs],
+    })
+
+
+def create_app() -> FastAPI:
+    """The MemWAL FastAPI app; every route depends on a signed-in Airflow user."""
+    app = FastAPI(title="MemWAL", docs_url=None, redoc_url=None, openapi_url=None,
+                  dependencies=[Depends(signed_in_user)])
+    env = Environment(loader=FileSystemLoader(_HERE / "templates"), autoescape=select_autoescape(["html"]))
+    env.filters.update(fmt=_fmt, fmt_time=_fmt_time, fmt_bytes=_fmt_bytes)
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(request: Request, exc: HTTPException) -> Response:
+        if "text/html" in request.headers.get("accept", "") and exc.status_code == status.HTTP_401_UNAUTHORIZED:
+            login = "/auth/login?next=" + str(request.url)
+            body = (f'<!doctype html><title>Sign in</title><p>Sign in to Airflow to see this page: '
+                    f'<a href="{login}" target="_top">sign in</a></p>')
+            return HTMLResponse(body, status_code=exc.status_code)
+        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+
+    @app.get("/", response_class=HTMLResponse)
+    def page(request: Request, user: SignedInUser, table: str | None = None) -> HTMLResponse:
+        tables, bad = _load_tables_and_errors()
+        names = [table] if table else sorted(tables)
+        views = [sources.table_view(_table_config(n), user) for n in names]
+        for v in views:
+            v.chart = lag_chart_svg(v.history, sources.HISTORY_SERIES, _SERIES_LABELS)
+        from airflow.api_fastapi.app import get_auth_manager
+        from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
+
+        can_merge = get_auth_manager().is_authorized_dag(
+            method="POST", access_entity=DagAccessEntity.RUN, details=DagDetails(id=MERGE_DAG_ID), user=user)
+        html = env.get_template("page.html").render(
+            views=views, columns=COLUMNS, can_merge=can_merge, user=user.get_name(),
+            base=request.scope.get("root_path", "").rstrip("/"), csrf_header=CSRF_HEADER,
+            all_tables=sorted(tables), selected=table, bad_tables={k: str(v) for k, v in bad.items()},
+        )
+        return HTMLResponse(html, headers={"Cache-Control": "no-store"})
+
+    @app.get("/static/{name}")
+    def static(name: str) -> Response:
+        if name not in _STATIC:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no static file {name!r}")
+        return Response((_HERE / "static" / name).read_bytes(), media_type=_STATIC[name])
+
+    @app.get("/api/tables")
+    def tables_json(user: SignedInUser) -> list[dict]:
+        return [_view_json(sources.table_view(cfg, user)) for _, cfg in sorted(_load_tables().items())]
+
+    @app.get("/api/tables/{table}")
+    def table_json(table: str, user: SignedInUser) -> dict:
+        return _view_json(sources.table_view(_table_config(table), user))
+
+    @app.get("/api/runs/{dag_id}/{run_id}")
+    def run_state(dag_id: str, run_id: str, user: SignedInUser) -> dict:
+        from airflow.models.dagrun import DagRun
+        from airflow.utils.session import create_session
+        from sqlalchemy import select
+
+        if not (dag_id == MERGE_DAG_ID or dag_id.startswith("memwal_maintenance__")):
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"{dag_id} is not a MemWAL DAG")
+        if not can_read_dag(user, dag_id):
+            raise HTTPException(status.HTTP_403_FORBIDDEN, f"no permission to read runs of {dag_id}")
+        with create_session() as session:
+            dr = session.scalar(select(DagRun).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
+            if dr is None:
+                raise HTTPException(status.HTTP_404_NOT_FOUND, f"no run {run_id!r} of {dag_id}")
+            state = dr.state.value if hasattr(dr.state, "value") else str(dr.state)
+            return {"dag_id": dag_id, "run_id": run_id, "state": state,
+                    "start_date": dr.start_date, "end_date": dr.end_date}
+
+    @app.post("/api/tables/{table}/merge", status_code=status.HTTP_201_CREATED,
+              dependencies=[Depends(require_csrf_header), Depends(may_trigger_merge)])
+    def merge_now(
+        request: Request,
+        table: str,
+        token: Annotated[str, Depends(caller_token)],
+        body: Annotated[dict | None, Body()] = None,
+    ) -> dict:
+        _table_config(table)
+        regions = (body or {}).get("regions") or []
+        if not isinstance(regions, list):
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, "regions must be a list of region ids")
+        bad = [r for r in regions if not isinstance(r, str) or not _UUID.match(r)]
+        if bad:
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
+                                f"malformed region id {bad[0]!r} for table {table} (expected a UUID)")
+        try:
+            run = trigger_merge(token, table, regions, transport=getattr(app.state, "api_transport", None),
+                                base_url=getattr(app.state, "api_base_url", None))
+        except MergeRequestError as exc:
+            raise HTTPException(exc.status_code, str(exc)) from exc
+        return {"dag_id": run.dag_id, "dag_run_id": run.dag_run_id, "state": run.state, "conf": run.conf,
+                "url": f"/dags/{run.dag_id}/runs/{run.dag_run_id}"}
+
+    return app

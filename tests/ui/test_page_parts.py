@@ -1,0 +1,47 @@
+"""The page's pieces without a server: threshold marks on region rows, the lag chart, run summaries."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from memwal.airflow.config import Thresholds
+from memwal.airflow.ui.chart import lag_chart_svg
+from memwal.airflow.ui.regions import region_rows
+from memwal.airflow.ui.sources import summarize
+
+REGION = {"region_id": "r1", "writer_epoch": 2, "current_generation": 7, "flushed_generations": [4, 5, 6],
+          "merged_generation": 3, "unmerged_generations": 3, "unmerged_rows": 30, "unmerged_bytes": 3000,
+          "oldest_unmerged_age_s": 100.0, "index_lag_generations": 1, "error": None}
+
+
+def test_rows_over_a_threshold_are_marked_with_the_metric():
+    now = 1_000_000.0
+    rows = region_rows({"regions": [REGION, {**REGION, "region_id": "r2", "unmerged_generations": 1}]},
+                       Thresholds(max_unmerged_generations=2, max_snapshot_age_s=60),
+                       snapshot_ts_millis=int((now - 90) * 1000), now=now)
+    assert rows[0]["over"] == ["unmerged_generations", "snapshot_age_s"]
+    assert rows[1]["over"] == ["snapshot_age_s"], "snapshot age is the table's, on every row"
+    assert rows[0]["flushed_generation"] == 6 and rows[0]["snapshot_age_s"] == 90.0
+
+
+def test_no_thresholds_mark_nothing_and_no_snapshot_has_no_age():
+    rows = region_rows({"regions": [REGION]}, Thresholds(), snapshot_ts_millis=None)
+    assert rows[0]["over"] == [] and rows[0]["snapshot_age_s"] is None
+
+
+def test_chart_draws_one_line_per_series_through_every_point():
+    t = datetime(2026, 1, 1, tzinfo=UTC)
+    points = [{"at": t + timedelta(minutes=i), "unmerged_generations": g, "max_index_lag_generations": 0}
+              for i, g in enumerate([8, 9, 0])]
+    svg = lag_chart_svg(points, ("unmerged_generations", "max_index_lag_generations"))
+    assert svg.count("<polyline") == 2 and 'data-points="3"' in svg
+    line = svg.split('data-series="unmerged_generations"')[0].rsplit("points=", 1)[1]
+    ys = [float(p.split(",")[1]) for p in line.strip('" ').split()]
+    assert ys[2] > ys[0] > ys[1], "lower lag is drawn lower (larger y)"
+    assert "no lag history" in lag_chart_svg([], ("unmerged_generations",))
+
+
+def test_summary_speaks_of_the_jobs():
+    line = summarize([{"job": "merge", "generations_merged": 8, "rows_upserted": 1160, "rows_deleted": 60},
+                      {"job": "gc", "dry_run": True, "would_delete": {"generation": 2, "wal_entry": 3}}])
+    assert line == "merge: 8 generations, 1160 rows upserted, 60 deleted; gc: 5 objects (dry run)"

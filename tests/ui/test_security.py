@@ -1,0 +1,75 @@
+"""The MemWAL page on a real Airflow: every route needs a signed-in user, "Merge now" needs permission to
+trigger memwal_merge, and state changes need the page's header (no cross-site form posts)."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.ui.conftest import TABLE
+
+ROUTES = [
+    ("GET", "/memwal/"),
+    ("GET", "/memwal/static/memwal.js"),
+    ("GET", "/memwal/api/tables"),
+    ("GET", f"/memwal/api/tables/{TABLE}"),
+    ("GET", "/memwal/api/runs/memwal_merge/some-run"),
+    ("POST", f"/memwal/api/tables/{TABLE}/merge"),
+]
+MERGE = f"/memwal/api/tables/{TABLE}/merge"
+CSRF = {"X-MemWAL-Request": "1"}
+
+
+def _merge_runs(af) -> list[dict]:
+    resp = af.request("GET", "/api/v2/dags/memwal_merge/dagRuns", expect=(200, 404))
+    return [] if resp is None or "dag_runs" not in resp else resp["dag_runs"]
+
+
+@pytest.mark.parametrize(("method", "path"), ROUTES)
+def test_anonymous_request_is_refused(ui_airflow, method, path):
+    resp = httpx.request(method, ui_airflow.url + path, headers=CSRF, timeout=30)
+    assert resp.status_code == 401, f"{method} {path} answered {resp.status_code} to an anonymous caller"
+    assert "rows" not in resp.text and "region" not in resp.text.lower()
+
+
+def test_forged_token_is_refused(ui_airflow):
+    resp = httpx.get(ui_airflow.url + "/memwal/api/tables", headers={"Authorization": "Bearer not.a.jwt"},
+                     timeout=30)
+    assert resp.status_code in (401, 403)
+
+
+def test_anonymous_browser_gets_a_sign_in_link(ui_airflow):
+    resp = httpx.get(ui_airflow.url + "/memwal/", headers={"Accept": "text/html"}, timeout=30)
+    assert resp.status_code == 401
+    assert "/auth/login?next=" in resp.text
+
+
+def test_viewer_sees_the_page_without_merge_buttons(ui_airflow):
+    headers = {"Authorization": f"Bearer {ui_airflow.token('viewer')}"}
+    resp = httpx.get(ui_airflow.url + "/memwal/", headers=headers, timeout=60)
+    assert resp.status_code == 200
+    assert f'data-table="{TABLE}"' in resp.text and 'class="region' in resp.text
+    assert "Merge now" not in resp.text, "a viewer must not be offered Merge now"
+
+
+def test_viewer_cannot_merge(ui_airflow):
+    before = len(_merge_runs(ui_airflow))
+    headers = {"Authorization": f"Bearer {ui_airflow.token('viewer')}", **CSRF}
+    resp = httpx.post(ui_airflow.url + MERGE, headers=headers, json={}, timeout=60)
+    assert resp.status_code == 403, resp.text
+    assert len(_merge_runs(ui_airflow)) == before, "a refused merge must not create a DAG run"
+
+
+def test_merge_without_the_page_header_is_refused(ui_airflow):
+    headers = {"Authorization": f"Bearer {ui_airflow.token('admin')}"}
+    resp = httpx.post(ui_airflow.url + MERGE, headers=headers, json={}, timeout=60)
+    assert resp.status_code == 403
+    assert "X-MemWAL-Request" in resp.json()["detail"]
+
+
+def test_bad_input_names_the_table_or_region(ui_airflow):
+    headers = {"Authorization": f"Bearer {ui_airflow.token('admin')}", **CSRF}
+    resp = httpx.post(ui_airflow.url + "/memwal/api/tables/nope/merge", headers=headers, json={}, timeout=60)
+    assert resp.status_code == 404 and "nope" in resp.json()["detail"]
+    resp = httpx.post(ui_airflow.url + MERGE, headers=headers, json={"regions": ["not-a-uuid"]}, timeout=60)
+    assert resp.status_code == 422 and "not-a-uuid" in resp.json()["detail"]
