@@ -1,11 +1,19 @@
-"""Merge: flushed generations of each region go into the base table with Lance merge-insert.
+"""Merge: flushed generations of the regions go into the base table with Lance merge-insert.
 
-Per region, the generations above merged_generations[region] are merged in ascending order; several
-consecutive ones may share one commit (bounded by a generation count and a byte budget), where per key
-the highest generation wins and, within a generation, the later row. Upserts, tombstone deletes and
-the merged_generations marker are one commit (`mark_sstables_as_compacted`), so progress can never
-claim data that is not there. When a racing merger got there first, Lance refuses the stale marker;
-we reload the MemWAL index and go on from what is really merged (memwal-spec.txt, Appendix 2).
+Per region, the generations above merged_generations[region] are merged in ascending order, several
+consecutive ones per commit, where per key the highest generation wins and, within a generation, the
+later row. One commit may carry the batches of several regions (primary keys belong to one region, so
+their rows never meet): upserts, tombstone deletes and every region's merged_generations marker are one
+commit (`mark_sstables_as_compacted` with one marker per region), so progress can never claim data that
+is not there. Each commit stays within a generation count and a byte budget (`MergeConfig`). When a racing
+merger got there first, Lance refuses the whole commit (a stale marker of any of its regions); we reload
+the MemWAL index and plan again from what is really merged (memwal-spec.txt, Appendix 2), so the other
+regions of that commit are neither lost nor applied twice.
+
+The dedup is a hook (`Dedup`): one region batch in, a `MergeInput` out (in process: `local_dedup`, called
+right before its commit, so memory follows one commit). A hook may also offer `.batch(batches, ...)`, which
+dedups every region batch of a round at once (Spark: one distributed job) and returns one `MergeInput` (or
+the exception of that batch) per batch.
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
 import lance
@@ -43,6 +52,7 @@ __all__ = [
     "merge_table",
     "pending_generations",
     "plan_batch",
+    "plan_commits",
 ]
 
 log = logging.getLogger(__name__)
@@ -50,9 +60,19 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class MergeConfig:
+    """Budgets of one commit (over all the regions it carries) and of one planning round.
+
+    max_generations_per_commit / max_bytes_per_commit: generations and generation bytes one commit may
+    apply (always at least one generation). max_commits_per_round: how many commits are planned (and, with
+    a batch dedup, staged) before the index is read again. max_attempts: refused commits of a region
+    before it is reported failed. planning_threads: region manifests read in parallel while planning.
+    """
+
     max_generations_per_commit: int = 8
     max_bytes_per_commit: int = 512 * 1024 * 1024
     max_attempts: int = 20
+    max_commits_per_round: int = 32
+    planning_threads: int = 8
 
 
 @dataclass(frozen=True)
@@ -68,7 +88,7 @@ class GenerationRef:
 
 @dataclass
 class MergeInput:
-    """What one commit applies: upserts and deleted keys.
+    """What one region batch contributes to a commit: upserts and deleted keys.
 
     open_upserts() is called once per commit attempt; it returns a table when the upserts are in memory
     (Lance then plans the merge-insert join with exact statistics) or a stream when they are not.
@@ -107,6 +127,8 @@ class MergeSummary:
     table_version_after: int = 0
     regions: list[RegionMergeResult] = field(default_factory=list)
     duration_s: float = 0.0
+    table_commits: int = 0  # Lance commits made; `commits` counts region batches (one per region per commit)
+    timings_s: dict[str, float] = field(default_factory=dict)  # plan / dedup / commit, summed over the run
 
     @property
     def commits(self) -> int:
@@ -184,6 +206,48 @@ def plan_batch(pending: Sequence[GenerationRef], config: MergeConfig) -> list[Ge
     return batch
 
 
+def plan_commits(
+    pending: Sequence[Sequence[GenerationRef]], config: MergeConfig, regions_per_commit: int | None = None
+) -> list[list[list[GenerationRef]]]:
+    """Commits (each a list of region batches) for the pending generations of several regions.
+
+    Regions are taken in the given order and each region's batches in generation order; a commit is
+    filled with region batches until the generation or byte budget (over the whole commit) is used up, so
+    the last batch of one region may share a commit with the first batch of the next. A region has at most
+    one batch per commit; every commit applies at least one generation. At most max_commits_per_round.
+    """
+    commits: list[list[list[GenerationRef]]] = []
+    current: list[list[GenerationRef]] = []
+    gens = nbytes = 0
+
+    def close() -> None:
+        nonlocal current, gens, nbytes
+        if current:
+            commits.append(current)
+        current, gens, nbytes = [], 0, 0
+
+    for refs in pending:
+        rest = list(refs)
+        while rest and len(commits) < config.max_commits_per_round:
+            if current and (gens >= config.max_generations_per_commit or nbytes + rest[0].nbytes
+                            > config.max_bytes_per_commit or len(current) >= (regions_per_commit or 1 << 30)):
+                close()
+            left = MergeConfig(max_generations_per_commit=config.max_generations_per_commit - gens,
+                               max_bytes_per_commit=config.max_bytes_per_commit - nbytes)
+            batch = plan_batch(rest, left) if current else plan_batch(rest, config)
+            current.append(batch)
+            gens += len(batch)
+            nbytes += sum(r.nbytes for r in batch)
+            rest = rest[len(batch):]
+            if rest:  # the budget is used up: this region goes on in the next commit
+                close()
+        if len(commits) >= config.max_commits_per_round:
+            current = []
+            break
+    close()
+    return commits[: config.max_commits_per_round]
+
+
 def read_generation(ref: GenerationRef, store: ObjectStore) -> pa.Table:
     """A generation's rows with _tombstone, GEN_COLUMN and ROWADDR_COLUMN."""
     ds = open_generation(store, ref.region_id, ref.generation, ref.path)
@@ -200,12 +264,17 @@ def split_winners(winners: pa.Table, pk: list[str], schema: pa.Schema) -> tuple[
     return upserts, deletes
 
 
-def local_dedup(refs: Sequence[GenerationRef], pk: list[str], schema: pa.Schema, store: ObjectStore) -> MergeInput:
-    """In-process dedup with pyarrow (the library path; the Spark job supplies its own)."""
-    tables = [read_generation(r, store) for r in refs]
+def dedup_generations(tables: Sequence[pa.Table], pk: list[str], schema: pa.Schema) -> tuple[pa.Table, pa.Table, int]:
+    """(upserts, deleted keys, rows read) of one region batch's generation tables (from read_generation)."""
     rows = pa.concat_tables(tables, promote_options="permissive")
     upserts, deletes = split_winners(newest_per_key(rows, pk), pk, schema)
-    return MergeInput(lambda: upserts, deletes, rows.num_rows)
+    return upserts, deletes.cast(pa.schema([schema.field(c) for c in pk])), rows.num_rows
+
+
+def local_dedup(refs: Sequence[GenerationRef], pk: list[str], schema: pa.Schema, store: ObjectStore) -> MergeInput:
+    """In-process dedup with pyarrow (the library path; the Spark job supplies its own)."""
+    upserts, deletes, n = dedup_generations([read_generation(r, store) for r in refs], pk, schema)
+    return MergeInput(lambda: upserts, deletes, n)
 
 
 class _Counter:
@@ -223,18 +292,27 @@ def _is_stale_marker(exc: BaseException) -> bool:
 
 
 def _commit(uri: str, storage_options, region_id: str, last_gen: int, data: MergeInput, pk, schema) -> int:
-    """One merge-insert commit of upserts + deletes + marker, under the MemWAL index lock; rows upserted."""
+    """One merge-insert commit of one region's upserts + deletes + marker, under the MemWAL index lock;
+    rows upserted."""
+    return _commit_many(uri, storage_options, [(region_id, last_gen)], data, pk, schema)
+
+
+def _commit_many(uri: str, storage_options, markers: Sequence[tuple[str, int]], data: MergeInput, pk,
+                 schema) -> int:
+    """One merge-insert commit of upserts + deletes + one marker per region, under the MemWAL index lock.
+    Lance refuses it as a whole when any marker is stale. Returns the rows upserted."""
     with index_lock(ObjectStore(uri, storage_options)):
-        return _commit_locked(uri, storage_options, region_id, last_gen, data, pk, schema)
+        return _commit_locked(uri, storage_options, markers, data, pk, schema)
 
 
-def _commit_locked(uri: str, storage_options, region_id: str, last_gen: int, data: MergeInput, pk, schema) -> int:
+def _commit_locked(uri: str, storage_options, markers: Sequence[tuple[str, int]], data: MergeInput, pk,
+                   schema) -> int:
     ds = lance.dataset(uri, storage_options=lance_storage_options(storage_options))
     builder = ds.merge_insert(pk).when_matched_update_all().when_not_matched_insert_all()
     predicate = keys_predicate(data.deleted_keys, pk)
     if predicate:
         builder = builder.when_not_matched_by_source_delete(predicate)
-    builder = builder.mark_sstables_as_compacted([CompactedSsTable(region_id, last_gen)])
+    builder = builder.mark_sstables_as_compacted([CompactedSsTable(r, g) for r, g in markers])
     upserts = data.open_upserts()
     if isinstance(upserts, pa.Table):
         builder.execute(upserts)
@@ -242,6 +320,247 @@ def _commit_locked(uri: str, storage_options, region_id: str, last_gen: int, dat
     counter = _Counter(upserts)
     builder.execute(pa.RecordBatchReader.from_batches(schema, iter(counter)))
     return counter.rows
+
+
+# --- the merge loop ---------------------------------------------------------------------------------
+
+
+class _Once:
+    """A MergeInput's cleanup, run at most once."""
+
+    def __init__(self, data: MergeInput):
+        self.data, self.done = data, False
+
+    def __call__(self) -> None:
+        if not self.done:
+            self.done = True
+            self.data.cleanup()
+
+
+class _Combined:
+    """Several regions' MergeInputs as one commit's input; counts the upserts of each region."""
+
+    def __init__(self, parts: Sequence[MergeInput], schema: pa.Schema, pk: list[str]):
+        self.parts, self.schema = list(parts), schema
+        self.upserted = [0] * len(self.parts)
+        keys = [p.deleted_keys for p in self.parts]
+        self.input = MergeInput(self.open, pa.concat_tables(keys, promote_options="permissive") if keys
+                                else schema.empty_table().select(pk), sum(p.rows_read for p in self.parts))
+
+    def open(self) -> pa.Table | pa.RecordBatchReader:
+        opened = [p.open_upserts() for p in self.parts]
+        if all(isinstance(o, pa.Table) for o in opened):
+            self.upserted = [o.num_rows for o in opened]
+            return pa.concat_tables(opened, promote_options="permissive")
+        self.upserted = [0] * len(opened)
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            for i, o in enumerate(opened):
+                for b in (o.to_batches() if isinstance(o, pa.Table) else o):
+                    self.upserted[i] += b.num_rows
+                    yield b
+
+        return pa.RecordBatchReader.from_batches(self.schema, batches())
+
+
+class _Round:
+    """The dedup of one round's region batches: all at once when the hook has `.batch` (else lazily, one
+    commit at a time); every MergeInput made is cleaned up once (after its commit attempt, or at the end)."""
+
+    def __init__(self, dedup: Dedup, commits: list[list[list[GenerationRef]]], pk, schema, store: ObjectStore,
+                 timings: dict[str, float]):
+        self.dedup, self.commits, self.pk, self.schema, self.store = dedup, commits, pk, schema, store
+        self.timings = timings
+        self.made: list[_Once] = []
+        self.ready: dict[tuple[int, int], MergeInput | BaseException] | None = None
+
+    def _timed(self, fn, *args):
+        started = time.monotonic()
+        try:
+            return fn(*args)
+        finally:
+            self.timings["dedup"] = self.timings.get("dedup", 0.0) + time.monotonic() - started
+
+    def _batch_all(self) -> None:
+        self.ready = {}
+        batch_fn = getattr(self.dedup, "batch", None)
+        if batch_fn is None:
+            return
+        keys = [(c, b) for c, commit in enumerate(self.commits) for b in range(len(commit))]
+        try:
+            results = self._timed(batch_fn, [self.commits[c][b] for c, b in keys], self.pk, self.schema, self.store)
+        except Exception as exc:  # the hook could not tell which batch failed: dedup them one by one
+            log.warning("the batch dedup of %d region batches failed (%s); deduplicating them one by one",
+                        len(keys), exc)
+            return
+        for key, result in zip(keys, results, strict=True):
+            if isinstance(result, MergeInput):
+                self.made.append(_Once(result))
+            self.ready[key] = result
+
+    def inputs(self, c: int) -> list[MergeInput | BaseException]:
+        """One MergeInput (or the exception of its dedup) per region batch of commit c."""
+        if self.ready is None:
+            self._batch_all()
+        out: list[MergeInput | BaseException] = []
+        for b, refs in enumerate(self.commits[c]):
+            result = self.ready.pop((c, b), None)
+            if result is None:
+                try:
+                    result = self._timed(self.dedup, refs, self.pk, self.schema, self.store)
+                    self.made.append(_Once(result))
+                except (MemWalError, MissingGenerationError, OSError) as exc:
+                    result = exc
+            out.append(result)
+        return out
+
+    def cleanup(self, data: MergeInput | None = None) -> None:
+        for once in self.made:
+            if data is None or once.data is data:
+                once()
+
+
+def _pending_all(store: ObjectStore, merged: dict[str, int], up_to_generation: int | None,
+                 config: MergeConfig) -> dict[str, list[GenerationRef] | BaseException]:
+    """Pending generations of every region (manifests read in parallel), or the region's error."""
+
+    def one(region_id: str) -> list[GenerationRef] | BaseException:
+        try:
+            pending = pending_generations(store, region_id, merged[region_id])
+        except (MemWalError, MissingGenerationError, OSError) as exc:
+            return exc
+        if up_to_generation is not None:
+            pending = [r for r in pending if r.generation <= up_to_generation]
+        return pending
+
+    regions = list(merged)
+    if len(regions) <= 1 or config.planning_threads <= 1:
+        return {r: one(r) for r in regions}
+    with ThreadPoolExecutor(min(config.planning_threads, len(regions)), thread_name_prefix="memwal-plan") as pool:
+        return dict(zip(regions, pool.map(one, regions), strict=True))
+
+
+def _merge_regions(
+    uri: str,
+    storage_options: dict[str, str] | None,
+    region_ids: Sequence[str],
+    config: MergeConfig,
+    dedup: Dedup,
+    up_to_generation: int | None,
+    timings: dict[str, float],
+) -> tuple[dict[str, RegionMergeResult], dict[str, BaseException], int]:
+    """Merge the regions; (results, errors by region, Lance commits made)."""
+    store = ObjectStore(uri, storage_options)
+    schema = lance.dataset(store.uri, storage_options=lance_storage_options(storage_options)).schema
+    pk = primary_key_columns(schema, where=store.uri)
+    results = {r: RegionMergeResult(r) for r in region_ids}
+    started = {r: time.monotonic() for r in region_ids}
+    errors: dict[str, BaseException] = {}
+    attempts = dict.fromkeys(region_ids, 0)
+    active = list(region_ids)
+    table_commits = 0
+    regions_per_commit: int | None = None  # 1 after a commit of several regions failed for another reason
+    first = True
+
+    def fail(region_id: str, exc: BaseException) -> None:
+        log.error("region %s: merge failed: %s", region_id, exc)
+        errors[region_id] = exc
+        active.remove(region_id)
+
+    def add(key: str, since: float) -> None:
+        timings[key] = timings.get(key, 0.0) + time.monotonic() - since
+
+    while active:
+        t0 = time.monotonic()
+        details = load_index(store.uri, storage_options).details
+        merged = {r: details.merged_generation(r) for r in active}
+        for r in active:
+            if first:
+                results[r].merged_generation_before = merged[r]
+            results[r].merged_generation_after = max(results[r].merged_generation_after, merged[r])
+        first = False
+        pending = _pending_all(store, merged, up_to_generation, config)
+        for r, got in pending.items():
+            if isinstance(got, BaseException):
+                fail(r, got)
+        plan = [got for r, got in pending.items() if r in active and got]
+        commits = plan_commits(plan, config, regions_per_commit)
+        add("plan", t0)
+        if not commits:
+            break
+        capped = len(commits) >= config.max_commits_per_round
+        rnd = _Round(dedup, commits, pk, schema, store, timings)
+        replan = False
+        try:
+            for c, batches in enumerate(commits):
+                inputs = rnd.inputs(c)
+                failed = [(refs, x) for refs, x in zip(batches, inputs, strict=True) if isinstance(x, BaseException)]
+                if failed:
+                    for refs, exc in failed:
+                        fail(refs[0].region_id, exc)
+                    replan = True
+                    break
+                markers = [(refs[0].region_id, refs[-1].generation) for refs in batches]
+                fault_point("merge.before_commit")
+                t1 = time.monotonic()
+                if len(batches) == 1:
+                    data, combined = inputs[0], None
+                else:
+                    combined = _Combined(inputs, schema, pk)
+                    data = combined.input
+                try:
+                    if combined is None:
+                        upserted = [_commit(store.uri, storage_options, *markers[0], data, pk, schema)]
+                    else:
+                        _commit_many(store.uri, storage_options, markers, data, pk, schema)
+                        upserted = combined.upserted
+                except OSError as exc:
+                    stale = _is_stale_marker(exc)
+                    if not stale and len(batches) > 1:
+                        regions_per_commit = 1  # retry region by region, so one region's failure stays its own
+                    for region_id, last in markers:
+                        results[region_id].conflicts += 1
+                        attempts[region_id] += 1
+                        gens = [r.generation for r in batches[markers.index((region_id, last))]]
+                        if attempts[region_id] >= config.max_attempts:
+                            fail(region_id, CommitConflictError(
+                                f"region {region_id}: merge of generations {gens} failed "
+                                f"{attempts[region_id]} times: {exc}"))
+                    regions = ", ".join(r for r, _ in markers)
+                    if stale:
+                        log.info("merge commit for region(s) %s refused: another merger got there first; "
+                                 "reloading", regions)
+                    else:
+                        log.warning("merge commit for region(s) %s failed (%s); retrying", regions, exc)
+                    replan = True
+                    break
+                finally:
+                    for x in inputs:
+                        rnd.cleanup(x)
+                    add("commit", t1)
+                fault_point("merge.after_commit")
+                table_commits += 1
+                for refs, x, n in zip(batches, inputs, upserted, strict=True):
+                    res = results[refs[0].region_id]
+                    gens = [r.generation for r in refs]
+                    res.generations += gens
+                    res.rows_read += x.rows_read
+                    res.rows_upserted += n
+                    res.rows_deleted += x.deleted_keys.num_rows
+                    res.bytes_read += sum(r.nbytes for r in refs)
+                    res.commits += 1
+                    res.merged_generation_after = gens[-1]
+                    log.info("region %s: merged generations %d..%d (%d upserts, %d deletes)",
+                             res.region_id, gens[0], gens[-1], n, x.deleted_keys.num_rows)
+        finally:
+            rnd.cleanup()
+        if not replan and not capped:
+            break
+    for r, res in results.items():
+        res.generations_merged_by_others = res.merged_generation_after - res.merged_generation_before - len(
+            res.generations)
+        res.duration_s = time.monotonic() - started[r]
+    return results, errors, table_commits
 
 
 def merge_region(
@@ -253,63 +572,14 @@ def merge_region(
     up_to_generation: int | None = None,
 ) -> RegionMergeResult:
     """Merge the pending generations of one region (all, or up to a generation); safe to run
-    concurrently with other mergers."""
-    config = config or MergeConfig()
+    concurrently with other mergers. Raises what made the region fail."""
     region_id = canonical_region_id(region_id)
     store = ObjectStore(uri, storage_options)
-    started = time.monotonic()
-    result = RegionMergeResult(region_id)
-    schema = lance.dataset(store.uri, storage_options=lance_storage_options(storage_options)).schema
-    pk = primary_key_columns(schema, where=store.uri)
-    first = True
-    attempts = 0
-    while True:
-        merged = load_index(store.uri, storage_options).details.merged_generation(region_id)
-        if first:
-            result.merged_generation_before = merged
-            first = False
-        result.merged_generation_after = merged
-        pending = pending_generations(store, region_id, merged)
-        if up_to_generation is not None:
-            pending = [r for r in pending if r.generation <= up_to_generation]
-        batch = plan_batch(pending, config)
-        if not batch:
-            break
-        data = dedup(batch, pk, schema, store)
-        gens = [r.generation for r in batch]
-        fault_point("merge.before_commit")
-        try:
-            upserted = _commit(store.uri, storage_options, region_id, gens[-1], data, pk, schema)
-        except OSError as exc:
-            attempts += 1
-            result.conflicts += 1
-            if attempts >= config.max_attempts:
-                raise CommitConflictError(
-                    f"region {region_id}: merge of generations {gens} failed {attempts} times: {exc}"
-                ) from exc
-            if _is_stale_marker(exc):
-                log.info("region %s: generations up to %d were merged by another merger; reloading",
-                         region_id, gens[-1])
-            else:
-                log.warning("region %s: merge commit of %s failed (%s); retrying", region_id, gens, exc)
-            continue
-        finally:
-            data.cleanup()
-        fault_point("merge.after_commit")
-        result.generations += gens
-        result.rows_read += data.rows_read
-        result.rows_upserted += upserted
-        result.rows_deleted += data.deleted_keys.num_rows
-        result.bytes_read += sum(r.nbytes for r in batch)
-        result.commits += 1
-        result.merged_generation_after = gens[-1]
-        log.info("region %s: merged generations %d..%d (%d upserts, %d deletes)",
-                 region_id, gens[0], gens[-1], upserted, data.deleted_keys.num_rows)
-    result.generations_merged_by_others = (
-        result.merged_generation_after - result.merged_generation_before - len(result.generations)
-    )
-    result.duration_s = time.monotonic() - started
-    return result
+    results, errors, _ = _merge_regions(store.uri, storage_options, [region_id], config or MergeConfig(), dedup,
+                                        up_to_generation, {})
+    if region_id in errors:
+        raise errors[region_id]
+    return results[region_id]
 
 
 def merge_table(
@@ -320,23 +590,32 @@ def merge_table(
     dedup: Dedup = local_dedup,
     up_to_generation: int | None = None,
 ) -> MergeSummary:
-    """Merge all regions (or the given ones), each up to up_to_generation if given. A region that fails
-    is reported, the others still run."""
+    """Merge all regions (or the given ones), each up to up_to_generation if given, several regions per
+    commit. A region that fails is reported, the others still run."""
     store = ObjectStore(uri, storage_options)
     started = time.monotonic()
     index = load_index(store.uri, storage_options)
     summary = MergeSummary(store.uri, table_version_before=index.table_version)
-    for region_id, problem in select_regions(store, regions):
+    selected = select_regions(store, regions)
+    good = [r for r, problem in selected if not problem]
+    results: dict[str, RegionMergeResult] = {}
+    errors: dict[str, BaseException] = {}
+    if good:
+        try:
+            results, errors, summary.table_commits = _merge_regions(
+                store.uri, storage_options, good, config or MergeConfig(), dedup, up_to_generation, summary.timings_s)
+        except (MemWalError, MissingGenerationError, OSError) as exc:  # the table itself (schema, key)
+            log.error("merge failed: %s", exc)
+            errors = dict.fromkeys(good, exc)
+    for region_id, problem in selected:
         if problem:
             summary.regions.append(RegionMergeResult(region_id, error=problem))
-            continue
-        try:
-            summary.regions.append(
-                merge_region(store.uri, storage_options, region_id, config, dedup, up_to_generation)
-            )
-        except (MemWalError, MissingGenerationError, OSError) as exc:
-            log.error("region %s: merge failed: %s", region_id, exc)
-            summary.regions.append(RegionMergeResult(region_id, error=str(exc)))
+        elif region_id in errors:
+            res = results.get(region_id) or RegionMergeResult(region_id)
+            res.error = str(errors[region_id])
+            summary.regions.append(res)
+        else:
+            summary.regions.append(results[region_id])
     summary.table_version_after = lance.dataset(
         store.uri, storage_options=lance_storage_options(storage_options)
     ).version
