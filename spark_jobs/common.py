@@ -12,6 +12,11 @@ Pitfall handled here: spark-submit starts the Python driver with its stderr merg
 that (stdout and stderr are the same pipe and spark-submit is our parent), stderr is re-pointed at
 spark-submit's own stderr (`/proc/<ppid>/fd/2`, Linux, when that is a pipe, a terminal or a file opened
 for append). Elsewhere the streams stay merged and the summary is still the last stdout line.
+
+Result file (for callers that cannot read the driver's stdout apart from its logs, e.g. Airflow's
+SparkSubmitHook, which merges both streams into its log): when `MEMWAL_RESULT_FILE` is set in the
+driver's environment, the job also writes `{"exit": N, "summary": {...} or null, "error": "one line" or
+null}` there (client deploy mode: the driver runs where the caller does). stdout is unchanged.
 """
 
 from __future__ import annotations
@@ -240,6 +245,21 @@ def spark_error_line(exc: BaseException) -> str:
     return next((ln for ln in lines if ln), type(exc).__name__)
 
 
+RESULT_FILE_ENV = "MEMWAL_RESULT_FILE"
+
+
+def _write_result(code: int, summary: dict | None, error: str | None) -> None:
+    """The job's outcome as JSON at $MEMWAL_RESULT_FILE (if set); see the module docstring."""
+    path = os.environ.get(RESULT_FILE_ENV)
+    if not path:
+        return
+    try:
+        with open(path, "w") as f:
+            f.write(json.dumps({"exit": code, "summary": summary, "error": error}, default=str))
+    except OSError as exc:
+        log.warning("could not write the result file %s: %s", path, exc)
+
+
 def run_job(
     job: str,
     parser: argparse.ArgumentParser,
@@ -247,12 +267,24 @@ def run_job(
     argv: list[str] | None = None,
 ) -> int:
     """Parse, build the session, `run(spark, args)` -> summary (dict or `.to_dict()`), print it; exit code."""
+    code, summary, error = _run_job(job, parser, run, argv)
+    _write_result(code, summary, error)
+    return code
+
+
+def _run_job(
+    job: str,
+    parser: argparse.ArgumentParser,
+    run: Callable[[Any, argparse.Namespace], Any],
+    argv: list[str] | None,
+) -> tuple[int, dict | None, str | None]:
     prefix = f"memwal-{job}"
     with _Streams() as streams:
         try:
             args = parse_args(parser, argv)
         except SystemExit as exc:  # --help, or a usage error already written as one line
-            return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+            code = exc.code if isinstance(exc.code, int) else EXIT_USAGE
+            return code, None, None if code == EXIT_OK else f"bad arguments to {prefix} (exit {code})"
         handler = _start_logging(args.log_level)
         spark, owned = None, False
         started = time.monotonic()
@@ -271,7 +303,7 @@ def run_job(
             _stop(spark, owned)
             print(f"{prefix}: error: {one_line(exc)}", file=sys.stderr, flush=True)
             logging.getLogger().removeHandler(handler)
-            return EXIT_FAILED
+            return EXIT_FAILED, None, one_line(exc)
         _stop(spark, owned)
         reason = jobs.failure_reason(summary)
         log.info("%s: done in %.1fs", prefix, time.monotonic() - started)
@@ -279,8 +311,8 @@ def run_job(
         streams.emit(json.dumps(summary, default=str))
         if reason:
             print(f"{prefix}: error: {reason}", file=sys.stderr, flush=True)
-            return EXIT_PARTIAL
-        return EXIT_OK
+            return EXIT_PARTIAL, summary, reason
+        return EXIT_OK, summary, None
 
 
 def _stop(spark: Any, owned: bool) -> None:

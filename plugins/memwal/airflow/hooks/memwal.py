@@ -1,0 +1,479 @@
+"""MemWalHook: one MemWAL table's storage (the `memwal` connection), its status, and the four jobs,
+run in-process or submitted with the Spark provider's SparkSubmitHook.
+
+Connection `memwal` (the form fields come from `memwal.airflow.get_provider_info`):
+    host      -> aws_endpoint (e.g. http://127.0.0.1:9000; empty: the store's default)
+    login     -> aws_access_key_id          password -> aws_secret_access_key
+    extra     -> {"region": "us-east-1", "allow_http": true, "storage_options": {...any Lance option}}
+A table without `conn_id` uses no storage options (local files, or the environment's credentials).
+
+Secrets never leave the connection except into the job's own process: in-process as a dict, on Spark as
+`--storage-options-json @FILE` (a 0600 temp file deleted afterwards), never on argv or in a log line.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
+
+from airflow.sdk import BaseHook
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowNotFoundException
+
+if TYPE_CHECKING:
+    from memwal.airflow.config import TableConfig
+
+__all__ = ["JobRun", "MemWalHook", "MemWalTaskError"]
+
+log = logging.getLogger(__name__)
+
+_UNREACHABLE_HINTS = ("error sending request", "connection refused", "dns error", "timed out", "connect error",
+                      "failed to lookup address", "network is unreachable", "no route to host")
+_SECRET_HINTS = ("secret", "password", "token", "credential", "session", "access_key", "key_id")
+
+
+class MemWalTaskError(AirflowException):
+    """A job or check failed for a reason that may pass (storage or Spark down): one line; the task retries."""
+
+
+@dataclass
+class JobRun:
+    """What a job returned: its JSON summary, exit status (0 done, 3 some regions failed) and that reason."""
+
+    job: str
+    summary: dict[str, Any]
+    returncode: int
+    reason: str | None = None
+
+
+def _one_line(text: Any, limit: int = 500) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _storage_problem(exc: BaseException, what: str, conn_id: str | None) -> AirflowException:
+    """A one-line task error for a failure to open a table: unreachable storage retries, the rest fails."""
+    from memwal.errors import MemWalNotInitializedError
+
+    text = str(exc)
+    low = text.lower()
+    conn = f"connection {conn_id!r}" if conn_id else "the table's storage (no conn_id set)"
+    if isinstance(exc, MemWalNotInitializedError):
+        return AirflowFailException(f"{what} has no MemWAL index (__lance_mem_wal): initialise MemWAL on the "
+                                    "table (Lance initialize_mem_wal) or remove it from the tables file")
+    if "was not found" in low or "not found:" in low:
+        return AirflowFailException(f"{what} does not exist: check its uri in the tables file and {conn}")
+    if any(h in low for h in _UNREACHABLE_HINTS):
+        endpoint = next((w for w in text.split() if w.startswith(("http://", "https://"))), "")
+        at = f" ({urlparse(endpoint).scheme}://{urlparse(endpoint).netloc})" if endpoint else ""
+        return MemWalTaskError(f"{what}: storage unreachable{at}: check the endpoint in {conn} and that the "
+                               f"object store is up ({_one_line(text, 200)})")
+    return MemWalTaskError(f"{what}: {_one_line(text)}")
+
+
+class MemWalHook(BaseHook):
+    """A MemWAL table's storage options (from a `memwal` connection, read lazily), status and jobs."""
+
+    conn_name_attr = "memwal_conn_id"
+    default_conn_name = "memwal_default"
+    conn_type = "memwal"
+    hook_name = "MemWAL table storage"
+
+    def __init__(self, memwal_conn_id: str | None = default_conn_name, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.memwal_conn_id = memwal_conn_id
+        self._spark_hook: Any = None
+
+    @classmethod
+    def for_table(cls, cfg: TableConfig) -> MemWalHook:
+        return cls(memwal_conn_id=cfg.conn_id)
+
+    # --- storage options ------------------------------------------------------------------------------
+
+    @cached_property
+    def storage_options(self) -> dict[str, str] | None:
+        """Lance storage options from the connection (None without a connection id)."""
+        if not self.memwal_conn_id:
+            return None
+        try:
+            conn = self.get_connection(self.memwal_conn_id)
+        except AirflowNotFoundException:
+            raise AirflowFailException(
+                f"connection {self.memwal_conn_id!r} (a table's conn_id) is not defined: create it with type "
+                "memwal (endpoint, access key id, secret) or remove conn_id from the table"
+            ) from None
+        return self.storage_options_from(conn)
+
+    @staticmethod
+    def storage_options_from(conn: Any) -> dict[str, str] | None:
+        """host -> aws_endpoint, login/password -> keys, extra region / allow_http / storage_options."""
+        extra = conn.extra_dejson or {}
+
+        def field(name: str) -> Any:
+            return extra.get(name, extra.get(f"extra__memwal__{name}"))
+
+        opts: dict[str, str] = {}
+        extra_opts = field("storage_options")
+        if isinstance(extra_opts, str) and extra_opts.strip():
+            try:
+                extra_opts = json.loads(extra_opts)
+            except ValueError:
+                raise AirflowFailException(
+                    f"connection {conn.conn_id!r}: extra storage_options is not a JSON object") from None
+        if extra_opts:
+            if not isinstance(extra_opts, Mapping):
+                raise AirflowFailException(f"connection {conn.conn_id!r}: extra storage_options is not an object")
+            opts.update({str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in extra_opts.items()})
+        if conn.host:
+            endpoint = conn.host if "://" in conn.host else f"https://{conn.host}"
+            if conn.port and not urlparse(endpoint).port:
+                endpoint = f"{endpoint.rstrip('/')}:{conn.port}"
+            opts["aws_endpoint"] = endpoint
+        if conn.login:
+            opts["aws_access_key_id"] = conn.login
+        if conn.password:
+            opts["aws_secret_access_key"] = conn.password
+        if field("region"):
+            opts["aws_region"] = str(field("region"))
+        allow_http = field("allow_http")
+        if allow_http is not None and allow_http != "":
+            opts["allow_http"] = "true" if str(allow_http).lower() in ("true", "1", "yes") else "false"
+        _mask(opts)
+        return opts or None
+
+    def get_conn(self) -> dict[str, str] | None:
+        return self.storage_options
+
+    def test_connection(self) -> tuple[bool, str]:
+        """The UI's Test button: storage options resolve (the endpoint is checked when a table is opened)."""
+        try:
+            opts = self.storage_options or {}
+        except Exception as exc:
+            return False, _one_line(exc)
+        return True, f"storage options: {', '.join(sorted(opts)) or 'none'}"
+
+    # --- checks and status ----------------------------------------------------------------------------
+
+    def open_index(self, uri: str, what: str | None = None) -> Any:
+        """The table's MemWAL index (memwal.mem_wal_index.MemWalIndex); one-line errors for a missing
+        table, a table without MemWAL and unreachable storage."""
+        from memwal.mem_wal_index import load_index
+
+        what = what or f"table at {uri}"
+        try:
+            return load_index(uri, self.storage_options)
+        except AirflowException:
+            raise
+        except Exception as exc:
+            raise _storage_problem(exc, what, self.memwal_conn_id) from exc
+
+    def list_regions(self, uri: str, what: str | None = None) -> list[str]:
+        from memwal.region_manifest import list_regions
+        from memwal.storage import ObjectStore
+
+        try:
+            return sorted(list_regions(ObjectStore(uri, self.storage_options)))
+        except Exception as exc:
+            raise _storage_problem(exc, what or f"table at {uri}", self.memwal_conn_id) from exc
+
+    def validate_regions(self, uri: str, regions: Sequence[str] | None, what: str | None = None) -> list[str] | None:
+        """Canonical region ids; AirflowFailException naming a malformed or unknown one. None: all regions."""
+        import uuid
+
+        if not regions:
+            return None
+        what = what or f"table at {uri}"
+        known = set(self.list_regions(uri, what))
+        out = []
+        for r in regions:
+            try:
+                rid = str(uuid.UUID(str(r).strip()))
+            except ValueError:
+                raise AirflowFailException(f"region id {r!r} is not a UUID ({what}); list regions with "
+                                           "`memwal status TABLE`") from None
+            if rid not in known:
+                raise AirflowFailException(f"region {rid} does not exist in {what} ({len(known)} regions; list "
+                                           "them with `memwal status TABLE`)")
+            out.append(rid)
+        return list(dict.fromkeys(out))
+
+    def status(self, table: str | TableConfig, regions: Sequence[str] | None = None) -> dict[str, Any]:
+        """`memwal status` of the table (a URI or a TableConfig) as a dict."""
+        from memwal.status import table_status
+
+        uri, what = _uri_and_name(table)
+        self.open_index(uri, what)
+        try:
+            return table_status(uri, self.storage_options, regions).to_dict()
+        except Exception as exc:
+            raise _storage_problem(exc, what, self.memwal_conn_id) from exc
+
+    def pending_work(self, table: str | TableConfig, regions: Sequence[str] | None = None,
+                     up_to_generation: int | None = None) -> list[dict[str, Any]]:
+        """Per region with unmerged generations: region_id, merged_generation, generations, rows, bytes
+        (what a merge would do now; ascending generations)."""
+        from memwal.merge import pending_generations
+        from memwal.storage import ObjectStore
+
+        uri, what = _uri_and_name(table)
+        index = self.open_index(uri, what)
+        store = ObjectStore(uri, self.storage_options)
+        ids = list(regions) if regions else self.list_regions(uri, what)
+        out = []
+        for rid in ids:
+            merged = index.details.merged_generation(rid)
+            try:
+                refs = pending_generations(store, rid, merged)
+            except Exception as exc:
+                out.append({"region_id": rid, "merged_generation": merged, "generations": [], "rows": 0,
+                            "bytes": 0, "error": _one_line(exc)})
+                continue
+            if up_to_generation is not None:
+                refs = [r for r in refs if r.generation <= up_to_generation]
+            if refs:
+                out.append({"region_id": rid, "merged_generation": merged,
+                            "generations": [r.generation for r in refs], "rows": _rows(refs, store),
+                            "bytes": sum(r.nbytes for r in refs), "generation_bytes": [r.nbytes for r in refs]})
+        return out
+
+    def rebuild_indexes(self, table: str | TableConfig, names: Sequence[str] | None = None) -> list[str]:
+        """Recreate the maintained scalar indexes (or `names`) from scratch (Lance replace=True), under the
+        MemWAL index lock; catch-up then records them as covering the table. Vector indexes are left to
+        catch-up (their build parameters are not recorded in the table)."""
+        import lance
+
+        from memwal import naming
+        from memwal.lock import index_lock
+        from memwal.status import maintained_indexes
+        from memwal.storage import ObjectStore, lance_storage_options
+
+        uri, what = _uri_and_name(table)
+        index = self.open_index(uri, what)
+        wanted = list(names) if names else maintained_indexes(index, self.storage_options)
+        ds = lance.dataset(uri, storage_options=lance_storage_options(self.storage_options))
+        described = {d.name: d for d in ds.describe_indices() if d.name != naming.MEM_WAL_INDEX_NAME}
+        missing = [n for n in wanted if n not in described]
+        if missing:
+            raise AirflowFailException(f"{what}: no index named {', '.join(missing)} (indexes: "
+                                       f"{', '.join(sorted(described)) or 'none'})")
+        rebuilt = []
+        with index_lock(ObjectStore(uri, self.storage_options)):
+            for name in wanted:
+                d = described[name]
+                if len(d.field_names) != 1 or "vector" in d.type_url.lower() or "ivf" in d.type_url.lower():
+                    log.warning("%s: index %s (%s) is not a scalar index on one column; catch-up optimises it "
+                                "instead of a rebuild", what, name, d.type_url)
+                    continue
+                ds = lance.dataset(uri, storage_options=lance_storage_options(self.storage_options))
+                ds.create_scalar_index(d.field_names[0], d.index_type, name=name, replace=True)
+                rebuilt.append(name)
+        return rebuilt
+
+    # --- jobs -----------------------------------------------------------------------------------------
+
+    def run_job(
+        self,
+        job: str,
+        table: str | TableConfig,
+        *,
+        regions: Sequence[str] | None = None,
+        options: Mapping[str, Any] | None = None,
+        engine: str = "in_process",
+        spark_conn_id: str = "spark_default",
+        spark_conf: Mapping[str, str] | None = None,
+        on_spark_hook: Callable[[Any], None] | None = None,
+    ) -> JobRun:
+        """Run one job (merge, catchup, snapshot, gc) with `options` as `memwal.jobs.job_argv` takes them.
+        Returns the summary with exit 0 or 3; raises a one-line AirflowException otherwise."""
+        from memwal.jobs import JOBS
+
+        if job not in JOBS:
+            raise AirflowFailException(f"unknown job {job!r} (one of {', '.join(JOBS)})")
+        uri, what = _uri_and_name(table)
+        self.open_index(uri, what)  # a missing table, no MemWAL or unreachable storage: one line, nothing run
+        if engine == "in_process":
+            return self._run_in_process(job, uri, what, regions, options or {})
+        if engine == "spark":
+            return self._run_spark(job, uri, what, regions, options or {}, spark_conn_id, spark_conf or {},
+                                   on_spark_hook)
+        raise AirflowFailException(f"{what}: engine {engine!r} is not spark or in_process")
+
+    def _run_in_process(self, job: str, uri: str, what: str, regions, options) -> JobRun:
+        from memwal import jobs
+
+        args = _job_namespace(job, uri, regions, options)
+        args.storage_options_json = json.dumps(self.storage_options) if self.storage_options else None
+        try:
+            summary = jobs.run_job(job, args)
+        except Exception as exc:
+            raise _storage_problem(exc, f"memwal {job} on {what}", self.memwal_conn_id) from exc
+        reason = jobs.failure_reason(summary)
+        return JobRun(job, summary, jobs.EXIT_PARTIAL if reason else jobs.EXIT_OK, reason)
+
+    def _run_spark(self, job, uri, what, regions, options, spark_conn_id, spark_conf, on_spark_hook) -> JobRun:
+        from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+        from memwal import jobs
+        from spark_jobs.submit import job_script, spark_submit_command, spark_submit_env, spark_submit_executable
+
+        master = self._spark_master(spark_conn_id, what)
+        _check_master_reachable(master, spark_conn_id, what)
+        args = _job_namespace(job, uri, regions, options)  # validates the options before anything starts
+        # The provider builds the command; take our defaults (Python, log4j) from the existing builder.
+        reference = spark_submit_command(job, uri, master=master, conf=dict(spark_conf), spark_submit="spark-submit")
+        conf = {k: v for k, v in (reference[i + 1].split("=", 1) for i, a in enumerate(reference) if a == "--conf")}
+        submit_bin = spark_submit_executable()
+        env = spark_submit_env()
+        env_vars = {k: env[k] for k in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_HOME")}
+        env_vars["PATH"] = os.pathsep.join([str(Path(submit_bin).parent), os.environ.get("PATH", "")])
+        app_args = [args.table]
+        for r in args.region or []:
+            app_args += ["--region", r]
+        app_args += jobs.job_argv(job, args)
+        workdir = tempfile.mkdtemp(prefix=f"memwal-{job}-")
+        result_file = Path(workdir) / "result.json"
+        env_vars["MEMWAL_RESULT_FILE"] = str(result_file)
+        try:
+            if self.storage_options:
+                opts_file = Path(workdir) / "storage-options.json"
+                fd = os.open(opts_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "w") as f:
+                    json.dump(self.storage_options, f)
+                app_args += ["--storage-options-json", f"@{opts_file}"]
+            spark = SparkSubmitHook(conf=conf, conn_id=spark_conn_id, name=f"memwal-{job}",
+                                    application_args=app_args, env_vars=env_vars)
+            self._spark_hook = spark
+            if on_spark_hook:
+                on_spark_hook(spark)
+            started = time.monotonic()
+            failure: Exception | None = None
+            try:
+                spark.submit(str(job_script(job)))
+            except Exception as exc:
+                failure = exc
+            result = _read_result(result_file)
+            log.info("memwal-%s on %s: spark-submit finished in %.1fs", job, what, time.monotonic() - started)
+        finally:
+            for p in Path(workdir).glob("*"):
+                p.unlink(missing_ok=True)
+            os.rmdir(workdir)
+        if result is None:
+            tail = next((ln for ln in reversed(str(failure or "").splitlines()) if ln.strip()), "no output")
+            raise MemWalTaskError(f"memwal-{job} on {what}: spark-submit (master {master}, Spark connection "
+                                  f"{spark_conn_id!r}) ended before the job reported a result: {_one_line(tail)}; "
+                                  "see the log above, the task retry resumes from merged_generations")
+        code, summary, error = result.get("exit"), result.get("summary"), result.get("error")
+        if code in (jobs.EXIT_OK, jobs.EXIT_PARTIAL) and isinstance(summary, dict):
+            return JobRun(job, summary, code, error)
+        error = error or f"exit {code}"
+        if code == jobs.EXIT_USAGE:
+            raise AirflowFailException(f"memwal-{job} on {what}: {error}")
+        raise _storage_problem(RuntimeError(error), f"memwal-{job} on {what} (Spark)", self.memwal_conn_id)
+
+    def _spark_master(self, spark_conn_id: str, what: str) -> str:
+        """The master URL the Spark provider will use for this connection (as SparkSubmitHook derives it)."""
+        try:
+            conn = self.get_connection(spark_conn_id)
+        except AirflowNotFoundException:
+            raise AirflowFailException(
+                f"{what}: Spark connection {spark_conn_id!r} is not defined: create it (type spark, host "
+                "local[*] or spark://HOST with port 7077) or set spark_conn_id / engine: in_process for the table"
+            ) from None
+        if conn.conn_type == "spark" and conn.host and ("://" in conn.host or not conn.port):
+            master = conn.host
+        else:
+            master = f"{conn.conn_type}://{conn.host or ''}"
+        return f"{master}:{conn.port}" if conn.port else master
+
+    def on_kill(self) -> None:
+        if self._spark_hook is not None:
+            self._spark_hook.on_kill()
+
+
+def _check_master_reachable(master: str, spark_conn_id: str, what: str, timeout: float = 5.0) -> None:
+    """A standalone master that does not answer fails fast (spark-submit would retry for a minute)."""
+    if not master.startswith("spark://"):
+        return
+    for hostport in master[len("spark://"):].split(","):
+        host, _, port = hostport.rpartition(":")
+        try:
+            with socket.create_connection((host or hostport, int(port or 7077)), timeout=timeout):
+                return
+        except (OSError, ValueError):
+            continue
+    raise MemWalTaskError(f"{what}: Spark master {master} (Spark connection {spark_conn_id!r}) is not reachable: "
+                          "start it or fix the connection; nothing was submitted")
+
+
+def _read_result(path: Path) -> dict | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _uri_and_name(table: str | TableConfig) -> tuple[str, str]:
+    if isinstance(table, str):
+        return table, f"table at {table}"
+    return table.uri, f"table {table.name!r} ({table.uri})"
+
+
+def _rows(refs: Sequence[Any], store: Any) -> int:
+    import lance
+
+    from memwal.storage import lance_storage_options
+
+    total = 0
+    for r in refs:
+        try:
+            total += lance.dataset(r.uri, storage_options=lance_storage_options(store.storage_options)).count_rows()
+        except Exception:
+            continue
+    return total
+
+
+def _job_namespace(job: str, uri: str, regions: Sequence[str] | None, options: Mapping[str, Any]) -> Any:
+    """argparse.Namespace of a job as `memwal.jobs` parses it (validated; one-line AirflowFailException)."""
+    import argparse
+
+    from memwal import jobs
+
+    parser = argparse.ArgumentParser(prog=f"memwal-{job}", add_help=False, exit_on_error=False)
+    jobs.add_common_arguments(parser)
+    jobs.add_job_arguments(parser, job)
+    known = {a.dest for a in parser._actions}
+    unknown = set(options) - known
+    if unknown:
+        raise AirflowFailException(f"memwal {job}: unknown option(s) {sorted(unknown)}")
+    argv = [uri]
+    for r in regions or []:
+        argv += ["--region", str(r)]
+    argv += jobs.job_argv(job, {k: v for k, v in options.items() if v is not None})
+    try:
+        args = parser.parse_args(argv)
+        jobs.validate_job_arguments(job, args)
+    except (argparse.ArgumentError, argparse.ArgumentTypeError) as exc:
+        raise AirflowFailException(f"memwal {job}: {exc}") from None
+    return args
+
+
+def _mask(opts: Mapping[str, str]) -> None:
+    """Register secret-looking storage option values with Airflow's secrets masker."""
+    try:
+        from airflow.sdk.log import mask_secret
+    except ImportError:  # pragma: no cover
+        return
+    for key, value in opts.items():
+        if value and any(h in key.lower() for h in _SECRET_HINTS):
+            mask_secret(value, key)
+

@@ -1,0 +1,288 @@
+"""Operators for the four MemWAL jobs: merge, index catch-up, snapshot refresh, GC.
+
+Each resolves its table from the tables configuration at run time (`memwal.airflow.config.get_table`,
+the Variable override included), runs the job through `MemWalHook` on the table's engine (spark: the
+existing `spark_jobs/` entry point through the Spark provider's SparkSubmitHook; in_process: the same
+library code in the worker), and returns the job's JSON summary (XCom `return_value`). Exit status 3
+(some regions or indexes failed) pushes the summary first, then fails the task with the one-line reason.
+Every job is idempotent and resumes from what the table records (merged_generations, index catch-up
+progress), so every task is safe to retry.
+
+The merge operator emits an asset event on the table's asset (`memwal.airflow.assets.table_asset`)
+through its AssetAlias outlet when it merged anything, its extra carrying the merge summary.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from airflow.sdk import AssetAlias, BaseOperator
+from airflow.sdk.exceptions import AirflowFailException
+
+from memwal.airflow.hooks.memwal import JobRun, MemWalHook, MemWalTaskError
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from memwal.airflow.config import TableConfig
+
+__all__ = [
+    "MemWalCatchupOperator",
+    "MemWalGcOperator",
+    "MemWalJobOperator",
+    "MemWalMergeOperator",
+    "MemWalSnapshotOperator",
+    "merge_event_extra",
+]
+
+
+def _regions(value: Any) -> list[str] | None:
+    """Regions as given (a list, a JSON/Python list rendered by a template, comma-separated, or empty)."""
+    if value is None or value == "" or value == []:
+        return None
+    if isinstance(value, str):
+        text = value.strip()
+        if text in ("", "None", "[]", "all"):
+            return None
+        if text.startswith("["):
+            try:
+                value = json.loads(text)
+            except ValueError:
+                value = ast.literal_eval(text)
+        else:
+            value = [p for p in (s.strip() for s in text.split(",")) if p]
+    if not isinstance(value, Sequence) or isinstance(value, str):
+        raise AirflowFailException(f"regions must be a list of region ids (UUIDs), got {value!r}")
+    return [str(v) for v in value] or None
+
+
+def _optional_int(name: str, value: Any) -> int | None:
+    if value is None or (isinstance(value, str) and value.strip() in ("", "None", "null")):
+        return None
+    try:
+        out = int(value)
+    except (TypeError, ValueError):
+        raise AirflowFailException(f"{name} must be an integer, got {value!r}") from None
+    if out < 1:
+        raise AirflowFailException(f"{name} must be >= 1, got {out}")
+    return out
+
+
+class MemWalJobOperator(BaseOperator):
+    """Base: run `job` on a configured table; subclasses add the job's options."""
+
+    job: ClassVar[str] = ""
+    template_fields: Sequence[str] = ("table", "regions", "engine")
+    ui_color = "#e8f0fe"
+
+    def __init__(self, *, table: str, regions: Any = None, engine: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.table = table
+        self.regions = regions
+        self.engine = engine
+        self._hook: MemWalHook | None = None
+
+    # what subclasses override
+    def job_options(self, cfg: TableConfig) -> dict[str, Any]:
+        return {}
+
+    def after_job(self, context: Context, cfg: TableConfig, run: JobRun) -> None:
+        """Called with the summary of a job that ran (exit 0 or 3), before the task's outcome."""
+
+    def table_config(self) -> TableConfig:
+        from memwal.airflow.config import TableConfigError, get_table
+
+        try:
+            return get_table(str(self.table).strip())
+        except TableConfigError as exc:
+            raise AirflowFailException(str(exc)) from None
+
+    def resolved_engine(self, cfg: TableConfig) -> str:
+        engine = (self.engine or "").strip() if isinstance(self.engine, str) else self.engine
+        if not engine or engine in ("default", "None"):
+            return cfg.engine
+        if engine not in ("spark", "in_process"):
+            raise AirflowFailException(f"engine {engine!r} is not spark, in_process or default")
+        return engine
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        cfg = self.table_config()
+        self._hook = MemWalHook.for_table(cfg)
+        what = f"table {cfg.name!r} ({cfg.uri})"
+        regions = self._hook.validate_regions(cfg.uri, _regions(self.regions), what) if self.job in (
+            "merge", "gc") else None
+        run = self._hook.run_job(
+            self.job, cfg, regions=regions, options=self.job_options(cfg), engine=self.resolved_engine(cfg),
+            spark_conn_id=cfg.spark_conn_id, spark_conf=cfg.spark_conf,
+        )
+        summary = dict(run.summary)
+        summary.setdefault("table", cfg.name)
+        self.after_job(context, cfg, JobRun(run.job, summary, run.returncode, run.reason))
+        if run.returncode != 0:
+            context["ti"].xcom_push(key="return_value", value=summary)
+            raise MemWalTaskError(f"memwal {self.job} on {what}: {run.reason or f'exit {run.returncode}'} "
+                                  "(summary pushed to XCom; the retry resumes)")
+        return summary
+
+    def on_kill(self) -> None:
+        if self._hook is not None:
+            self._hook.on_kill()
+
+
+def merge_event_extra(cfg: TableConfig, summary: dict[str, Any]) -> dict[str, Any]:
+    """The asset event's extra of a merge: per region the generations merged, and the row counts."""
+    return {
+        "table": cfg.name,
+        "table_uri": summary.get("table_uri", cfg.uri),
+        "table_version_before": summary.get("table_version_before"),
+        "table_version_after": summary.get("table_version_after"),
+        "generations_merged": summary.get("generations_merged", 0),
+        "rows_upserted": summary.get("rows_upserted", 0),
+        "rows_deleted": summary.get("rows_deleted", 0),
+        "regions": {
+            r["region_id"]: {
+                "generations": r.get("generations", []),
+                "merged_generation_before": r.get("merged_generation_before"),
+                "merged_generation_after": r.get("merged_generation_after"),
+                "rows_upserted": r.get("rows_upserted", 0),
+                "rows_deleted": r.get("rows_deleted", 0),
+            }
+            for r in summary.get("regions", [])
+            if r.get("generations")
+        },
+    }
+
+
+class MemWalMergeOperator(MemWalJobOperator):
+    """Merge flushed generations (ascending per region) into the base table; emits a table asset event.
+
+    `up_to_generation` needs exactly one region. `max_generations_per_run` / `max_bytes_per_run` bound
+    what this one task merges (backfill chunks): the bound is applied to what is pending when the task
+    starts, so a retry or a concurrent merger never makes a chunk larger.
+    """
+
+    job = "merge"
+    template_fields: Sequence[str] = (
+        "table", "regions", "engine", "up_to_generation", "max_generations_per_commit", "max_bytes_per_commit",
+        "max_generations_per_run", "max_bytes_per_run",
+    )
+
+    def __init__(self, *, up_to_generation: Any = None, max_generations_per_commit: Any = None,
+                 max_bytes_per_commit: Any = None, max_generations_per_run: Any = None,
+                 max_bytes_per_run: Any = None, **kwargs: Any) -> None:
+        kwargs.setdefault("outlets", [AssetAlias(MERGED_ALIAS)])
+        super().__init__(**kwargs)
+        self.up_to_generation = up_to_generation
+        self.max_generations_per_commit = max_generations_per_commit
+        self.max_bytes_per_commit = max_bytes_per_commit
+        self.max_generations_per_run = max_generations_per_run
+        self.max_bytes_per_run = max_bytes_per_run
+
+    def job_options(self, cfg: TableConfig) -> dict[str, Any]:
+        return {
+            "max_generations_per_commit": _optional_int("max_generations_per_commit", self.max_generations_per_commit)
+            or cfg.max_generations_per_commit,
+            "max_bytes_per_commit": _optional_int("max_bytes_per_commit", self.max_bytes_per_commit)
+            or cfg.max_bytes_per_commit,
+            "up_to_generation": _optional_int("up_to_generation", self.up_to_generation),
+        }
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        gens = _optional_int("max_generations_per_run", self.max_generations_per_run)
+        nbytes = _optional_int("max_bytes_per_run", self.max_bytes_per_run)
+        if gens or nbytes:
+            bounded = self._bounded_up_to(gens, nbytes)
+            if bounded is None:
+                cfg = self.table_config()
+                self.log.info("table %s: nothing pending within this chunk; already merged", cfg.name)
+                return {"job": "merge", "table": cfg.name, "table_uri": cfg.uri, "generations_merged": 0,
+                        "commits": 0, "rows_upserted": 0, "rows_deleted": 0, "failed_regions": [], "regions": []}
+            self.up_to_generation = bounded
+        return super().execute(context)
+
+    def _bounded_up_to(self, gens: int | None, nbytes: int | None) -> int | None:
+        """The highest generation this chunk may merge from where its region stands now (None: nothing)."""
+        cfg = self.table_config()
+        hook = MemWalHook.for_table(cfg)
+        what = f"table {cfg.name!r} ({cfg.uri})"
+        regions = hook.validate_regions(cfg.uri, _regions(self.regions), what) or []
+        if len(regions) != 1:
+            raise AirflowFailException("a bounded merge chunk (max_generations_per_run / max_bytes_per_run) needs "
+                                       "exactly one region")
+        limit = _optional_int("up_to_generation", self.up_to_generation)
+        pending = hook.pending_work(cfg, regions, limit)
+        if not pending or not pending[0]["generations"]:
+            return None
+        up_to, total = None, 0
+        for i, (g, b) in enumerate(zip(pending[0]["generations"], pending[0]["generation_bytes"], strict=True)):
+            if i and ((gens and i >= gens) or (nbytes and total + b > nbytes)):
+                break
+            up_to, total = g, total + b
+        return up_to
+
+    def after_job(self, context: Context, cfg: TableConfig, run: JobRun) -> None:
+        if run.returncode != 0 or not run.summary.get("generations_merged"):
+            return
+        from memwal.airflow.assets import table_asset
+
+        extra = merge_event_extra(cfg, run.summary)
+        for outlet in self.outlets or []:
+            if isinstance(outlet, AssetAlias):
+                context["outlet_events"][outlet].add(table_asset(cfg), extra=extra)
+
+
+MERGED_ALIAS = "memwal_merged"
+
+
+class MemWalCatchupOperator(MemWalJobOperator):
+    """Index catch-up: optimise every maintained index (or `indexes`); with `rebuild=True`, recreate them
+    from scratch first."""
+
+    job = "catchup"
+    template_fields: Sequence[str] = ("table", "engine", "indexes", "rebuild")
+
+    def __init__(self, *, indexes: Any = None, rebuild: Any = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.indexes = indexes
+        self.rebuild = rebuild
+
+    def job_options(self, cfg: TableConfig) -> dict[str, Any]:
+        return {"index": _regions(self.indexes)}
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        if str(self.rebuild).lower() in ("true", "1", "yes"):
+            cfg = self.table_config()
+            hook = MemWalHook.for_table(cfg)
+            rebuilt = hook.rebuild_indexes(cfg, _regions(self.indexes))
+            self.log.info("table %s: rebuilt indexes %s from scratch", cfg.name, ", ".join(rebuilt) or "(none)")
+        return super().execute(context)
+
+
+class MemWalSnapshotOperator(MemWalJobOperator):
+    """Snapshot refresh of the MemWAL index (region manifests read in parallel)."""
+
+    job = "snapshot"
+    template_fields: Sequence[str] = ("table", "engine")
+
+    def job_options(self, cfg: TableConfig) -> dict[str, Any]:
+        return {"inline_threshold": cfg.snapshot_inline_threshold}
+
+
+class MemWalGcOperator(MemWalJobOperator):
+    """GC of merged, index-covered generations no retained table version needs. `dry_run` (or the table's
+    `gc.enabled: false`) lists what would go and deletes nothing."""
+
+    job = "gc"
+    template_fields: Sequence[str] = ("table", "regions", "engine", "dry_run")
+
+    def __init__(self, *, dry_run: Any = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.dry_run = dry_run
+
+    def job_options(self, cfg: TableConfig) -> dict[str, Any]:
+        dry = str(self.dry_run).lower() in ("true", "1", "yes") or not cfg.gc.enabled
+        return {"dry_run": dry, "keep_manifest_versions": cfg.gc.keep_manifest_versions,
+                "grace_period_s": cfg.gc.grace_period_s}

@@ -1,0 +1,59 @@
+"""Pure planning for the DAGs: region batches for the maintenance merge and chunks for a backfill.
+
+No I/O here: the inputs are `MemWalHook.pending_work` rows (region_id, generations ascending,
+generation_bytes, rows, bytes), the outputs are what the mapped merge tasks expand over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["backfill_chunks", "region_batches"]
+
+
+def region_batches(pending: Sequence[dict[str, Any]], max_batches: int) -> list[list[str]]:
+    """Regions with pending work in at most `max_batches` groups of similar bytes (largest first into the
+    lightest group), one Spark application each. Every region appears exactly once; ids sorted per batch."""
+    work = [p for p in pending if p.get("generations")]
+    if not work:
+        return []
+    n = max(1, min(max_batches, len(work)))
+    groups: list[tuple[int, list[str]]] = [(0, []) for _ in range(n)]
+    for p in sorted(work, key=lambda p: (-int(p.get("bytes", 0)), p["region_id"])):
+        i = min(range(n), key=lambda k: (groups[k][0], len(groups[k][1])))
+        total, ids = groups[i]
+        groups[i] = (total + int(p.get("bytes", 0)), [*ids, p["region_id"]])
+    return [sorted(ids) for _, ids in groups if ids]
+
+
+def backfill_chunks(
+    pending: Sequence[dict[str, Any]], max_generations: int | None, max_bytes: int | None
+) -> list[dict[str, Any]]:
+    """The backlog as bounded chunks, one merge (Spark application) each, in the order to run them:
+    per region, consecutive generations (ascending) up to `max_generations` and `max_bytes` per chunk
+    (always at least one generation). Each chunk: regions [id], up_to_generation, generations, bytes, rows
+    (rows spread evenly: an estimate for display)."""
+    chunks: list[dict[str, Any]] = []
+    for p in sorted(pending, key=lambda p: p["region_id"]):
+        gens: list[int] = list(p.get("generations") or [])
+        sizes: list[int] = list(p.get("generation_bytes") or [0] * len(gens))
+        rows_per_gen = int(p.get("rows", 0)) / len(gens) if gens else 0
+        current: list[int] = []
+        current_bytes = 0
+        for g, b in zip(gens, sizes, strict=True):
+            full = (max_generations and len(current) >= max_generations) or (
+                max_bytes and current and current_bytes + b > max_bytes)
+            if current and full:
+                chunks.append(_chunk(p["region_id"], current, current_bytes, rows_per_gen))
+                current, current_bytes = [], 0
+            current.append(g)
+            current_bytes += b
+        if current:
+            chunks.append(_chunk(p["region_id"], current, current_bytes, rows_per_gen))
+    return chunks
+
+
+def _chunk(region_id: str, gens: list[int], nbytes: int, rows_per_gen: float) -> dict[str, Any]:
+    return {"regions": [region_id], "up_to_generation": gens[-1], "generations": [gens[0], gens[-1]],
+            "bytes": nbytes, "rows": round(rows_per_gen * len(gens))}
