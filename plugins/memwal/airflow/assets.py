@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
     from memwal.airflow.config import TableConfig
 
-__all__ = ["table_asset"]
+__all__ = ["lag_asset", "lag_asset_name", "table_asset"]
 
 
 def table_asset(cfg: TableConfig) -> Asset:
@@ -24,3 +24,37 @@ def table_asset(cfg: TableConfig) -> Asset:
 
     return Asset(name=f"memwal__{cfg.name}", uri=f"memwal://{cfg.name}", group="memwal",
                  extra={"table_uri": cfg.uri})
+
+
+# --- the lag asset (airflow-lag) ------------------------------------------------------------------------
+
+DEFAULT_LAG_POLL_INTERVAL_S = 60.0
+
+
+def lag_asset_name(table: str) -> str:
+    """Name of a table's lag asset; its state store also keeps the lag history (memwal.airflow.history)."""
+    return f"memwal_lag__{table}"
+
+
+def lag_asset(cfg: TableConfig, *, watch: bool = True) -> Asset:
+    """The table's lag as an Asset, name `memwal_lag__<table>`, URI `memwal://<table>/lag`.
+
+    Its AssetWatcher runs `MemWalLagEventTrigger` in the triggerer, which emits an event each time the
+    table's lag crosses one of its thresholds; the maintenance DAG is scheduled on this asset (besides its
+    clock). `watch=False` gives the same asset without the watcher (for inlets and references).
+    """
+    from airflow.sdk import Asset, AssetWatcher
+
+    from memwal.airflow.triggers.memwal import MemWalLagEventTrigger, thresholds_of
+
+    watchers = []
+    if watch:
+        trigger = MemWalLagEventTrigger(
+            table=cfg.name,
+            table_uri=cfg.uri,
+            conn_id=cfg.conn_id,
+            thresholds=thresholds_of(cfg),
+            poll_interval_s=float(getattr(cfg, "lag_poll_interval_s", None) or DEFAULT_LAG_POLL_INTERVAL_S),
+        )
+        watchers.append(AssetWatcher(name=f"memwal_lag_watcher__{cfg.name}", trigger=trigger))
+    return Asset(name=lag_asset_name(cfg.name), uri=f"memwal://{cfg.name}/lag", group="memwal", watchers=watchers)

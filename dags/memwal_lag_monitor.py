@@ -1,0 +1,62 @@
+"""memwal_lag_monitor: every few minutes, per configured table (one mapped task each): measure the lag,
+emit the `memwal.*` metrics, record the lag history, and alert through the table's notifiers once when a
+threshold is crossed and once when it is back under. Logic lives in `memwal.airflow.monitor`; this file
+only wires (it reads the tables file for the lag assets the tasks keep their state in, nothing else).
+
+Schedule: $MEMWAL_LAG_MONITOR_SCHEDULE (default every 5 minutes).
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timedelta
+
+from airflow.sdk import dag, get_current_context, task
+
+from memwal.airflow.assets import lag_asset
+from memwal.airflow.config import TableConfigError, load_tables_and_errors
+
+try:
+    _TABLES = load_tables_and_errors(use_variable=False)[0]
+except TableConfigError:  # the maintenance DAGs report a broken tables file; the monitor still loads
+    _TABLES = {}
+
+
+@dag(
+    dag_id="memwal_lag_monitor",
+    schedule=os.environ.get("MEMWAL_LAG_MONITOR_SCHEDULE", "*/5 * * * *"),
+    start_date=datetime(2024, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    dagrun_timeout=timedelta(minutes=30),
+    tags=["memwal"],
+    default_args={"retries": 1, "retry_delay": timedelta(seconds=30)},
+    doc_md=__doc__,
+)
+def memwal_lag_monitor():
+    @task
+    def configured_tables() -> list[str]:
+        """Tables to check now (the tables file with the `memwal_tables` Variable applied)."""
+        from memwal.airflow.config import load_tables
+
+        return sorted(load_tables())
+
+    @task(map_index_template="{{ memwal_table }}", inlets=[lag_asset(cfg) for cfg in _TABLES.values()])
+    def check_lag(table: str) -> dict:
+        """Metrics, history and alerts for one table; fails (after alerting) if its lag cannot be measured."""
+        from airflow.sdk.exceptions import AirflowException
+
+        from memwal.airflow.config import get_table
+        from memwal.airflow.monitor import check_table_lag
+
+        context = get_current_context()
+        context["memwal_table"] = table  # type: ignore[typeddict-unknown-key]
+        result = check_table_lag(get_table(table), context=context)
+        if result["error"]:
+            raise AirflowException(f"table {table!r}: lag not measured: {result['error']}")
+        return result
+
+    check_lag.expand(table=configured_tables())
+
+
+memwal_lag_monitor()

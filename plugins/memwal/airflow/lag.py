@@ -1,0 +1,95 @@
+"""Lag of a MemWAL table as the Airflow side sees it: one measurement, the thresholds, the breaches.
+
+`measure` is `memwal.status` (per region: unmerged generations, rows, bytes, age of the oldest unmerged
+generation, index lag) plus the age of the MemWAL index snapshot (a table-wide value). `breaches` holds a
+measurement against a table's thresholds; the monitor, the event trigger and the sensor all use it, so
+they agree on what "behind" means. No Airflow imports: safe in the triggerer, a worker and a test.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from memwal.mem_wal_index import load_index
+from memwal.status import table_status
+
+__all__ = ["REGION_THRESHOLDS", "TABLE_THRESHOLDS", "THRESHOLD_KEYS", "breaches", "measure", "validate_thresholds"]
+
+# threshold key -> the per-region status field it limits
+REGION_THRESHOLDS: dict[str, str] = {
+    "max_unmerged_generations": "unmerged_generations",
+    "max_unmerged_bytes": "unmerged_bytes",
+    "max_oldest_unmerged_age_s": "oldest_unmerged_age_s",
+    "max_index_lag": "index_lag_generations",
+}
+# threshold key -> the table-wide field it limits
+TABLE_THRESHOLDS: dict[str, str] = {"max_snapshot_age_s": "snapshot_age_s"}
+THRESHOLD_KEYS = (*REGION_THRESHOLDS, *TABLE_THRESHOLDS)
+
+
+def validate_thresholds(thresholds: Mapping[str, Any] | None, where: str = "thresholds") -> dict[str, float]:
+    """Known keys with numeric values >= 0 (None dropped); one ValueError naming the bad key otherwise."""
+    out: dict[str, float] = {}
+    for key, value in (thresholds or {}).items():
+        if key not in THRESHOLD_KEYS:
+            raise ValueError(f"{where}: unknown threshold {key!r}; known: {', '.join(THRESHOLD_KEYS)}")
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            raise ValueError(f"{where}: threshold {key!r} must be a number >= 0, got {value!r}")
+        out[key] = value
+    return out
+
+
+def measure(uri: str, storage_options: dict[str, str] | None = None, now: float | None = None) -> dict[str, Any]:
+    """`memwal status` of the table (its JSON summary) plus `snapshot_ts_millis` and `snapshot_age_s`.
+
+    snapshot_age_s is None when no snapshot was ever written.
+    """
+    now = time.time() if now is None else now
+    summary = table_status(uri, storage_options).to_dict()
+    ts = load_index(uri, storage_options).details.snapshot_ts_millis
+    summary["snapshot_ts_millis"] = ts or None
+    summary["snapshot_age_s"] = max(0.0, now - ts / 1000.0) if ts else None
+    return summary
+
+
+def breaches(summary: Mapping[str, Any], thresholds: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """Every region value above its threshold, unreadable regions, and a stale or missing snapshot.
+
+    Each breach: key (stable id of what is breached, for alert state), region_id (None for the table),
+    metric, value, threshold, message.
+    """
+    limits = validate_thresholds(thresholds)
+    out: list[dict[str, Any]] = []
+    for region in summary.get("regions", []):
+        rid = region["region_id"]
+        for key, metric in REGION_THRESHOLDS.items():
+            value = region.get(metric)
+            if key in limits and value is not None and value > limits[key]:
+                out.append(_breach(rid, metric, value, limits[key]))
+        if region.get("error"):
+            out.append({**_breach(rid, "unreadable", 1, 0), "message": f"region {rid}: {region['error']}"})
+    if "max_snapshot_age_s" in limits and summary.get("num_regions", 0) > 0:
+        age = summary.get("snapshot_age_s")
+        if age is None:
+            out.append({**_breach(None, "snapshot_age_s", None, limits["max_snapshot_age_s"]),
+                        "message": "table: no MemWAL index snapshot was ever written"})
+        elif age > limits["max_snapshot_age_s"]:
+            out.append(_breach(None, "snapshot_age_s", age, limits["max_snapshot_age_s"]))
+    return out
+
+
+def _breach(region_id: str | None, metric: str, value: float | None, threshold: float) -> dict[str, Any]:
+    where = f"region {region_id}" if region_id else "table"
+    shown = "none" if value is None else f"{value:g}"
+    return {
+        "key": f"{region_id or 'table'}:{metric}",
+        "region_id": region_id,
+        "metric": metric,
+        "value": value,
+        "threshold": threshold,
+        "message": f"{where}: {metric} {shown} > {threshold:g}",
+    }

@@ -1,0 +1,73 @@
+"""One lag check of one table, as the `memwal_lag_monitor` DAG runs it every few minutes.
+
+Measure (`memwal status` + snapshot age), emit the metrics (`memwal.airflow.metrics`), record the history
+(`memwal.airflow.history`), hold the lag against the table's thresholds, and notify once when a threshold
+is crossed and once when the table is back under (`memwal.airflow.alerts`, state kept across runs).
+A table whose storage cannot be read counts as a breach (`table:unreachable`), so it alerts too.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from memwal.airflow import alerts, history
+from memwal.airflow.lag import breaches, measure
+from memwal.airflow.metrics import emit_lag_metrics
+from memwal.airflow.triggers.memwal import thresholds_of
+
+__all__ = ["check_table_lag"]
+
+log = logging.getLogger(__name__)
+
+
+def _measure(cfg: Any) -> tuple[dict[str, Any], list[dict[str, Any]], str | None]:
+    """(summary, breaches, error): an unreadable table gives an empty summary and one breach."""
+    from memwal.airflow.hooks.memwal import MemWalHook
+
+    what = f"table {cfg.name!r} ({cfg.uri})"
+    try:
+        hook = MemWalHook.for_table(cfg)
+        hook.open_index(cfg.uri, what)  # one-line errors: missing table, no MemWAL, storage unreachable
+        summary = measure(cfg.uri, hook.storage_options)
+    except Exception as exc:
+        error = " ".join(str(exc).split())[:500] or type(exc).__name__
+        summary = {"table_uri": cfg.uri, "num_regions": 0, "regions": [], "error": error}
+        found = [{"key": "table:unreachable", "region_id": None, "metric": "unreachable", "value": None,
+                  "threshold": None, "message": f"table: lag not measured: {error}"}]
+        return summary, found, error
+    return summary, breaches(summary, thresholds_of(cfg)), None
+
+
+def check_table_lag(cfg: Any, *, notifiers: Sequence[Any] | None = None, context: Mapping[str, Any] | None = None,
+                    at: datetime | None = None) -> dict[str, Any]:
+    """Check one table; returns a small JSON-ready result (for XCom: no secrets, no per-region list).
+
+    notifiers: None -> the table's configured ones (`alerts.notifiers_for`); a list replaces them.
+    """
+    at = at or datetime.now(UTC)
+    summary, found, error = _measure(cfg)
+    sent = [] if error else emit_lag_metrics(cfg.name, summary, len(found))
+    history.record(cfg.name, {**summary, "breaches": found}, at)
+    state = history.load_alert_state(cfg.name)
+    alert, new_state = alerts.transition(cfg.name, found, state, at.isoformat(timespec="seconds"), summary)
+    if alert is not None:
+        chosen = alerts.notifiers_for(cfg) if notifiers is None else [alerts.build_notifier(n, cfg.name)
+                                                                     for n in notifiers]
+        log.info("table %s: %s alert to %d notifier(s): %s", cfg.name, alert["state"], len(chosen), alert["text"])
+        alerts.send(alert, chosen, context)  # raises before the state advances: the next run sends it again
+    history.save_alert_state(cfg.name, new_state)
+    for b in found:
+        log.warning("table %s: %s", cfg.name, b["message"])
+    return {
+        "table": cfg.name,
+        "at": at.isoformat(timespec="seconds"),
+        "error": error,
+        "breaches": [b["message"] for b in found],
+        "alert": alert["state"] if alert else None,
+        "metrics_sent": len(sent),
+        **{k: summary.get(k) for k in ("num_regions", "unmerged_generations", "unmerged_rows", "unmerged_bytes",
+                                       "oldest_unmerged_age_s", "max_index_lag_generations", "snapshot_age_s")},
+    }

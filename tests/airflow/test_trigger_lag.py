@@ -1,0 +1,129 @@
+"""The lag triggers: serialize round trip, the event trigger fires on each crossing (and not while below or
+while still behind), and storage credentials come from the connection inside run(), never from kwargs."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+
+import pytest
+from lag_support import add_generations, lance_core_table
+
+from memwal.airflow.triggers.memwal import MemWalLagEventTrigger, MemWalLagTrigger
+from memwal.merge import merge_table
+
+
+def _roundtrip(trigger):
+    path, kwargs = trigger.serialize()
+    module, _, name = path.rpartition(".")
+    cls = getattr(importlib.import_module(module), name)
+    assert cls is type(trigger)
+    json.dumps(kwargs)  # stored in the metadata DB: must be plain JSON
+    again = cls(**kwargs)
+    assert again.serialize() == (path, kwargs)
+    return kwargs
+
+
+def test_serialize_round_trip_holds_every_argument():
+    event = MemWalLagEventTrigger(table="orders", table_uri="s3://lake/orders", conn_id="lake",
+                                  thresholds={"max_unmerged_generations": 5, "max_snapshot_age_s": 60},
+                                  poll_interval_s=30)
+    assert _roundtrip(event) == {"table": "orders", "table_uri": "s3://lake/orders", "conn_id": "lake",
+                                 "thresholds": {"max_unmerged_generations": 5, "max_snapshot_age_s": 60},
+                                 "poll_interval_s": 30.0}
+    plain = MemWalLagTrigger(table="orders", table_uri="/t", thresholds={"max_index_lag": 1}, wait_for="breached")
+    assert _roundtrip(plain)["wait_for"] == "breached"
+
+
+def test_bad_threshold_names_the_key():
+    with pytest.raises(ValueError, match="max_unmerged_rows"):
+        MemWalLagEventTrigger(table="t", table_uri="/t", thresholds={"max_unmerged_rows": 1})
+
+
+def test_event_trigger_fires_once_per_crossing(local_location):
+    """gens: 3 (limit 4) -> 3 -> write 2 -> 5: fire -> 5: still behind, no event -> merge -> 0 ->
+    write 5 -> 5: fire again. Events are counted against polls, no timing involved."""
+    loc = local_location
+    (region,) = lance_core_table(loc, regions=1, generations=3)
+    trigger = MemWalLagEventTrigger(table="t", table_uri=loc.uri, thresholds={"max_unmerged_generations": 4},
+                                    poll_interval_s=0.01)
+    polls: list[int] = []
+    real_poll = trigger._poll
+    after_poll = {2: lambda: add_generations(loc, region, 2, start=7000), 4: lambda: merge_table(loc.uri),
+                  5: lambda: add_generations(loc, region, 5, start=9000)}
+
+    async def counting_poll():
+        summary, found = await real_poll()
+        polls.append(summary["unmerged_generations"])
+        if len(polls) in after_poll:
+            after_poll[len(polls)]()
+        return summary, found
+
+    trigger._poll = counting_poll
+
+    async def two_events():
+        events = []
+        agen = trigger.run()
+        for _ in range(2):
+            event = await asyncio.wait_for(agen.__anext__(), timeout=120)
+            events.append((len(polls), event.payload))
+        await agen.aclose()
+        return events
+
+    events = asyncio.run(two_events())
+    assert polls == [3, 3, 5, 5, 0, 5], polls
+    assert [at for at, _ in events] == [3, 6], "an event at each crossing, none below or while still behind"
+    payload = events[0][1]
+    assert payload["table"] == "t" and payload["breached"] and payload["unmerged_generations"] == 5
+    assert [(b["region_id"], b["metric"], b["value"]) for b in payload["breaches"]] == [
+        (region, "unmerged_generations", 5)]
+
+
+def test_plain_trigger_fires_when_within(local_location):
+    loc = local_location
+    lance_core_table(loc, regions=1, generations=1)
+    trigger = MemWalLagTrigger(table="t", table_uri=loc.uri, thresholds={"max_unmerged_generations": 0},
+                               poll_interval_s=0.01)
+
+    polls: list[int] = []
+    real_poll = trigger._poll
+
+    async def counting_poll():
+        summary, found = await real_poll()
+        polls.append(summary["unmerged_generations"])
+        if len(polls) == 2:
+            merge_table(loc.uri)
+        return summary, found
+
+    trigger._poll = counting_poll
+
+    async def first():
+        return await asyncio.wait_for(trigger.run().__anext__(), timeout=120)
+
+    event = asyncio.run(first())
+    assert polls == [1, 1, 0], "waits while 1 unmerged generation > 0, fires once merged"
+    assert event.payload["status"] == "success" and event.payload["unmerged_generations"] == 0
+
+
+@pytest.mark.s3
+def test_event_trigger_reads_s3_through_the_connection(s3_location, monkeypatch):
+    """Credentials live in the `memwal` connection (here an env connection); kwargs name it only."""
+    loc = s3_location
+    lance_core_table(loc, regions=1, generations=2)
+    opts = loc.storage_options
+    conn = {"conn_type": "memwal", "host": opts["aws_endpoint"], "login": opts["aws_access_key_id"],
+            "password": opts["aws_secret_access_key"], "extra": {"region": "us-east-1", "allow_http": True}}
+    monkeypatch.setenv("AIRFLOW_CONN_LAG_S3", json.dumps(conn))
+    trigger = MemWalLagEventTrigger(table="s3t", table_uri=loc.uri, conn_id="lag_s3",
+                                    thresholds={"max_unmerged_generations": 1}, poll_interval_s=0.01)
+    assert opts["aws_secret_access_key"] not in json.dumps(trigger.serialize()[1])
+
+    async def first():
+        agen = trigger.run()
+        event = await asyncio.wait_for(agen.__anext__(), timeout=120)
+        await agen.aclose()
+        return event
+
+    event = asyncio.run(first())
+    assert event.payload["unmerged_generations"] == 2 and event.payload["table_uri"] == loc.uri
