@@ -291,6 +291,7 @@ def _run_job(
         try:
             log.info("%s: starting on %s", prefix, args.table)
             spark, owned = build_spark(job, spark_log_level=args.spark_log_level)
+            session_s = time.monotonic() - started
             sc = spark.sparkContext
             log.info("%s: Spark %s, master %s, application %s", prefix, spark.version, sc.master, sc.applicationId)
             result = run(spark, args)
@@ -298,6 +299,7 @@ def _run_job(
             summary.setdefault("job", job)
             summary.setdefault("spark_master", sc.master)
             summary.setdefault("spark_application_id", sc.applicationId)
+            summary.setdefault("spark_session_s", round(session_s, 3))  # from the driver's start to a session
         except Exception as exc:
             log.debug("%s failed", prefix, exc_info=True)
             _stop(spark, owned)

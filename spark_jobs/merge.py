@@ -3,7 +3,8 @@
     spark-submit [spark options] /abs/path/spark_jobs/merge.py TABLE [--region UUID]... \
         [--max-generations-per-commit N] [--max-bytes-per-commit SIZE] [--up-to-generation G]
 
-Planning, commits and conflict handling are `memwal.merge`'s; Spark only dedups (`spark_jobs.merge_dedup`).
+Planning, commits and conflict handling are `memwal.merge`'s; Spark dedups every region batch of a planning
+round in one job (`spark_jobs.merge_dedup`), after starting the executors' Python workers (`spark_warmup_s`).
 Prints one JSON line (`MergeSummary.to_dict()`) on stdout; see `spark_jobs.common` for exit statuses.
 """
 
@@ -13,7 +14,7 @@ import sys
 
 from memwal import jobs
 from spark_jobs import common
-from spark_jobs.merge_dedup import spark_dedup
+from spark_jobs.merge_dedup import spark_dedup, warm_up
 
 
 def build_parser():
@@ -21,7 +22,12 @@ def build_parser():
 
 
 def run(spark, args) -> dict:
-    return jobs.run_job("merge", args, dedup=spark_dedup(spark))
+    warm_s = warm_up(spark)  # part of the application's start-up, reported apart (spark_warmup_s)
+    dedup = spark_dedup(spark)
+    summary = jobs.run_job("merge", args, dedup=dedup)
+    summary["spark_warmup_s"] = round(warm_s, 3)
+    summary["spark_dedup"] = {k: round(v, 3) if isinstance(v, float) else v for k, v in dedup.stats.items()}
+    return summary
 
 
 def main(argv: list[str] | None = None) -> int:

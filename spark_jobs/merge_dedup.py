@@ -1,29 +1,26 @@
-"""The merge's parallel part on Spark: `spark_dedup(spark)` is a `memwal.merge.Dedup` hook.
+"""The merge's parallel part on Spark: `spark_dedup(spark)` is a `memwal.merge.Dedup` hook with `.batch`.
 
-The merge planner, the commit and the conflict handling stay in `memwal.merge`; for each commit it asks
-the hook for the newest version of every key among the planned generations. This module does that on
-the executors:
+The merge planner, the commits and the conflict handling stay in `memwal.merge`. For each planning round
+it hands this hook every region batch (consecutive generations of one region bound for one commit) at
+once, and gets back one `MergeInput` per batch:
 
-1. driver: one task per fragment of each planned generation (Lance metadata only; it also gives
-   rows_read without reading data);
-2. `spark.range(n, numPartitions=n)` is a DataFrame with exactly one row per task, and `mapInArrow`
-   opens that generation fragment with pylance on the executor and yields its rows with the generation
-   (`GEN_COLUMN`) and row address (`ROWADDR_COLUMN`);
-3. `row_number()` over the primary key ordered by (generation desc, row address desc) keeps the newest
-   version of each key: the same rule as `memwal.dedup.newest_per_key`;
-4. a second `mapInArrow` splits the winners with `memwal.merge.split_winners`; the executors write the
-   upserts, already in the base schema, as Arrow IPC files under a fresh staging prefix of the table
-   (`_mem_wal/_staging/merge-<uuid4>/part-*.arrow`, through `memwal.storage.ObjectStore`, so S3 works
-   too) and return only the file names and the tombstoned keys.
+1. driver: the region batches are dealt to tasks (largest first, round-robin), `spark.range(P, numPartitions=P)`
+   gives exactly one row per task, and ONE `mapInArrow` job runs them all, in parallel across executors;
+2. executor, per region batch: read its generations with pylance, keep the newest row per key
+   (`memwal.merge.dedup_generations`: the same pyarrow code as the in-process merge, so no value ever
+   crosses Spark's type system), write the upserts, already in the base schema, as Arrow IPC files under
+   the round's staging prefix (`_mem_wal/_staging/merge-<uuid4>/u<batch>/part-*.arrow`, through
+   `memwal.storage.ObjectStore`, so S3 works too), and return only file names, counts and the deleted
+   keys (an Arrow IPC blob). A batch that fails returns its error instead: only that region fails;
+3. a region batch larger than `task_bytes` is spread over the cluster instead: one task per generation
+   fragment, a window per key (`row_number()` over the primary key ordered by generation desc, row
+   address desc: the rule of `memwal.dedup.newest_per_key`), and a second `mapInArrow` that stages the
+   winners; values cross Spark in a wider Spark type there (uint64 as DECIMAL(20,0), fixed-size lists as
+   arrays) and are cast back on the executors; a cast that would lose data fails the batch.
 
 The driver never holds the upserts: `open_upserts()` streams the staged files one batch at a time and
-can be called again for a retried commit; `cleanup()` deletes the staging prefix (the library calls it
-after every commit attempt; a failed Spark job cleans up before raising).
-
-Spark has no unsigned integers and stores timestamps in microseconds, so values cross Spark in a wider
-Spark type (uint64 as DECIMAL(20,0), fixed-size lists as arrays) and are cast back to the base schema on
-the executors. A cast that would lose data (e.g. nanosecond timestamps with sub-microsecond parts) fails
-the job instead of changing data.
+can be called again for a retried commit; `cleanup()` deletes the batch's staging prefix (the library
+calls it after the commit attempt, or at the end of the round); a failed Spark job cleans up before raising.
 """
 
 from __future__ import annotations
@@ -42,16 +39,17 @@ from memwal import naming
 from memwal.dedup import GEN_COLUMN, ROWADDR_COLUMN
 from memwal.errors import MemWalError
 from memwal.generation import open_generation
-from memwal.merge import Dedup, GenerationRef, MergeInput, split_winners
+from memwal.merge import Dedup, GenerationRef, MergeInput, dedup_generations, read_generation, split_winners
 from memwal.storage import ObjectStore
-from spark_jobs.common import spark_error_line
+from spark_jobs.common import one_line, spark_error_line
 
-__all__ = ["STAGING_DIR", "spark_dedup"]
+__all__ = ["DEFAULT_TASK_BYTES", "STAGING_DIR", "spark_dedup", "warm_up"]
 
 log = logging.getLogger(__name__)
 
 STAGING_DIR = f"{naming.MEM_WAL_DIR}/_staging"
 DEFAULT_FILE_BYTES = 64 * 1024 * 1024
+DEFAULT_TASK_BYTES = 256 * 1024 * 1024
 _FILE = "__memwal_file"
 _ROWS = "__memwal_rows"
 _RANK = "__memwal_rank"
@@ -67,17 +65,51 @@ class _Task:
     fragment_id: int
 
 
-def spark_dedup(spark, *, file_bytes: int = DEFAULT_FILE_BYTES) -> Dedup:
+def spark_dedup(spark, *, file_bytes: int = DEFAULT_FILE_BYTES, task_bytes: int = DEFAULT_TASK_BYTES) -> Dedup:
     """A `memwal.merge.Dedup` that dedups on Spark and stages the upserts as Arrow IPC files.
 
-    file_bytes: an executor starts a new staged file after about this many bytes, which also bounds
-    what the driver holds while streaming them into the commit.
+    Called with one region batch it runs one Spark job for it; its `.batch` runs one job for a whole
+    planning round. file_bytes: an executor starts a new staged file after about this many bytes, which
+    also bounds what the driver holds while streaming them into the commit. task_bytes: a region batch
+    with more generation bytes than this is deduplicated by a shuffle across the cluster, not by one task.
     """
 
-    def dedup(refs: Sequence[GenerationRef], pk: list[str], schema: pa.Schema, store: ObjectStore) -> MergeInput:
-        return _dedup(spark, refs, pk, schema, store, file_bytes)
+    stats: dict = {}
 
+    def batch(batches: Sequence[Sequence[GenerationRef]], pk: list[str], schema: pa.Schema,
+              store: ObjectStore) -> list[MergeInput | Exception]:
+        return _dedup_batches(spark, batches, pk, schema, store, file_bytes, task_bytes, stats)
+
+    def dedup(refs: Sequence[GenerationRef], pk: list[str], schema: pa.Schema, store: ObjectStore) -> MergeInput:
+        result = batch([refs], pk, schema, store)[0]
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    dedup.batch = batch
+    dedup.stats = stats  # jobs, tasks, job_s (driver wall), task_read_s / task_dedup_s / task_stage_s (summed)
     return dedup
+
+
+def _warm(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    import lance  # noqa: F401 - the imports are the point: a task's first import costs about a second
+
+    import memwal.merge  # noqa: F401
+
+    yield from batches
+
+
+def warm_up(spark) -> float:
+    """Start the executors' Python workers (one task per core, importing pyarrow, lance and memwal) before
+    the merge plans, so that the merge's own job does not pay for it. Seconds taken."""
+    started = time.monotonic()
+    n = _task_count(spark, 1 << 30) // 2
+    _set_job_description(spark, "memwal merge: start the executors' Python workers")
+    try:
+        spark.range(0, n, 1, n).mapInArrow(_warm, "id long").toArrow()
+    finally:
+        _set_job_description(spark, None)
+    return time.monotonic() - started
 
 
 # --- types across Spark -----------------------------------------------------------------------------
@@ -267,7 +299,7 @@ def _set_job_description(spark, text: str | None) -> None:
         pass
 
 
-def _dedup(spark, refs: Sequence[GenerationRef], pk: list[str], schema: pa.Schema, store: ObjectStore,
+def _dedup_shuffle(spark, refs: Sequence[GenerationRef], pk: list[str], schema: pa.Schema, store: ObjectStore,
            file_bytes: int) -> MergeInput:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -337,6 +369,205 @@ def _dedup(spark, refs: Sequence[GenerationRef], pk: list[str], schema: pa.Schem
         rows_read=rows_read,
         cleanup=lambda: _cleanup(store, prefix),
     )
+
+
+# --- one task per region batch -----------------------------------------------------------------------
+
+_UNIT = "__memwal_unit"
+_READ = "__memwal_rows_read"
+_DELETED = "__memwal_deleted"
+_ERROR = "__memwal_error"
+
+
+_TIMES = ("read_s", "dedup_s", "stage_s")
+
+
+def _units_struct():
+    from pyspark.sql.types import BinaryType, DoubleType, LongType, StringType
+
+    return _struct([(_UNIT, LongType()), (_FILE, StringType()), (_ROWS, LongType()), (_READ, LongType()),
+                    (_DELETED, BinaryType()), (_ERROR, StringType())] + [(t, DoubleType()) for t in _TIMES])
+
+
+def _ipc_bytes(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def _unit_prefix(prefix: str, unit: int) -> str:
+    return f"{prefix}/u{unit:05d}"
+
+
+def _unit_runner(units: list[list[GenerationRef]], bins: list[list[int]], uri: str, storage_options: dict,
+                 prefix: str, pk: list[str], schema: pa.Schema, out: pa.Schema, file_bytes: int, batch_rows: int):
+    """Executor: the region batches of one task, each read, deduplicated and staged on its own."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        attempt = f"{ctx.attemptNumber()}-{uuid.uuid4().hex[:8]}" if ctx else uuid.uuid4().hex
+        store = ObjectStore(uri, storage_options)
+
+        def row(unit, file=None, rows=0, read=0, deleted=None, error=None, times=(0.0, 0.0, 0.0)):
+            return pa.RecordBatch.from_pylist(
+                [{_UNIT: unit, _FILE: file, _ROWS: rows, _READ: read, _DELETED: deleted, _ERROR: error,
+                  **dict(zip(_TIMES, times, strict=True))}], schema=out)
+
+        for ids in batches:
+            for b in ids.column(0).to_pylist():
+                for unit in bins[b]:
+                    refs = units[unit]
+                    try:
+                        t0 = time.perf_counter()
+                        tables = [read_generation(r, store) for r in refs]
+                        t1 = time.perf_counter()
+                        upserts, deletes, n = dedup_generations(tables, pk, schema)
+                        del tables
+                        t2 = time.perf_counter()
+                        staged = _StagedFiles(store, _unit_prefix(prefix, unit), schema, file_bytes, attempt)
+                        for chunk in upserts.to_batches(max_chunksize=batch_rows):
+                            staged.write(pa.Table.from_batches([chunk], schema))
+                        staged.finish()
+                        times = (t1 - t0, t2 - t1, time.perf_counter() - t2)
+                    except Exception as exc:  # reported as this region's failure; the other batches go on
+                        yield row(unit, error=one_line(exc))
+                        continue
+                    for path, rows in staged.written:
+                        yield row(unit, file=path, rows=rows)
+                    yield row(unit, rows=upserts.num_rows, read=n,
+                              deleted=_ipc_bytes(deletes) if deletes.num_rows else None, times=times)
+
+    return run
+
+
+class _RoundStaging:
+    """The staging prefix of one batch job: each unit's files go when the unit is done, the prefix (with
+    anything a failed task attempt left) when the last one is."""
+
+    def __init__(self, store: ObjectStore, prefix: str, units: int):
+        self.store, self.prefix, self.left = store, prefix, set(range(units))
+
+    def done(self, unit: int) -> None:
+        if unit not in self.left:
+            return
+        self.left.discard(unit)
+        _cleanup(self.store, self.prefix if not self.left else _unit_prefix(self.prefix, unit))
+
+
+def _deal(units: Sequence[Sequence[GenerationRef]], tasks: int) -> list[list[int]]:
+    """Units dealt to tasks, largest first, each to the task with the fewest bytes so far."""
+    bins: list[list[int]] = [[] for _ in range(tasks)]
+    load = [0] * tasks
+    for u in sorted(range(len(units)), key=lambda i: -sum(r.nbytes for r in units[i])):
+        t = load.index(min(load))
+        bins[t].append(u)
+        load[t] += sum(r.nbytes for r in units[u])
+    return [b for b in bins if b]
+
+
+def _task_count(spark, n_units: int) -> int:
+    try:
+        cores = int(spark.sparkContext.defaultParallelism)
+    except Exception:  # Spark Connect
+        cores = 2
+    return max(1, min(n_units, 2 * cores))
+
+
+def _dedup_batches(spark, batches: Sequence[Sequence[GenerationRef]], pk: list[str], schema: pa.Schema,
+                   store: ObjectStore, file_bytes: int, task_bytes: int, stats: dict) -> list[MergeInput | Exception]:
+    """One MergeInput (or the batch's error) per region batch: small ones in one job, large ones by shuffle."""
+    out: list[MergeInput | Exception | None] = [None] * len(batches)
+    small = [i for i, refs in enumerate(batches) if sum(r.nbytes for r in refs) <= task_bytes]
+    for i, refs in enumerate(batches):
+        if i not in small:
+            try:
+                out[i] = _dedup_shuffle(spark, refs, pk, schema, store, file_bytes)
+            except MemWalError as exc:
+                out[i] = exc
+    if small:
+        for i, result in zip(small, _dedup_units(spark, [list(batches[i]) for i in small], pk, schema, store,
+                                                 file_bytes, stats), strict=True):
+            out[i] = result
+    return out
+
+
+def _dedup_units(spark, units: list[list[GenerationRef]], pk: list[str], schema: pa.Schema, store: ObjectStore,
+                 file_bytes: int, stats: dict) -> list[MergeInput | Exception]:
+    started = time.monotonic()
+    prefix = f"{STAGING_DIR}/merge-{uuid.uuid4()}"
+    options = dict(store.storage_options)
+    bins = _deal(units, _task_count(spark, len(units)))
+    out_struct = _units_struct()
+    out_arrow = _arrow_schema(spark, out_struct)
+    batch_rows = int(spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch", "10000") or 10000)
+    regions = sorted({u[0].region_id for u in units})
+    what = f"{len(units)} region batch(es) of {len(regions)} region(s)"
+    _set_job_description(spark, f"memwal merge: dedup of {what} in {len(bins)} task(s)")
+    try:
+        result = spark.range(0, len(bins), 1, len(bins)).mapInArrow(
+            _unit_runner(units, bins, store.uri, options, prefix, pk, schema, out_arrow, file_bytes,
+                         max(1, batch_rows)),
+            out_struct,
+        ).toArrow()
+    except BaseException as exc:
+        _cleanup(store, prefix)
+        if not isinstance(exc, Exception):
+            raise
+        if len(units) == 1:
+            refs = units[0]
+            raise MemWalError(f"region {refs[0].region_id}: Spark dedup of generations "
+                              f"{[r.generation for r in refs]} failed: {spark_error_line(exc)}") from exc
+        raise MemWalError(f"Spark dedup of {what} failed: {spark_error_line(exc)}") from exc
+    finally:
+        _set_job_description(spark, None)
+
+    key_schema = pa.schema([schema.field(c) for c in pk])
+    files: dict[int, list[tuple[str, int]]] = {i: [] for i in range(len(units))}
+    done: dict[int, dict] = {}
+    for r in result.to_pylist():
+        u = r[_UNIT]
+        if r[_ERROR] is not None or r[_FILE] is None:
+            done[u] = r
+            for t in _TIMES:
+                stats[f"task_{t}"] = stats.get(f"task_{t}", 0.0) + (r[t] or 0.0)
+        else:
+            files[u].append((r[_FILE], r[_ROWS]))
+    inputs: list[MergeInput | Exception] = []
+    staged_rows = 0
+    staging = _RoundStaging(store, prefix, len(units))
+    for u, refs in enumerate(units):
+        region, gens = refs[0].region_id, [r.generation for r in refs]
+        info = done.get(u)
+        if info is None or info[_ERROR] is not None:
+            staging.done(u)
+            reason = info[_ERROR] if info else "no result from its task"
+            inputs.append(MemWalError(f"region {region}: Spark dedup of generations {gens} failed: {reason}"))
+            continue
+        paths = [p for p, _ in sorted(files[u])]
+        if sum(n for _, n in files[u]) != info[_ROWS]:
+            staging.done(u)
+            inputs.append(MemWalError(f"region {region}: Spark dedup of generations {gens} staged "
+                                      f"{sum(n for _, n in files[u])} of {info[_ROWS]} rows"))
+            continue
+        deleted = (pa.ipc.open_stream(info[_DELETED]).read_all().cast(key_schema) if info[_DELETED]
+                   else key_schema.empty_table())
+        staged_rows += info[_ROWS]
+        inputs.append(MergeInput(
+            open_upserts=(lambda paths=paths: _open_staged(store, paths, schema)),
+            deleted_keys=deleted,
+            rows_read=info[_READ],
+            cleanup=(lambda u=u: staging.done(u)),
+        ))
+    took = time.monotonic() - started
+    stats["jobs"] = stats.get("jobs", 0) + 1
+    stats["tasks"] = stats.get("tasks", 0) + len(bins)
+    stats["job_s"] = stats.get("job_s", 0.0) + took
+    log.info("Spark dedup of %s in %d task(s): %d upserts staged under %s (%.1fs)",
+             what, len(bins), staged_rows, prefix, took)
+    return inputs
 
 
 def _cleanup(store: ObjectStore, prefix: str) -> None:

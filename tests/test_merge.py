@@ -141,3 +141,139 @@ def test_unknown_region_is_reported_not_merged(local_location):
     bogus = str(uuid.uuid4())
     summary = merge_table(loc.uri, regions=[bogus])
     assert summary.failed_regions == [bogus] and "no manifest" in summary.regions[0].error
+
+
+# -- several regions per commit ------------------------------------------------------------------------
+
+
+def _regions_table(loc, n_regions: int, n_gens: int) -> list[str]:
+    """Base 0..9; region k writes keys 100*(k+1)+g and updates base key k, one generation per flush; the
+    region ids in merge order (sorted)."""
+    create_base(loc, ids=range(10))
+    open_base(loc).initialize_mem_wal(unsharded=True)
+    regions = sorted(str(uuid.uuid4()) for _ in range(n_regions))
+    for k, region in enumerate(regions):
+        with RegionWriter(loc.uri, region, storage_options=loc.storage_options, config=ONE_GEN_PER_FLUSH) as w:
+            for g in range(1, n_gens + 1):
+                w.put(rows([100 * (k + 1) + g, k], f"r{k}g{g}-"))
+                if g == n_gens:
+                    w.delete(pa.table({"id": pa.array([100 * (k + 1) + 1], pa.int64())}))
+                w.flush()
+    return regions
+
+
+def _marker_advances(loc, v0: int) -> list[dict[str, int]]:
+    """Per table version after v0: the regions whose merged generation it advanced, and to what."""
+    out, before = [], read_details_at(loc.store(), v0).merged_generations
+    for v in range(v0 + 1, open_base(loc).version + 1):
+        now = read_details_at(loc.store(), v).merged_generations
+        out.append({r: g for r, g in now.items() if g != before.get(r, 0)})
+        before = now
+    return out
+
+
+def test_one_commit_carries_the_markers_of_several_regions(local_location):
+    loc = local_location
+    regions = _regions_table(loc, 3, 2)
+    v0 = open_base(loc).version
+    before = sorted_rows(LsmReader(loc.uri).scan())
+    summary = merge_table(loc.uri)
+    assert summary.table_commits == 1 and open_base(loc).version == v0 + 1, "6 generations fit one commit"
+    assert _marker_advances(loc, v0) == [dict.fromkeys(regions, 2)], "every marker in the same commit"
+    assert sorted_rows(open_base(loc).to_table()) == before
+    assert [r.commits for r in summary.regions] == [1, 1, 1] and summary.commits == 3
+    assert [r.rows_upserted for r in summary.regions] == [2, 2, 2], "key k and 100*(k+1)+2 per region"
+    assert [r.rows_deleted for r in summary.regions] == [1, 1, 1]
+
+
+def test_commit_budgets_hold_over_all_regions_of_a_commit(local_location):
+    loc = local_location
+    regions = _regions_table(loc, 3, 3)
+    v0 = open_base(loc).version
+    before = sorted_rows(LsmReader(loc.uri).scan())
+    summary = merge_table(loc.uri, config=MergeConfig(max_generations_per_commit=4))
+    advances = _marker_advances(loc, v0)
+    assert summary.table_commits == len(advances) == 3, "3 + 3 generations exceed the budget of 4"
+    assert [set(a) for a in advances] == [{r} for r in regions]
+    summary = merge_table(loc.uri)
+    assert summary.table_commits == 0
+    assert sorted_rows(open_base(loc).to_table()) == before
+
+    loc2 = type(loc)(loc.kind, loc.uri + "-2", loc.storage_options)
+    _regions_table(loc2, 2, 2)
+    v0 = open_base(loc2).version
+    summary = merge_table(loc2.uri, config=MergeConfig(max_bytes_per_commit=1))
+    assert summary.table_commits == 4 and all(len(a) == 1 for a in _marker_advances(loc2, v0)), (
+        "a byte budget smaller than one generation: one generation of one region per commit")
+
+
+def test_a_stale_marker_refuses_the_whole_commit_and_the_other_regions_go_on(local_location, monkeypatch):
+    """
+    A and B planned into one commit | another merger merges A first | our commit is refused as a whole
+    (A's marker is stale) | we reload: A is done by the other, B is merged now, exactly once.
+    """
+    loc = local_location
+    a, b = _regions_table(loc, 2, 2)
+    before = sorted_rows(LsmReader(loc.uri).scan())
+    v0 = open_base(loc).version
+    real = merge_mod._commit_many
+    calls = []
+
+    def other_merger_first(uri, so, markers, data, pk, schema):
+        calls.append(list(markers))
+        if len(calls) == 1:
+            assert [r for r, _ in markers] == [a, b], "both regions planned into one commit"
+            merge_region(uri, so, a)  # the other merger (its own commit of A)
+        return real(uri, so, markers, data, pk, schema)
+
+    monkeypatch.setattr(merge_mod, "_commit_many", other_merger_first)
+    summary = merge_table(loc.uri)
+    ra, rb = summary.regions
+    assert not summary.failed_regions
+    assert ra.conflicts == rb.conflicts == 1, "the refused commit counts for both of its regions"
+    assert ra.generations == [] and ra.generations_merged_by_others == 2
+    assert rb.generations == [1, 2] and rb.commits == 1
+    assert calls[2:] == [[(b, 2)]], "after the reload only B is committed, once"
+    assert _marker_advances(loc, v0) == [{a: 2}, {b: 2}], "A by the other merger, then B: nothing twice"
+    assert sorted_rows(open_base(loc).to_table()) == before
+
+
+def test_a_failing_commit_of_several_regions_is_retried_region_by_region(local_location, monkeypatch):
+    loc = local_location
+    a, b, c = _regions_table(loc, 3, 1)
+    real = merge_mod._commit_many
+    attempts = []
+
+    def b_cannot_commit(uri, so, markers, data, pk, schema):
+        attempts.append([r for r, _ in markers])
+        if any(r == b for r, _ in markers):
+            raise OSError("injected: B's commit fails")
+        return real(uri, so, markers, data, pk, schema)
+
+    monkeypatch.setattr(merge_mod, "_commit_many", b_cannot_commit)
+    summary = merge_table(loc.uri, config=MergeConfig(max_attempts=3))
+    assert attempts[0] == [a, b, c] and all(len(x) == 1 for x in attempts[1:]), "then one region per commit"
+    assert summary.failed_regions == [b] and "failed 3 times" in summary.regions[1].error
+    assert load_index(loc.uri).merged_generations == {a: 1, c: 1}
+    assert [r.generations for r in summary.regions] == [[1], [], [1]]
+
+
+def test_plan_commits_packs_whole_region_batches_in_order():
+    from memwal.merge import GenerationRef, plan_commits
+
+    def refs(region, n, size=10):
+        return [GenerationRef(region, g, f"g{g}", "", size) for g in range(1, n + 1)]
+
+    def shape(commits):
+        return [[(b[0].region_id, b[0].generation, b[-1].generation) for b in c] for c in commits]
+
+    assert shape(plan_commits([refs("a", 20), refs("b", 2)], MergeConfig())) == [
+        [("a", 1, 8)], [("a", 9, 16)], [("a", 17, 20), ("b", 1, 2)]]
+    assert shape(plan_commits([refs("a", 3), refs("b", 3)], MergeConfig(max_generations_per_commit=4))) == [
+        [("a", 1, 3)], [("b", 1, 3)]]
+    assert shape(plan_commits([refs(x, 2) for x in "abcdef"], MergeConfig(max_commits_per_round=2))) == [
+        [("a", 1, 2), ("b", 1, 2), ("c", 1, 2), ("d", 1, 2)], [("e", 1, 2), ("f", 1, 2)]]
+    assert shape(plan_commits([refs("a", 2), refs("b", 2)], MergeConfig(max_bytes_per_commit=25))) == [
+        [("a", 1, 2)], [("b", 1, 2)]]
+    assert shape(plan_commits([refs(x, 1) for x in "abc"], MergeConfig(), regions_per_commit=1)) == [
+        [("a", 1, 1)], [("b", 1, 1)], [("c", 1, 1)]]

@@ -211,40 +211,34 @@ def plan_commits(
 ) -> list[list[list[GenerationRef]]]:
     """Commits (each a list of region batches) for the pending generations of several regions.
 
-    Regions are taken in the given order and each region's batches in generation order; a commit is
-    filled with region batches until the generation or byte budget (over the whole commit) is used up, so
-    the last batch of one region may share a commit with the first batch of the next. A region has at most
-    one batch per commit; every commit applies at least one generation. At most max_commits_per_round.
+    Each region is cut into batches exactly as if it were merged alone (`plan_batch`); the batches are then
+    packed into commits in order (regions in the given order, each region's batches ascending): a batch
+    joins the current commit while the commit stays within the generation and byte budgets and does not
+    yet carry that region, else it starts the next commit. At most max_commits_per_round commits.
     """
     commits: list[list[list[GenerationRef]]] = []
     current: list[list[GenerationRef]] = []
     gens = nbytes = 0
-
-    def close() -> None:
-        nonlocal current, gens, nbytes
-        if current:
-            commits.append(current)
-        current, gens, nbytes = [], 0, 0
-
+    limit = regions_per_commit or 1 << 30
     for refs in pending:
         rest = list(refs)
-        while rest and len(commits) < config.max_commits_per_round:
-            if current and (gens >= config.max_generations_per_commit or nbytes + rest[0].nbytes
-                            > config.max_bytes_per_commit or len(current) >= (regions_per_commit or 1 << 30)):
-                close()
-            left = MergeConfig(max_generations_per_commit=config.max_generations_per_commit - gens,
-                               max_bytes_per_commit=config.max_bytes_per_commit - nbytes)
-            batch = plan_batch(rest, left) if current else plan_batch(rest, config)
+        while rest:
+            batch = plan_batch(rest, config)
+            rest = rest[len(batch):]
+            size = sum(r.nbytes for r in batch)
+            fits = (gens + len(batch) <= config.max_generations_per_commit
+                    and nbytes + size <= config.max_bytes_per_commit and len(current) < limit
+                    and all(b[0].region_id != batch[0].region_id for b in current))
+            if current and not fits:
+                commits.append(current)
+                current, gens, nbytes = [], 0, 0
+                if len(commits) >= config.max_commits_per_round:
+                    return commits
             current.append(batch)
             gens += len(batch)
-            nbytes += sum(r.nbytes for r in batch)
-            rest = rest[len(batch):]
-            if rest:  # the budget is used up: this region goes on in the next commit
-                close()
-        if len(commits) >= config.max_commits_per_round:
-            current = []
-            break
-    close()
+            nbytes += size
+    if current:
+        commits.append(current)
     return commits[: config.max_commits_per_round]
 
 

@@ -1,4 +1,5 @@
-"""A smaller set of the model-based sequences with every merge deduplicated on Spark (spark_dedup)."""
+"""A smaller set of the model-based sequences with every merge deduplicated on Spark (spark_dedup: one
+Spark job per planning round, through `.batch`)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,13 @@ def test_lsm_model_with_spark_merges(spark, tmp_path, capsys):
         calls["generations"] += len(refs)
         return hook(refs, pk, schema, store)
 
+    def counted_batch(batches, pk, schema, store):  # the path merge_table takes: one Spark job per round
+        calls["commits"] += len(batches)
+        calls["generations"] += sum(len(refs) for refs in batches)
+        calls["jobs"] += 1
+        return hook.batch(batches, pk, schema, store)
+
+    counted.batch = counted_batch
     machine = type("SparkLsmMachine", (local_machine(str(tmp_path)),),
                    {"dedup": staticmethod(counted), "stats": Counter()})
     started = time.monotonic()
@@ -36,6 +44,7 @@ def test_lsm_model_with_spark_merges(spark, tmp_path, capsys):
     n = machine.stats["sequences"]
     with capsys.disabled():
         print(f"\n[memwal model spark] {n} sequences (<= {STEPS} steps) in {time.monotonic() - started:.1f}s; "
-              f"{calls['generations']} generations deduplicated on Spark for {calls['commits']} merge commits")
+              f"{calls['generations']} generations deduplicated on Spark for {calls['commits']} region batches "
+              f"({calls['jobs']} batch jobs)")
     assert n >= EXAMPLES
     assert calls["generations"] >= EXAMPLES, "the sequences must really merge through Spark"

@@ -94,8 +94,10 @@ def _typed_rows(ids, k):
     }, schema=SCHEMA).slice(0, n)
 
 
-def test_column_types_survive_the_trip_through_spark(spark, tmp_path):
-    """Spark has no unsigned ints or fixed-size lists: values cross in wider types and come back exact."""
+@pytest.mark.parametrize("task_bytes", [merge_dedup.DEFAULT_TASK_BYTES, 0], ids=["one-task-per-batch", "shuffle"])
+def test_column_types_survive_the_trip_through_spark(spark, tmp_path, task_bytes):
+    """Spark has no unsigned ints or fixed-size lists: values come back exact, whether a region batch is
+    deduplicated by one task (pyarrow only) or spread by a shuffle (values cross in wider Spark types)."""
     a = Loc(str(tmp_path / "a"))
     lance.write_dataset(_typed_rows(list(range(5)), 0), a.uri)
     open_base(a).initialize_mem_wal(unsharded=True)
@@ -108,7 +110,7 @@ def test_column_types_survive_the_trip_through_spark(spark, tmp_path):
     b = Loc(str(tmp_path / "b"))
     shutil.copytree(a.uri, b.uri)
     merge_table(a.uri)
-    summary = merge_table(b.uri, dedup=spark_dedup(spark))
+    summary = merge_table(b.uri, dedup=spark_dedup(spark, task_bytes=task_bytes))
     assert not summary.failed_regions
     ta, tb = open_base(a).to_table().sort_by("id"), open_base(b).to_table().sort_by("id")
     assert tb.schema == ta.schema
@@ -184,3 +186,24 @@ def test_job_in_process_up_to_generation_and_a_failed_region(spark, tmp_path, ca
     assert summary["failed_regions"] == [bogus] and summary["regions"][0]["generations"] == [3, 4, 5]
     assert err.strip().splitlines()[-1].startswith(f"memwal-merge: error: 1 of 2 region(s) failed: {bogus}: ")
     assert not spark.sparkContext._jsc.sc().isStopped(), "an in-process job must not stop a session it reused"
+
+
+@pytest.mark.parametrize("task_bytes", [merge_dedup.DEFAULT_TASK_BYTES, 0], ids=["one-task-per-batch", "shuffle"])
+def test_one_spark_job_dedups_every_region_batch_of_a_round(spark, tmp_path, task_bytes):
+    """Four regions, several per commit: one Spark job for the whole round, same result as in process."""
+    a = Loc(str(tmp_path / "a"))
+    build_table(a, n_regions=4)
+    b = Loc(str(tmp_path / "b"))
+    shutil.copytree(a.uri, b.uri)
+    before = lsm_view(a)
+    config = MergeConfig(max_generations_per_commit=10)  # 5 generations per region: two regions per commit
+    local = merge_table(a.uri, config=config)
+    hook = spark_dedup(spark, task_bytes=task_bytes)
+    on_spark = merge_table(b.uri, config=config, dedup=hook)
+    assert not on_spark.failed_regions and on_spark.table_commits == local.table_commits == 2
+    if task_bytes:
+        assert hook.stats["jobs"] == 1 and hook.stats["tasks"] >= 2, "one job, region batches in parallel tasks"
+    assert _results(on_spark) == _results(local)
+    assert base_rows(b) == base_rows(a) == before
+    assert load_index(b.uri).merged_generations == load_index(a.uri).merged_generations
+    assert b.store().list(STAGING_DIR) == []
