@@ -168,7 +168,10 @@ def plan_backfill(params: dict | None = None, ti: Any = None) -> list[dict[str, 
     for key, value in {"table": cfg.name, "plan": chunks, "targets": targets,
                        "dry_run": bool(params.get("dry_run")), "max_bytes": max_bytes}.items():
         ti.xcom_push(key=key, value=value)
-    return [{"regions": c["regions"], "up_to_generation": c["up_to_generation"]} for c in chunks]
+    # Each mapped task merges the next bounded run of generations of its region from where the region
+    # stands when it starts, up to the plan's target: any order, a retry or a concurrent merger keeps
+    # every chunk within its bound and the chunks together drain the backlog.
+    return [{"regions": c["regions"], "up_to_generation": targets[c["regions"][0]]} for c in chunks]
 
 
 @task(task_id="verify_backlog_drained", trigger_rule="none_failed")
@@ -211,7 +214,7 @@ def maintenance_dag(cfg: TableConfig) -> DAG:
         batches = find_pending_regions(cfg.name)
         merge = MemWalMergeOperator.partial(
             task_id="merge", table=cfg.name, outlets=[AssetAlias(f"{MERGED_ALIAS}__{cfg.name}")],
-            map_index_template="{{ task.regions | join(', ') }}", **pool_kw,
+            map_index_template="{{ memwal_merged_label }}", **pool_kw,
         ).expand(regions=batches)
         catchup = MemWalCatchupOperator(task_id="index_catchup", table=cfg.name, trigger_rule="none_failed",
                                         **pool_kw)
@@ -307,7 +310,7 @@ def backfill_dag(tables: Mapping[str, TableConfig]) -> DAG:
             task_id="merge_chunk", table=plan["table"], engine="{{ params.engine }}", pool=SPARK_POOL,
             max_active_tis_per_dagrun=1, max_generations_per_run="{{ params.max_generations_per_application }}",
             max_bytes_per_run="{{ ti.xcom_pull(task_ids='plan', key='max_bytes') }}",
-            map_index_template="region {{ task.regions[0] }} up to generation {{ task.up_to_generation }}",
+            map_index_template="{{ memwal_merged_label }}",
         ).expand_kwargs(plan)
         verify = verify_backlog_drained(plan["table"], plan["targets"])
         catchup = MemWalCatchupOperator(task_id="index_catchup", table=plan["table"], engine="{{ params.engine }}",

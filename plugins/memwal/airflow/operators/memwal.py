@@ -36,6 +36,7 @@ __all__ = [
     "MemWalMergeOperator",
     "MemWalSnapshotOperator",
     "merge_event_extra",
+    "merged_label",
 ]
 
 
@@ -156,6 +157,18 @@ def merge_event_extra(cfg: TableConfig, summary: dict[str, Any]) -> dict[str, An
     }
 
 
+def merged_label(summary: dict[str, Any]) -> str:
+    """`region <id>: generations a..b` per region merged (or `nothing to merge`), for task labels."""
+    parts = []
+    for r in summary.get("regions", []):
+        gens = r.get("generations") or []
+        if gens:
+            parts.append(f"region {r['region_id']}: generations {gens[0]}..{gens[-1]}")
+        elif r.get("error"):
+            parts.append(f"region {r['region_id']}: failed")
+    return "; ".join(parts) or "nothing to merge"
+
+
 class MemWalMergeOperator(MemWalJobOperator):
     """Merge flushed generations (ascending per region) into the base table; emits a table asset event.
 
@@ -198,6 +211,7 @@ class MemWalMergeOperator(MemWalJobOperator):
             if bounded is None:
                 cfg = self.table_config()
                 self.log.info("table %s: nothing pending within this chunk; already merged", cfg.name)
+                context["memwal_merged_label"] = "nothing to merge"
                 return {"job": "merge", "table": cfg.name, "table_uri": cfg.uri, "generations_merged": 0,
                         "commits": 0, "rows_upserted": 0, "rows_deleted": 0, "failed_regions": [], "regions": []}
             self.up_to_generation = bounded
@@ -224,6 +238,7 @@ class MemWalMergeOperator(MemWalJobOperator):
         return up_to
 
     def after_job(self, context: Context, cfg: TableConfig, run: JobRun) -> None:
+        context["memwal_merged_label"] = merged_label(run.summary)  # a mapped task's label (map_index_template)
         if run.returncode != 0 or not run.summary.get("generations_merged"):
             return
         from memwal.airflow.assets import table_asset

@@ -1,0 +1,60 @@
+"""Run one DAG with `dag.test()` in this process and print what happened as one JSON line (last stdout line).
+
+    python tests/airflow/dag_runner.py DAG_ID [RUN_CONF_JSON]
+
+The caller sets the environment (AIRFLOW_HOME with a migrated SQLite DB, AIRFLOW__CORE__DAGS_FOLDER,
+MEMWAL_TABLES_FILE, AIRFLOW_CONN_*); a separate process keeps Airflow's settings out of the test process.
+Output: {"state", "run_id", "tasks": [{task_id, map_index, state, rendered_map_index}], "xcoms":
+[{task_id, map_index, key, value}], "asset_events": [{asset, extra, source_task_id, source_map_index}]}.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+def main() -> int:
+    dag_id = sys.argv[1]
+    conf = json.loads(sys.argv[2]) if len(sys.argv) > 2 else None
+    from airflow import settings
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.models.pool import Pool
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.models.xcom import XComModel
+    from sqlalchemy import select
+
+    Pool.create_or_update_pool("memwal_spark", 2, "MemWAL Spark applications", include_deferred=False)
+    bag = DagBag(os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
+    dag = bag.dags.get(dag_id)
+    if dag is None:
+        print(json.dumps({"error": f"no DAG {dag_id}", "import_errors": bag.import_errors}))
+        return 1
+    dr = dag.test(run_conf=conf)
+    session = settings.Session()
+    tis = session.scalars(select(TaskInstance).where(TaskInstance.dag_id == dag_id,
+                                                     TaskInstance.run_id == dr.run_id)).all()
+    xcoms = session.scalars(select(XComModel).where(XComModel.dag_id == dag_id, XComModel.run_id == dr.run_id)).all()
+    events = session.execute(
+        select(AssetEvent, AssetModel.name).join(AssetModel, AssetEvent.asset_id == AssetModel.id).where(
+            AssetEvent.source_dag_id == dag_id, AssetEvent.source_run_id == dr.run_id)
+    ).all()
+    out = {
+        "state": str(dr.state),
+        "run_id": dr.run_id,
+        "tasks": [{"task_id": t.task_id, "map_index": t.map_index, "state": str(t.state),
+                   "rendered_map_index": t.rendered_map_index} for t in tis],
+        "xcoms": [{"task_id": x.task_id, "map_index": x.map_index, "key": x.key,
+                   "value": XComModel.deserialize_value(x)} for x in xcoms],
+        "asset_events": [{"asset": name, "extra": e.extra, "source_task_id": e.source_task_id,
+                          "source_map_index": e.source_map_index} for e, name in events],
+    }
+    sys.stdout.flush()
+    print(json.dumps(out, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

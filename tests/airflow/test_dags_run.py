@@ -1,0 +1,154 @@
+"""`dag.test()` of memwal_maintenance__<table>, memwal_merge (and its dry run) and memwal_backfill on SQLite,
+over tables written by Lance core's writer: the base table equals Lance core's LSM view afterwards,
+merged_generations reach every flushed generation, and the XCom summaries say what was merged."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from airflow_support import (
+    add_generations,
+    base_rows,
+    flushed_max,
+    lance_core_table,
+    lsm_view,
+    merged_generations,
+    run_dag,
+    tables_file,
+    task_states,
+    xcom,
+)
+
+SPARK_LOCAL = json.dumps({"conn_type": "spark", "host": "local[2]"})
+FAST_JVM = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+            "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
+
+
+def _table_env(tmp_path, location, **settings) -> dict[str, str]:
+    entry = {"uri": location.uri, "engine": "in_process", "schedule": "@daily", **settings}
+    return {"MEMWAL_TABLES_FILE": str(tables_file(tmp_path / "tables.yaml", {"t1": entry})),
+            "AIRFLOW_CONN_SPARK_LOCAL2": SPARK_LOCAL}
+
+
+def test_maintenance_dag_merges_every_region_in_bounded_batches_then_catchup_snapshot_gc(
+        airflow_home, local_location, tmp_path):
+    """3 regions x 3 Lance-core generations; max_merge_applications 2: the merge is mapped over 2 region
+    batches (never one per region), then catch-up, snapshot refresh and GC run; the base table equals
+    Lance core's LSM view and merged_generations reach the last flushed generation of every region."""
+    loc = local_location
+    regions = lance_core_table(loc, regions=3, generations=3)
+    expected = lsm_view(loc)
+    env = _table_env(tmp_path, loc, max_merge_applications=2, max_generations_per_commit=2)
+
+    report = run_dag(airflow_home, "memwal_maintenance__t1", extra_env=env)
+
+    assert report["state"] == "success", report["log"][-4000:]
+    states = task_states(report)
+    merges = [k for k in states if k[0] == "merge"]
+    assert len(merges) == 2, f"3 regions in 2 batches (bounded applications per run), got {merges}"
+    assert all(states[k] == "success" for k in states), states
+    assert base_rows(loc) == expected, "merged base table must equal Lance core's LSM view"
+    assert merged_generations(loc) == {r: flushed_max(loc, r) for r in regions}
+    summaries = xcom(report, "merge")
+    merged = {r["region_id"]: r["generations"] for s in summaries for r in s["regions"]}
+    assert merged == {r: [1, 2, 3] for r in regions}, "each region merged once, generations ascending"
+    assert all(s["commits"] >= 2 for s in summaries), "max_generations_per_commit 2 splits 3 generations"
+    assert xcom(report, "index_catchup")[0]["job"] == "catchup"
+    assert xcom(report, "snapshot_refresh")[0]["num_regions"] == 3
+    assert xcom(report, "gc")[0]["job"] == "gc"
+    events = report["asset_events"]
+    assert {e["asset"] for e in events} == {"memwal__t1"}
+    assert sorted(r for e in events for r in e["extra"]["regions"]) == sorted(regions), \
+        "the table asset's events carry the generations merged per region"
+    assert sum(e["extra"]["rows_upserted"] for e in events) == sum(s["rows_upserted"] for s in summaries)
+
+    # A second run finds nothing pending: the merge maps over zero batches, the rest still runs.
+    again = run_dag(airflow_home, "memwal_maintenance__t1", extra_env=env)
+    assert again["state"] == "success", again["log"][-3000:]
+    assert task_states(again)[("merge", -1)] == "skipped"
+    assert task_states(again)[("gc", -1)] == "success"
+    assert not again["asset_events"], "no merge, no table-merged event"
+    assert base_rows(loc) == expected
+
+
+@pytest.mark.spark
+def test_memwal_merge_on_spark_through_spark_submit_hook(airflow_home, local_location, tmp_path):
+    """engine spark (the form's override of the table's in_process): the merge is submitted by the Spark
+    provider's SparkSubmitHook with the table's Spark connection (local[2]); the job's own summary is the
+    XCom and the table equals Lance core's LSM view."""
+    loc = local_location
+    regions = lance_core_table(loc, regions=2, generations=2)
+    expected = lsm_view(loc)
+    env = _table_env(tmp_path, loc, spark_conn_id="spark_local2", spark_conf=FAST_JVM)
+
+    report = run_dag(airflow_home, "memwal_merge", {"table": "t1", "engine": "spark"}, extra_env=env)
+
+    assert report["state"] == "success", report["log"][-5000:]
+    (summary,) = xcom(report, "merge")
+    assert summary["spark_master"] == "local[2]" and summary["spark_application_id"], summary
+    assert summary["generations_merged"] == 4
+    assert "Spark-Submit cmd" in report["log"], "the Spark provider's hook ran spark-submit"
+    assert base_rows(loc) == expected
+    assert merged_generations(loc) == {r: 2 for r in regions}
+
+
+def test_memwal_merge_dry_run_plans_only_then_merge_one_region_up_to_a_generation(
+        airflow_home, local_location, tmp_path):
+    """memwal_merge: a dry run returns the plan (generations, rows, bytes per region) and changes nothing;
+    then region A up to generation 2 merges exactly generations 1..2 of A and nothing of B."""
+    loc = local_location
+    a, b = lance_core_table(loc, regions=2, generations=3)
+    env = _table_env(tmp_path, loc)
+    before = base_rows(loc)
+
+    dry = run_dag(airflow_home, "memwal_merge", {"table": "t1", "dry_run": True}, extra_env=env)
+    assert dry["state"] == "success", dry["log"][-3000:]
+    assert task_states(dry)[("merge", -1)] == "skipped"
+    plan = {p["region_id"]: p for p in xcom(dry, "plan", "plan")[0]}
+    assert set(plan) == {a, b}
+    assert plan[a]["generations"] == [1, 2, 3] and plan[a]["rows"] == 24 and plan[a]["bytes"] > 0
+    assert base_rows(loc) == before and merged_generations(loc) == {}, "a dry run changes nothing"
+
+    run = run_dag(airflow_home, "memwal_merge",
+                  {"table": "t1", "regions": [a], "up_to_generation": 2}, extra_env=env)
+    assert run["state"] == "success", run["log"][-3000:]
+    (summary,) = xcom(run, "merge")
+    assert [(r["region_id"], r["generations"]) for r in summary["regions"]] == [(a, [1, 2])]
+    assert merged_generations(loc).get(a) == 2 and merged_generations(loc).get(b, 0) == 0
+    (event,) = run["asset_events"]
+    assert event["asset"] == "memwal__t1" and event["extra"]["regions"][a]["generations"] == [1, 2]
+
+
+def test_memwal_backfill_drains_in_bounded_chunks_resumes_and_is_safe_twice(airflow_home, local_location, tmp_path):
+    """A backlog of 5 generations in one region and 2 in another, at most 2 generations per application:
+    chunks A:1-2, A:3-4, A:5, B:1-2 as mapped tasks; then catch-up (rebuilt indexes) and snapshot. More
+    generations arrive; a rerun merges only those (resumes from merged_generations)."""
+    loc = local_location
+    a, b = lance_core_table(loc, regions=2, generations=2)
+    add_generations(loc, a, 3, start=5000)
+    expected = lsm_view(loc)
+    env = _table_env(tmp_path, loc)
+    conf = {"table": "t1", "max_generations_per_application": 2, "max_bytes_per_application": None,
+            "rebuild_indexes": True}
+
+    report = run_dag(airflow_home, "memwal_backfill", conf, extra_env=env)
+
+    assert report["state"] == "success", report["log"][-4000:]
+    chunks = xcom(report, "merge_chunk")
+    per_chunk = [[(r["region_id"], r["generations"]) for r in c["regions"]] for c in chunks]
+    assert sorted(per_chunk) == sorted([[(a, [1, 2])], [(a, [3, 4])], [(a, [5])], [(b, [1, 2])]]), per_chunk
+    labels = {t["rendered_map_index"] for t in report["tasks"] if t["task_id"] == "merge_chunk"}
+    assert f"region {a}: generations 3..4" in labels, labels
+    assert base_rows(loc) == expected
+    assert merged_generations(loc) == {a: 5, b: 2}
+    catchup = xcom(report, "index_catchup")[0]
+    assert [i["index_name"] for i in catchup["indexes"]] == ["name_idx"] and not catchup["failed_indexes"]
+
+    add_generations(loc, b, 1, start=7000)
+    expected = lsm_view(loc)
+    again = run_dag(airflow_home, "memwal_backfill", {**conf, "rebuild_indexes": False}, extra_env=env)
+    assert again["state"] == "success", again["log"][-3000:]
+    assert [[(r["region_id"], r["generations"]) for r in c["regions"]] for c in xcom(again, "merge_chunk")] == \
+        [[(b, [3])]], "a rerun resumes from merged_generations"
+    assert base_rows(loc) == expected and merged_generations(loc) == {a: 5, b: 3}
