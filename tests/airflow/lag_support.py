@@ -1,39 +1,25 @@
-"""Helpers for the lag tests (airflow-lag): MemWAL tables written by Lance core's writer, a loopback
-webhook receiver, and a tables file."""
+"""Helpers for the lag tests (airflow-lag): a loopback webhook receiver and the child-process runner
+(tables and the Airflow home come from airflow_support)."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
-import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from tables import create_base, open_base, rows
+RUNNER = Path(__file__).resolve().with_name("lag_airflow_run.py")
 
 
-def lance_core_table(location, regions: int = 1, generations: int = 3) -> list[str]:
-    """A base table with MemWAL; each region gets `generations` flushed generations from Lance core's
-    ShardWriter (8 rows each). Returns the region ids."""
-    create_base(location, ids=range(6))
-    open_base(location).initialize_mem_wal(bucket_column="id", num_buckets=2)
-    ids = [str(uuid.uuid4()) for _ in range(regions)]
-    for n, region in enumerate(ids):
-        add_generations(location, region, generations, start=1000 * (n + 1))
-    return ids
-
-
-def add_generations(location, region: str, generations: int, start: int = 5000) -> None:
-    """Lance core writes `generations` more flushed generations (8 rows each) to the region."""
-    with open_base(location).mem_wal_writer(region, max_memtable_rows=8) as w:
-        for g in range(generations):
-            w.put(rows(range(start + 8 * g, start + 8 * g + 8), f"g{g}-"))
-
-
-def write_tables_file(path: Path, tables: dict) -> Path:
-    """A tables file (JSON is YAML) with the given entries."""
-    path.write_text(json.dumps({"tables": tables}))
-    return path
+def lag_run(env: dict, *args: str) -> dict:
+    """tests/airflow/lag_airflow_run.py in a child process with `env` (an Airflow home); its RESULT."""
+    proc = subprocess.run([sys.executable, str(RUNNER), *args], env=env, capture_output=True, text=True,
+                          timeout=600)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert lines, f"lag_airflow_run printed nothing (exit {proc.returncode}):\n{proc.stderr[-4000:]}"
+    return json.loads(lines[-1][len("RESULT "):])
 
 
 class WebhookReceiver:

@@ -8,7 +8,7 @@ import importlib
 import json
 
 import pytest
-from lag_support import add_generations, lance_core_table
+from airflow_support import add_generations, lance_core_table
 
 from memwal.airflow.triggers.memwal import MemWalLagEventTrigger, MemWalLagTrigger
 from memwal.merge import merge_table

@@ -1,0 +1,48 @@
+"""memwal_lag_monitor under `dag.test()` (a child process per run, SQLite metadata DB): it alerts through the
+webhook once when the table crosses a threshold, not again while it stays behind, once when it is back
+under (the alert state survives each process), and its history is readable outside any task."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from airflow_support import lance_core_table, tables_file
+from lag_support import WebhookReceiver, lag_run
+
+
+@pytest.fixture
+def receiver():
+    with WebhookReceiver() as r:
+        yield r
+
+
+def test_alerts_once_on_crossing_and_once_when_resolved(airflow_home, local_location, tmp_path, receiver):
+    loc = local_location
+    (region,) = lance_core_table(loc, regions=1, generations=3)
+    table = "lagmon_orders"
+    env = {
+        **airflow_home,
+        "MEMWAL_TABLES_FILE": str(tables_file(tmp_path / "tables.yaml", {table: {
+            "uri": loc.uri, "engine": "in_process", "schedule": None,
+            "thresholds": {"max_unmerged_generations": 2}}})),
+        "AIRFLOW_CONN_MEMWAL_ALERTS": json.dumps({"conn_type": "http", "host": receiver.url()}),
+    }
+
+    # three runs in one Airflow process: behind, still behind, merged (then back within)
+    runs = lag_run(env, "monitor", json.dumps({"uri": loc.uri, "runs": ["run", "run", "merge"]}))["runs"]
+    for run in runs:
+        assert run["state"] == "success" and run["tasks"]["check_lag[0]"] == "success", run
+    first, second, third = (run["results"][0] for run in runs)
+
+    assert first["alert"] == "firing" and first["unmerged_generations"] == 3
+    assert second["alert"] is None, "still behind: no second alert"
+    assert third["alert"] == "resolved" and third["unmerged_generations"] == 0
+    assert [p["text"].split()[0] for p in receiver.posts] == ["[FIRING]", "[RESOLVED]"], "one alert each way"
+    assert receiver.posts[0]["memwal"]["breaches"][0]["region_id"] == region
+    assert "s3cr3t" not in json.dumps(runs), "the webhook URL is not in XCom"
+
+    outside = lag_run(env, "read", table)  # another process, outside any task: what the UI page reads
+    assert [s["unmerged_generations"] for s in outside["history"]] == [3, 3, 0]
+    assert outside["history"][0]["regions"][region]["unmerged_generations"] == 3
+    assert outside["alert_state"]["alerted"] == [] and outside["alert_state"]["last_alert"] == "resolved"
