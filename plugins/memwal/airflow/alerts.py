@@ -6,7 +6,8 @@ breach keys (`<region>:<metric>`, `table:snapshot_age_s`) that were already aler
 whose breaches were all alerted already, or a partial recovery, sends nothing.
 
 `notifiers_for(cfg)` builds the notifiers of a table: the webhook notifier on the table's
-`alerts.webhook_conn_id` (default `memwal_alerts`, used when that connection exists) and each entry of
+`alerts.webhook_conn_id` (unset: `memwal_alerts` when that connection exists; "" or false: no webhook)
+and each entry of
 `alerts.notifiers` (a dotted path to a BaseNotifier class or to a callable/instance, or
 `{class: path, kwargs: {...}}`). A notifier is called like an Airflow callback, with the task context
 plus `memwal_alert` (the alert below).
@@ -110,14 +111,14 @@ def notifiers_for(cfg: Any, extra: Sequence[Any] = ()) -> list[Notifier]:
 
     settings = alert_settings(cfg)
     out: list[Notifier] = []
-    conn_id = settings.get("webhook_conn_id", DEFAULT_WEBHOOK_CONN_ID)
-    if conn_id:
-        explicit = "webhook_conn_id" in settings
-        if explicit or _connection_exists(conn_id):
-            out.append(MemWalWebhookNotifier(webhook_conn_id=conn_id))
-        else:
-            log.info("table %s: no connection %r, so no webhook alerts (set alerts.webhook_conn_id)",
-                     cfg.name, conn_id)
+    conn_id = settings.get("webhook_conn_id")
+    if conn_id is None:  # not set: the default connection, when it exists
+        conn_id = DEFAULT_WEBHOOK_CONN_ID if _connection_exists(DEFAULT_WEBHOOK_CONN_ID) else None
+        if conn_id is None:
+            log.info("table %s: no %r connection and no alerts.webhook_conn_id: no webhook alerts",
+                     cfg.name, DEFAULT_WEBHOOK_CONN_ID)
+    if conn_id:  # set explicitly (a missing connection then fails the alert loudly); "" or false: none
+        out.append(MemWalWebhookNotifier(webhook_conn_id=conn_id))
     out += [build_notifier(e, cfg.name) for e in [*(settings.get("notifiers") or []), *extra]]
     return out
 
