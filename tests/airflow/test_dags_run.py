@@ -5,6 +5,7 @@ merged_generations reach every flushed generation, and the XCom summaries say wh
 from __future__ import annotations
 
 import json
+import uuid
 
 import pytest
 from airflow_support import (
@@ -73,14 +74,23 @@ def test_maintenance_dag_merges_every_region_in_bounded_batches_then_catchup_sna
 
 
 @pytest.mark.spark
-def test_memwal_merge_on_spark_through_spark_submit_hook(airflow_home, local_location, tmp_path):
-    """engine spark (the form's override of the table's in_process): the merge is submitted by the Spark
-    provider's SparkSubmitHook with the table's Spark connection (local[2]); the job's own summary is the
-    XCom and the table equals Lance core's LSM view."""
-    loc = local_location
+@pytest.mark.s3
+def test_memwal_merge_on_spark_via_spark_submit_hook_on_s3_keeps_the_secret_out(airflow_home, s3_location, tmp_path):
+    """engine spark (the form overrides the table's in_process): the Spark provider's SparkSubmitHook submits
+    spark_jobs/merge.py with the table's Spark connection (local[2]); the storage options come from a
+    `memwal` connection whose secret is a canary, passed as --storage-options-json @FILE. The merge is
+    right, the job's own summary is the XCom, and the canary is in no log line, XCom or asset event, and
+    the options file is gone."""
+    loc = s3_location
     regions = lance_core_table(loc, regions=2, generations=2)
     expected = lsm_view(loc)
-    env = _table_env(tmp_path, loc, spark_conn_id="spark_local2", spark_conf=FAST_JVM)
+    canary = f"canary-{uuid.uuid4().hex}"
+    opts = loc.storage_options
+    conn = {"conn_type": "memwal", "host": opts["aws_endpoint"], "login": opts["aws_access_key_id"],
+            "password": canary, "extra": {"region": opts["aws_region"], "allow_http": True}}
+    env = _table_env(tmp_path, loc, conn_id="s3_canary", spark_conn_id="spark_local2", spark_conf=FAST_JVM)
+    env["AIRFLOW_CONN_S3_CANARY"] = json.dumps(conn)
+    env["TMPDIR"] = str(tmp_path)
 
     report = run_dag(airflow_home, "memwal_merge", {"table": "t1", "engine": "spark"}, extra_env=env)
 
@@ -88,9 +98,13 @@ def test_memwal_merge_on_spark_through_spark_submit_hook(airflow_home, local_loc
     (summary,) = xcom(report, "merge")
     assert summary["spark_master"] == "local[2]" and summary["spark_application_id"], summary
     assert summary["generations_merged"] == 4
-    assert "Spark-Submit cmd" in report["log"], "the Spark provider's hook ran spark-submit"
+    assert "Spark-Submit cmd" in report["log"] and "--storage-options-json @" in report["log"], \
+        "the Spark provider's hook ran spark-submit with the options in a file"
     assert base_rows(loc) == expected
     assert merged_generations(loc) == {r: 2 for r in regions}
+    public = json.dumps({k: v for k, v in report.items() if k != "log"}) + report["log"]
+    assert canary not in public, "the connection's secret must not reach logs, XCom or asset events"
+    assert not list(tmp_path.glob("memwal-merge-*")), "the storage options file is deleted after the job"
 
 
 def test_memwal_merge_dry_run_plans_only_then_merge_one_region_up_to_a_generation(
