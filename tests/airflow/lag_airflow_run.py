@@ -5,6 +5,7 @@ any task, as the api-server (the UI page) reads the lag history:
                                            ("merge": merge SPEC["uri"] first); each run's task states and
                                            check_lag results (several runs in one process: Airflow starts once)
     lag_airflow_run.py read TABLE          the table's history and alert state
+    lag_airflow_run.py watchers ASSET      the triggers registered on an asset (decrypted kwargs)
     lag_airflow_run.py history SPEC_JSON   record many samples and read them back (retention)
 
 Prints one line: RESULT <json>."""
@@ -51,6 +52,17 @@ def monitor(spec: dict) -> dict:
                      "tasks": {f"{t.task_id}[{t.map_index}]": str(t.state) for t in tis},
                      "results": [_value(x) for x in sorted(xcoms, key=lambda x: x.map_index)]})
     return {"runs": runs}
+
+
+def watchers(asset_name: str) -> dict:
+    from airflow.models.asset import AssetModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        asset = session.scalar(select(AssetModel).where(AssetModel.name == asset_name))
+        return {"uri": asset.uri if asset else None,
+                "triggers": [{"classpath": t.classpath, "kwargs": t.kwargs} for t in (asset.triggers if asset else [])]}
 
 
 def read(table: str) -> dict:
@@ -104,6 +116,6 @@ def history_run(spec: dict) -> dict:
 
 if __name__ == "__main__":
     mode, arg = sys.argv[1], sys.argv[2]
-    out = {"read": read, "monitor": lambda a: monitor(json.loads(a)),
+    out = {"read": read, "watchers": watchers, "monitor": lambda a: monitor(json.loads(a)),
            "history": lambda a: history_run(json.loads(a))}[mode](arg)
     print("RESULT " + json.dumps(out, default=str))

@@ -46,3 +46,15 @@ def test_alerts_once_on_crossing_and_once_when_resolved(airflow_home, local_loca
     assert [s["unmerged_generations"] for s in outside["history"]] == [3, 3, 0]
     assert outside["history"][0]["regions"][region]["unmerged_generations"] == 3
     assert outside["alert_state"]["alerted"] == [] and outside["alert_state"]["last_alert"] == "resolved"
+
+
+def test_a_table_that_cannot_be_read_is_one_breach_naming_it(tmp_path):
+    """No table at the URI: the monitor still records and alerts (table:unreachable) with one clear line."""
+    from types import SimpleNamespace
+
+    from memwal.airflow.monitor import _measure
+
+    cfg = SimpleNamespace(name="gone", uri=str(tmp_path / "missing.lance"), conn_id=None, thresholds=None)
+    summary, found, error = _measure(cfg)
+    assert error and "does not exist" in error and "missing.lance" in error and "\n" not in error
+    assert [b["key"] for b in found] == ["table:unreachable"] and summary["regions"] == []

@@ -67,3 +67,19 @@ def test_url_from_extra_wins(monkeypatch):
         {"conn_type": "generic", "host": "ignored", "extra": {"webhook_url": "https://hooks.example/services/X"}}))
     conn = WebhookHook.get_connection("lag_extra")
     assert WebhookHook.url_from_connection(conn) == "https://hooks.example/services/X"
+
+
+def test_notifiers_for_a_table_follow_its_alerts_settings(receiver, monkeypatch):
+    from types import SimpleNamespace
+
+    from memwal.airflow.alerts import notifiers_for
+
+    none = notifiers_for(SimpleNamespace(name="t"))
+    assert none == [], "no memwal_alerts connection and nothing configured: no notifier"
+    monkeypatch.setenv("AIRFLOW_CONN_MEMWAL_ALERTS", json.dumps({"conn_type": "http", "host": receiver.url()}))
+    (default,) = notifiers_for(SimpleNamespace(name="t"))
+    assert default.webhook_conn_id == "memwal_alerts"
+    cfg = SimpleNamespace(name="t", alerts={"webhook_conn_id": "", "notifiers": [
+        {"class": "memwal.airflow.notifications.webhook.MemWalWebhookNotifier", "kwargs": {"webhook_conn_id": "b"}}]})
+    (only,) = notifiers_for(cfg)
+    assert only.webhook_conn_id == "b", "an empty webhook_conn_id turns the default webhook off"

@@ -127,3 +127,33 @@ def test_event_trigger_reads_s3_through_the_connection(s3_location, monkeypatch)
 
     event = asyncio.run(first())
     assert event.payload["unmerged_generations"] == 2 and event.payload["table_uri"] == loc.uri
+
+
+def test_maintenance_dag_registers_the_watcher_without_secrets(airflow_home, local_location, tmp_path):
+    """The DAG processor's view: the maintenance DAG is scheduled on the lag asset, so the asset gets the
+    event trigger; its kwargs in the metadata DB name the connection and never hold its secret."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from airflow_support import tables_file
+    from lag_support import lag_run
+
+    env = {
+        **airflow_home,
+        "MEMWAL_TABLES_FILE": str(tables_file(tmp_path / "tables.yaml", {"lagwatch": {
+            "uri": local_location.uri, "conn_id": "lagwatch_store", "engine": "in_process",
+            "thresholds": {"max_unmerged_generations": 2, "max_snapshot_age_s": 600}}})),
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",  # watchers run for unpaused DAGs only
+        "AIRFLOW_CONN_LAGWATCH_STORE": json.dumps({"conn_type": "memwal", "login": "AKIAWATCH",
+                                                   "password": "CANARY-not-in-trigger-kwargs"}),
+    }
+    airflow = str(Path(sys.executable).with_name("airflow"))
+    proc = subprocess.run([airflow, "dags", "reserialize"], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = lag_run(env, "watchers", "memwal_lag__lagwatch")
+    assert out["uri"] == "memwal://lagwatch/lag"
+    assert out["triggers"] == [{"classpath": "memwal.airflow.triggers.memwal.MemWalLagEventTrigger", "kwargs": {
+        "table": "lagwatch", "table_uri": local_location.uri, "conn_id": "lagwatch_store",
+        "thresholds": {"max_unmerged_generations": 2, "max_snapshot_age_s": 600}, "poll_interval_s": 60.0}}]
+    assert "CANARY" not in json.dumps(out) and "AKIAWATCH" not in json.dumps(out)
