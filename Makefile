@@ -43,3 +43,21 @@ bench-merge: setup
 
 clean:
 	rm -rf $(VENV) $(PROTO_GEN) demo
+
+# --- Operators' view (issue 9): the browser the MemWAL page test drives, and a local Airflow in one command.
+.PHONY: browser airflow
+
+# Debian's chromium for tests/ui/test_browser.py (driven by Playwright with executable_path, never
+# `playwright install`). Installed when run as root; otherwise the browser test skips and says why.
+browser:
+	@if [ -x /usr/bin/chromium ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; \
+	else echo "make browser: /usr/bin/chromium is missing and this is not root: the browser test will skip"; fi
+
+test: browser
+
+# A local Airflow (api-server, scheduler, dag-processor, triggerer; PostgreSQL on 127.0.0.1:5432 when it
+# answers, else SQLite) with the demo table written; prints the URL and logins; Ctrl-C stops it all.
+airflow: setup
+	$(BIN)/python scripts/make_airflow.py

@@ -14,6 +14,7 @@ import re
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import quote
 
 from fastapi import Body, Depends, FastAPI, HTTPException, Request, status
 from fastapi.encoders import jsonable_encoder
@@ -63,6 +64,15 @@ def _table_config(name: str) -> Any:
         raise HTTPException(status.HTTP_404_NOT_FOUND,
                             f"unknown table {name!r}: configured tables are {sorted(tables)}")
     return tables[name]
+
+
+def _is_paused(dag_id: str) -> bool:
+    from airflow.models.dag import DagModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        return bool(session.scalar(select(DagModel.is_paused).where(DagModel.dag_id == dag_id)))
 
 
 def _fmt_bytes(n: Any) -> str:
@@ -118,7 +128,8 @@ def create_app() -> FastAPI:
     app = FastAPI(title="MemWAL", docs_url=None, redoc_url=None, openapi_url=None,
                   dependencies=[Depends(signed_in_user)])
     env = Environment(loader=FileSystemLoader(_HERE / "templates"), autoescape=select_autoescape(["html"]))
-    env.filters.update(fmt=_fmt, fmt_time=_fmt_time, fmt_bytes=_fmt_bytes)
+    env.filters.update(fmt=_fmt, fmt_time=_fmt_time, fmt_bytes=_fmt_bytes,
+                       fmt_limit=lambda v, key: _fmt(key, int(v) if float(v).is_integer() else v))
 
     @app.exception_handler(HTTPException)
     async def _http_error(request: Request, exc: HTTPException) -> Response:
@@ -142,6 +153,7 @@ def create_app() -> FastAPI:
         can_merge = get_auth_manager().is_authorized_dag(
             method="POST", access_entity=DagAccessEntity.RUN, details=DagDetails(id=MERGE_DAG_ID), user=user)
         html = env.get_template("page.html").render(
+            merge_paused=can_merge and _is_paused(MERGE_DAG_ID),
             views=views, columns=COLUMNS, can_merge=can_merge, user=user.get_name(),
             base=request.scope.get("root_path", "").rstrip("/"), csrf_header=CSRF_HEADER,
             all_tables=sorted(tables), selected=table, bad_tables={k: str(v) for k, v in bad.items()},
@@ -202,6 +214,6 @@ def create_app() -> FastAPI:
         except MergeRequestError as exc:
             raise HTTPException(exc.status_code, str(exc)) from exc
         return {"dag_id": run.dag_id, "dag_run_id": run.dag_run_id, "state": run.state, "conf": run.conf,
-                "url": f"/dags/{run.dag_id}/runs/{run.dag_run_id}"}
+                "url": f"/dags/{run.dag_id}/runs/{quote(run.dag_run_id, safe='')}"}
 
     return app

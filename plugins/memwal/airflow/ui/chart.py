@@ -19,7 +19,7 @@ def lag_chart_svg(
     if not points:
         return (f'<svg class="lag-chart empty" width="{width}" height="40" role="img" aria-label="no lag history">'
                 '<text x="8" y="24">no lag history recorded yet</text></svg>')
-    left, right, top, bottom = 48, 12, 12, 28
+    left, right, top, bottom = 48, 12, 26, 28
     t0 = points[0]["at"].timestamp()
     t1 = max(points[-1]["at"].timestamp(), t0 + 1.0)
     vmax = max([float(p.get(s) or 0) for p in points for s in series] + [1.0])
@@ -47,7 +47,7 @@ def lag_chart_svg(
         if len(points) == 1:
             px, py = coords.split(",")
             out.append(f'<circle cx="{px}" cy="{py}" r="3" fill="{colour}"/>')
-        out.append(f'<text x="{left + 8 + i * 180}" y="{top + 10}" fill="{colour}">'
+        out.append(f'<text x="{left + i * 200}" y="12" fill="{colour}">'
                    f'{escape(labels.get(s, s))}: {float(points[-1].get(s) or 0):g}</text>')
     out.append("</svg>")
     return "".join(out)

@@ -81,6 +81,7 @@ class TableView:
     runs: list[dict] = field(default_factory=list)
     error: str | None = None
     chart: str = ""
+    limits: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
     @property

@@ -16,7 +16,7 @@ from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
 
 from memwal.airflow.ui.auth import MERGE_DAG_ID, can_read_dag
-from memwal.airflow.ui.regions import TableView, region_rows
+from memwal.airflow.ui.regions import COLUMNS, TableView, region_rows, threshold
 
 log = logging.getLogger(__name__)
 
@@ -156,6 +156,9 @@ def recent_runs(table: str, user: BaseUser, limit: int = 8) -> list[dict]:
 def table_view(cfg: Any, user: BaseUser, history_hours: float = 24.0) -> TableView:
     """Status, lag history and runs of one table; each part that fails says why and the rest still shows."""
     view = TableView(name=cfg.name, uri=cfg.uri)
+    thresholds = getattr(cfg, "thresholds", None)
+    view.limits = {key: limit for key, _, tkey in COLUMNS
+                   if tkey and (limit := threshold(thresholds, tkey)) is not None}
     t0 = time.monotonic()
     try:
         status, snapshot_ts = table_status(cfg)

@@ -69,7 +69,8 @@
         .then(function (res) {
           btn.disabled = false;
           if (!res.ok) { say(table, "refused: " + res.j.detail, "error"); return; }
-          say(table, res.j.dag_id + " run " + res.j.dag_run_id + ": " + res.j.state, "state-" + res.j.state);
+          var el = say(table, res.j.dag_id + " run " + res.j.dag_run_id + ": " + res.j.state, "state-" + res.j.state);
+          if (el) { el.dataset.runId = res.j.dag_run_id; el.dataset.state = res.j.state; }
           poll(table, res.j);
         })
         .catch(function (e) { btn.disabled = false; say(table, "failed: " + e, "error"); });

@@ -1,0 +1,141 @@
+"""The MemWAL page in a real browser (Debian's chromium, headless, driven by Playwright) on a real Airflow.
+
+Sign in through Airflow's login form, open the page from the navigation (the external view's iframe),
+check the region rows against `memwal status --json`, click "Merge now", watch the memwal_merge run start
+and finish, and see the lag drop in the rows, the chart (lag monitor history) and the runs list.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import unquote
+
+import pytest
+
+from tests.ui.conftest import TABLE
+
+CHROMIUM = "/usr/bin/chromium"
+#: Flags for a headless chromium that talks to nothing but the server under test.
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+#: Columns whose value `memwal status --json` gives exactly (ages move with the clock).
+EXACT = ("writer_epoch", "current_generation", "flushed_generation", "merged_generation",
+         "unmerged_generations", "unmerged_rows", "unmerged_bytes", "index_lag_generations")
+
+playwright = pytest.importorskip(
+    "playwright.sync_api", reason="Python package playwright missing: `make setup` installs requirements.txt")
+if not Path(CHROMIUM).exists():
+    pytest.skip(f"{CHROMIUM} missing: Debian's chromium is installed by `make browser` "
+                "(part of `make test` when run as root: apt-get install -y chromium)", allow_module_level=True)
+
+
+def memwal_status(table: Path) -> dict:
+    out = subprocess.run([str(Path(sys.executable).with_name("memwal")), "status", str(table), "--json"],
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def expected_rows(status: dict) -> dict[str, dict]:
+    rows = {}
+    for r in status["regions"]:
+        flushed = r["flushed_generations"]
+        rows[r["region_id"]] = {
+            "writer_epoch": r["writer_epoch"], "current_generation": r["current_generation"],
+            "flushed_generation": max(flushed) if flushed else None, "merged_generation": r["merged_generation"],
+            "unmerged_generations": r["unmerged_generations"], "unmerged_rows": r["unmerged_rows"],
+            "unmerged_bytes": r["unmerged_bytes"], "index_lag_generations": r["index_lag_generations"],
+        }
+    return rows
+
+
+def page_rows(frame) -> dict[str, dict]:
+    """Region rows as the page shows them (each cell's data-value)."""
+    cells = frame.locator(f"section[data-table='{TABLE}'] tr.region").evaluate_all(
+        "rows => rows.map(r => Object.fromEntries(Array.from(r.cells).filter(c => c.dataset.key)"
+        ".map(c => [c.dataset.key, c.dataset.value])))")
+    out = {}
+    for c in cells:
+        out[c["region_id"]] = {k: (int(float(c[k])) if c[k] not in ("", None) else None) for k in EXACT}
+    return out
+
+
+def screenshot(page, frame, path: Path, regions: int) -> None:
+    """A screenshot of the page with the MemWAL view loaded in its iframe (the same document before and
+    after the shot, so the picture cannot be of a frame that was still loading)."""
+    page.wait_for_load_state("networkidle")
+    frame.locator("tr.region").nth(regions - 1).wait_for(timeout=60_000)
+    frame.locator("body").evaluate("b => { b.dataset.shot = '1'; }")
+    page.screenshot(path=str(path))
+    assert frame.locator("body[data-shot='1'] tr.region").count() == regions, \
+        "the MemWAL frame reloaded while the screenshot was taken"
+
+
+def run_lag_monitor(af) -> None:
+    run_id = af.trigger_dag("memwal_lag_monitor")
+    assert af.wait_for_run("memwal_lag_monitor", run_id, timeout=120) == "success"
+
+
+@pytest.mark.slow
+def test_page_shows_status_and_merge_now_drops_the_lag(ui_airflow, ui_table, tmp_path):
+    af = ui_airflow
+    af.wait_for_dag("memwal_merge", timeout=120)
+    af.set_paused("memwal_merge", False)
+    run_lag_monitor(af)  # one history sample before the merge
+    before = memwal_status(ui_table)
+    assert before["unmerged_generations"] > 0, "the fixture table must have work to merge"
+
+    from playwright.sync_api import expect, sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1500, "height": 1000})
+            page.goto(f"{af.url}/plugin/memwal")
+            page.fill("input[name=username]", "admin")
+            page.fill("input[name=password]", af.passwords["admin"])
+            page.click("button[type=submit]")
+            frame = page.frame_locator("iframe")
+            screenshot(page, frame, tmp_path / "memwal-page-before.png", len(before["regions"]))
+
+            shown = page_rows(frame)
+            assert shown == expected_rows(before), "region rows must equal `memwal status --json`"
+            assert frame.locator("tr.region.over").count() == len(before["regions"]), \
+                "every region is over max_unmerged_generations=1 and must be marked"
+
+            frame.locator(f"section[data-table='{TABLE}'] .summary button.merge").click()
+            status = frame.locator(f".merge-status[data-table='{TABLE}']")
+            expect(status).to_contain_text("memwal_merge run", timeout=30_000)
+            expect(status).to_have_attribute("data-run-id", re.compile(r"\S+"))
+            run_id = status.get_attribute("data-run-id")
+            triggered = af.dag_run("memwal_merge", run_id)
+            assert triggered["conf"]["table"] == TABLE
+            assert af.wait_for_run("memwal_merge", run_id, timeout=150) == "success"
+
+            # The page reloads itself when the run ends: the rows show the merge, the runs list shows the run.
+            frame.locator(f"tr.run[data-run-id='{run_id}'] .state-success").wait_for(timeout=60_000)
+            after = memwal_status(ui_table)
+            assert after["unmerged_generations"] == 0
+            assert page_rows(frame) == expected_rows(after)
+            assert frame.locator("tr.region.over").count() == 0
+            link = frame.locator(f"tr.run[data-run-id='{run_id}'] a")
+            assert unquote(link.get_attribute("href")) == f"/dags/memwal_merge/runs/{run_id}"
+            assert "merge:" in frame.locator(f"tr.run[data-run-id='{run_id}']").inner_text()
+
+            run_lag_monitor(af)  # a second history sample after the merge: the chart drops
+            page.reload()
+            frame = page.frame_locator("iframe")
+            chart = frame.locator(f"section[data-table='{TABLE}'] svg.lag-chart")
+            chart.wait_for(timeout=60_000)
+            assert int(chart.get_attribute("data-points")) >= 2
+            line = chart.locator("polyline[data-series='unmerged_generations']").get_attribute("points")
+            ys = [float(pt.split(",")[1]) for pt in line.split()]
+            assert ys[-1] > ys[0], "the chart's last point (after the merge) is lower lag than the first"
+            shot = tmp_path / "memwal-page.png"
+            screenshot(page, frame, shot, len(after["regions"]))
+            print(f"screenshots: {tmp_path / 'memwal-page-before.png'} {shot}")
+        finally:
+            browser.close()
