@@ -32,13 +32,12 @@ def get_provider_info() -> dict[str, Any]:
                         "host": "Endpoint",
                         "login": "Access key id",
                         "password": "Secret access key",
-                        "extra": "Extra storage options (JSON)",
                     },
                     "placeholders": {
                         "host": "http://127.0.0.1:9000 (empty: the store's default endpoint)",
                         "login": "AKIA... (empty: the environment's credentials)",
                         "password": "secret access key",
-                        "extra": '{"aws_session_token": "...", "virtual_hosted_style_request": "false"}',
+                        "extra": '{"region": "us-east-1", "allow_http": false, "storage_options": {}}',
                     },
                 },
                 "conn-fields": {
