@@ -6,7 +6,7 @@ any task, as the api-server (the UI page) reads the lag history:
                                            check_lag results (several runs in one process: Airflow starts once)
     lag_airflow_run.py read TABLE          the table's history and alert state
     lag_airflow_run.py watchers ASSET      the triggers registered on an asset (decrypted kwargs)
-    lag_airflow_run.py history SPEC_JSON   record many samples and read them back (retention)
+    lag_airflow_run.py history SPECS_JSON  per spec: record many samples and read them back (retention)
 
 Prints one line: RESULT <json>."""
 
@@ -102,12 +102,16 @@ def history_run(spec: dict) -> dict:
         history.record(table, {"unmerged_generations": i, "regions": [{"region_id": "r1", "unmerged_generations": i}]},
                        start + timedelta(minutes=spec["every_minutes"] * i),
                        retention_days=spec["retention_days"], max_samples=spec["max_samples"])
+    from airflow.models.asset import AssetModel
     from airflow.models.asset_state_store import AssetStateStoreModel
     from airflow.utils.session import create_session
     from sqlalchemy import func, select
 
+    from memwal.airflow.assets import lag_asset_name
+
     with create_session() as session:
-        keys = session.scalar(select(func.count()).select_from(AssetStateStoreModel))
+        keys = session.scalar(select(func.count()).select_from(AssetStateStoreModel).join(
+            AssetModel, AssetModel.id == AssetStateStoreModel.asset_id).where(AssetModel.name == lag_asset_name(table)))
     return {"before": before, "unregistered_error": unregistered_error,
             "read": history.read(table, datetime(2000, 1, 1, tzinfo=UTC)),
             "read_since": history.read(table, start + timedelta(minutes=spec["every_minutes"] * spec["since_index"])),
@@ -117,5 +121,5 @@ def history_run(spec: dict) -> dict:
 if __name__ == "__main__":
     mode, arg = sys.argv[1], sys.argv[2]
     out = {"read": read, "watchers": watchers, "monitor": lambda a: monitor(json.loads(a)),
-           "history": lambda a: history_run(json.loads(a))}[mode](arg)
+           "history": lambda a: [history_run(spec) for spec in json.loads(a)]}[mode](arg)
     print("RESULT " + json.dumps(out, default=str))
