@@ -11,7 +11,8 @@ once, and gets back one `MergeInput` per batch:
    crosses Spark's type system), write the upserts, already in the base schema, as Arrow IPC files under
    the round's staging prefix (`_mem_wal/_staging/merge-<uuid4>/u<batch>/part-*.arrow`, through
    `memwal.storage.ObjectStore`, so S3 works too), and return only file names, counts and the deleted
-   keys (an Arrow IPC blob). A batch that fails returns its error instead: only that region fails;
+   keys (an Arrow IPC blob); a small batch (`inline_bytes`) returns its upserts in the result instead of
+   staging them. A batch that fails returns its error instead: only that region fails;
 3. a region batch larger than `task_bytes` is spread over the cluster instead: one task per generation
    fragment, a window per key (`row_number()` over the primary key ordered by generation desc, row
    address desc: the rule of `memwal.dedup.newest_per_key`), and a second `mapInArrow` that stages the
@@ -50,6 +51,8 @@ log = logging.getLogger(__name__)
 STAGING_DIR = f"{naming.MEM_WAL_DIR}/_staging"
 DEFAULT_FILE_BYTES = 64 * 1024 * 1024
 DEFAULT_TASK_BYTES = 256 * 1024 * 1024
+DEFAULT_INLINE_BYTES = 1024 * 1024
+INLINE_ROUND_BYTES = 64 * 1024 * 1024
 _FILE = "__memwal_file"
 _ROWS = "__memwal_rows"
 _RANK = "__memwal_rank"
@@ -65,20 +68,25 @@ class _Task:
     fragment_id: int
 
 
-def spark_dedup(spark, *, file_bytes: int = DEFAULT_FILE_BYTES, task_bytes: int = DEFAULT_TASK_BYTES) -> Dedup:
+def spark_dedup(spark, *, file_bytes: int = DEFAULT_FILE_BYTES, task_bytes: int = DEFAULT_TASK_BYTES,
+                inline_bytes: int = DEFAULT_INLINE_BYTES) -> Dedup:
     """A `memwal.merge.Dedup` that dedups on Spark and stages the upserts as Arrow IPC files.
 
     Called with one region batch it runs one Spark job for it; its `.batch` runs one job for a whole
     planning round. file_bytes: an executor starts a new staged file after about this many bytes, which
     also bounds what the driver holds while streaming them into the commit. task_bytes: a region batch
     with more generation bytes than this is deduplicated by a shuffle across the cluster, not by one task.
+    inline_bytes: a region batch with at most this many generation bytes (and at most file_bytes) returns
+    its upserts in the job's result instead of staging them (INLINE_ROUND_BYTES per job at most): no
+    object-store round trip for the many small batches of a many-region merge.
     """
 
     stats: dict = {}
 
     def batch(batches: Sequence[Sequence[GenerationRef]], pk: list[str], schema: pa.Schema,
               store: ObjectStore) -> list[MergeInput | Exception]:
-        return _dedup_batches(spark, batches, pk, schema, store, file_bytes, task_bytes, stats)
+        return _dedup_batches(spark, batches, pk, schema, store, file_bytes, task_bytes,
+                              min(inline_bytes, file_bytes), stats)
 
     def dedup(refs: Sequence[GenerationRef], pk: list[str], schema: pa.Schema, store: ObjectStore) -> MergeInput:
         result = batch([refs], pk, schema, store)[0]
@@ -376,6 +384,7 @@ def _dedup_shuffle(spark, refs: Sequence[GenerationRef], pk: list[str], schema: 
 _UNIT = "__memwal_unit"
 _READ = "__memwal_rows_read"
 _DELETED = "__memwal_deleted"
+_UPSERTS = "__memwal_upserts"
 _ERROR = "__memwal_error"
 
 
@@ -386,7 +395,8 @@ def _units_struct():
     from pyspark.sql.types import BinaryType, DoubleType, LongType, StringType
 
     return _struct([(_UNIT, LongType()), (_FILE, StringType()), (_ROWS, LongType()), (_READ, LongType()),
-                    (_DELETED, BinaryType()), (_ERROR, StringType())] + [(t, DoubleType()) for t in _TIMES])
+                    (_DELETED, BinaryType()), (_UPSERTS, BinaryType()), (_ERROR, StringType())]
+                   + [(t, DoubleType()) for t in _TIMES])
 
 
 def _ipc_bytes(table: pa.Table) -> bytes:
@@ -400,9 +410,10 @@ def _unit_prefix(prefix: str, unit: int) -> str:
     return f"{prefix}/u{unit:05d}"
 
 
-def _unit_runner(units: list[list[GenerationRef]], bins: list[list[int]], uri: str, storage_options: dict,
-                 prefix: str, pk: list[str], schema: pa.Schema, out: pa.Schema, file_bytes: int, batch_rows: int):
-    """Executor: the region batches of one task, each read, deduplicated and staged on its own."""
+def _unit_runner(units: list[list[GenerationRef]], bins: list[list[int]], inline: list[bool], uri: str,
+                 storage_options: dict, prefix: str, pk: list[str], schema: pa.Schema, out: pa.Schema,
+                 file_bytes: int, batch_rows: int):
+    """Executor: the region batches of one task, each read, deduplicated and staged (or returned inline)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -411,10 +422,10 @@ def _unit_runner(units: list[list[GenerationRef]], bins: list[list[int]], uri: s
         attempt = f"{ctx.attemptNumber()}-{uuid.uuid4().hex[:8]}" if ctx else uuid.uuid4().hex
         store = ObjectStore(uri, storage_options)
 
-        def row(unit, file=None, rows=0, read=0, deleted=None, error=None, times=(0.0, 0.0, 0.0)):
+        def row(unit, file=None, rows=0, read=0, deleted=None, error=None, times=(0.0, 0.0, 0.0), upserts=None):
             return pa.RecordBatch.from_pylist(
-                [{_UNIT: unit, _FILE: file, _ROWS: rows, _READ: read, _DELETED: deleted, _ERROR: error,
-                  **dict(zip(_TIMES, times, strict=True))}], schema=out)
+                [{_UNIT: unit, _FILE: file, _ROWS: rows, _READ: read, _DELETED: deleted, _UPSERTS: upserts,
+                  _ERROR: error, **dict(zip(_TIMES, times, strict=True))}], schema=out)
 
         for ids in batches:
             for b in ids.column(0).to_pylist():
@@ -428,9 +439,13 @@ def _unit_runner(units: list[list[GenerationRef]], bins: list[list[int]], uri: s
                         del tables
                         t2 = time.perf_counter()
                         staged = _StagedFiles(store, _unit_prefix(prefix, unit), schema, file_bytes, attempt)
-                        for chunk in upserts.to_batches(max_chunksize=batch_rows):
-                            staged.write(pa.Table.from_batches([chunk], schema))
-                        staged.finish()
+                        if inline[unit]:
+                            blob = _ipc_bytes(upserts) if upserts.num_rows else None
+                        else:
+                            blob = None
+                            for chunk in upserts.to_batches(max_chunksize=batch_rows):
+                                staged.write(pa.Table.from_batches([chunk], schema))
+                            staged.finish()
                         times = (t1 - t0, t2 - t1, time.perf_counter() - t2)
                     except Exception as exc:  # reported as this region's failure; the other batches go on
                         yield row(unit, error=one_line(exc))
@@ -438,7 +453,7 @@ def _unit_runner(units: list[list[GenerationRef]], bins: list[list[int]], uri: s
                     for path, rows in staged.written:
                         yield row(unit, file=path, rows=rows)
                     yield row(unit, rows=upserts.num_rows, read=n,
-                              deleted=_ipc_bytes(deletes) if deletes.num_rows else None, times=times)
+                              deleted=_ipc_bytes(deletes) if deletes.num_rows else None, times=times, upserts=blob)
 
     return run
 
@@ -450,11 +465,14 @@ class _RoundStaging:
     def __init__(self, store: ObjectStore, prefix: str, units: int):
         self.store, self.prefix, self.left = store, prefix, set(range(units))
 
-    def done(self, unit: int) -> None:
+    def done(self, unit: int, staged: bool = True) -> None:
         if unit not in self.left:
             return
         self.left.discard(unit)
-        _cleanup(self.store, self.prefix if not self.left else _unit_prefix(self.prefix, unit))
+        if not self.left:
+            _cleanup(self.store, self.prefix)
+        elif staged:
+            _cleanup(self.store, _unit_prefix(self.prefix, unit))
 
 
 def _deal(units: Sequence[Sequence[GenerationRef]], tasks: int) -> list[list[int]]:
@@ -477,7 +495,8 @@ def _task_count(spark, n_units: int) -> int:
 
 
 def _dedup_batches(spark, batches: Sequence[Sequence[GenerationRef]], pk: list[str], schema: pa.Schema,
-                   store: ObjectStore, file_bytes: int, task_bytes: int, stats: dict) -> list[MergeInput | Exception]:
+                   store: ObjectStore, file_bytes: int, task_bytes: int, inline_bytes: int,
+                   stats: dict) -> list[MergeInput | Exception]:
     """One MergeInput (or the batch's error) per region batch: small ones in one job, large ones by shuffle."""
     out: list[MergeInput | Exception | None] = [None] * len(batches)
     small = [i for i, refs in enumerate(batches) if sum(r.nbytes for r in refs) <= task_bytes]
@@ -489,14 +508,19 @@ def _dedup_batches(spark, batches: Sequence[Sequence[GenerationRef]], pk: list[s
                 out[i] = exc
     if small:
         for i, result in zip(small, _dedup_units(spark, [list(batches[i]) for i in small], pk, schema, store,
-                                                 file_bytes, stats), strict=True):
+                                                 file_bytes, inline_bytes, stats), strict=True):
             out[i] = result
     return out
 
 
 def _dedup_units(spark, units: list[list[GenerationRef]], pk: list[str], schema: pa.Schema, store: ObjectStore,
-                 file_bytes: int, stats: dict) -> list[MergeInput | Exception]:
+                 file_bytes: int, inline_bytes: int, stats: dict) -> list[MergeInput | Exception]:
     started = time.monotonic()
+    inline, inline_total = [], 0
+    for refs in units:
+        size = sum(r.nbytes for r in refs)
+        inline.append(size <= inline_bytes and inline_total + size <= INLINE_ROUND_BYTES)
+        inline_total += size if inline[-1] else 0
     prefix = f"{STAGING_DIR}/merge-{uuid.uuid4()}"
     options = dict(store.storage_options)
     bins = _deal(units, _task_count(spark, len(units)))
@@ -508,7 +532,7 @@ def _dedup_units(spark, units: list[list[GenerationRef]], pk: list[str], schema:
     _set_job_description(spark, f"memwal merge: dedup of {what} in {len(bins)} task(s)")
     try:
         result = spark.range(0, len(bins), 1, len(bins)).mapInArrow(
-            _unit_runner(units, bins, store.uri, options, prefix, pk, schema, out_arrow, file_bytes,
+            _unit_runner(units, bins, inline, store.uri, options, prefix, pk, schema, out_arrow, file_bytes,
                          max(1, batch_rows)),
             out_struct,
         ).toArrow()
@@ -545,6 +569,15 @@ def _dedup_units(spark, units: list[list[GenerationRef]], pk: list[str], schema:
             staging.done(u)
             reason = info[_ERROR] if info else "no result from its task"
             inputs.append(MemWalError(f"region {region}: Spark dedup of generations {gens} failed: {reason}"))
+            continue
+        if inline[u]:
+            upserts = (pa.ipc.open_stream(info[_UPSERTS]).read_all() if info[_UPSERTS]
+                       else schema.empty_table())
+            deleted = (pa.ipc.open_stream(info[_DELETED]).read_all().cast(key_schema) if info[_DELETED]
+                       else key_schema.empty_table())
+            staging.done(u, staged=False)
+            inputs.append(MergeInput(open_upserts=(lambda t=upserts: t), deleted_keys=deleted, rows_read=info[_READ]))
+            stats["inline_batches"] = stats.get("inline_batches", 0) + 1
             continue
         paths = [p for p, _ in sorted(files[u])]
         if sum(n for _, n in files[u]) != info[_ROWS]:

@@ -133,7 +133,8 @@ def test_staging_is_removed_after_failed_commits(spark, tmp_path, monkeypatch):
         raise OSError("injected commit failure")
 
     monkeypatch.setattr(merge_mod, "_commit", failing_commit)
-    summary = merge_table(loc.uri, config=MergeConfig(max_attempts=2), dedup=spark_dedup(spark))
+    summary = merge_table(loc.uri, config=MergeConfig(max_attempts=2),
+                          dedup=spark_dedup(spark, inline_bytes=0))  # staged, not returned inline
     assert len(attempts) == 2 and attempts[0] == attempts[1]
     assert "injected commit failure" in summary.regions[0].error
     assert loc.store().list(STAGING_DIR) == [], "every attempt's staging prefix must be deleted"
@@ -203,6 +204,7 @@ def test_one_spark_job_dedups_every_region_batch_of_a_round(spark, tmp_path, tas
     assert not on_spark.failed_regions and on_spark.table_commits == local.table_commits == 2
     if task_bytes:
         assert hook.stats["jobs"] == 1 and hook.stats["tasks"] >= 2, "one job, region batches in parallel tasks"
+        assert hook.stats["inline_batches"] == 4, "small region batches come back in the job's result"
     assert _results(on_spark) == _results(local)
     assert base_rows(b) == base_rows(a) == before
     assert load_index(b.uri).merged_generations == load_index(a.uri).merged_generations
