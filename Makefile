@@ -41,6 +41,11 @@ bench: setup
 bench-merge: setup
 	$(BIN)/python bench/merge.py
 
+# Issue 10: the merge of 1/16/64 regions in process and on Spark, scaling, and bench/merge.py; every ratio.
+.PHONY: bench-maintenance
+bench-maintenance: setup
+	$(BIN)/python bench/maintenance.py
+
 clean:
 	rm -rf $(VENV) $(PROTO_GEN) demo
 
