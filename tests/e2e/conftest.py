@@ -1,0 +1,162 @@
+"""The end-to-end deployment, started once per module: a real Airflow (scripts/local_airflow.py: api-server,
+scheduler, dag-processor, triggerer, LocalExecutor; metadata on PostgreSQL, a fresh database, else SQLite),
+a Spark standalone master and worker on 127.0.0.1, MemWAL tables on S3 (the session's moto server)
+written by Lance core, the storage credentials in an Airflow Connection of type `memwal` given through
+the environment (its secret key is a unique canary), a webhook receiver for lag alerts, and recorders of
+every spark-submit argv.
+
+Tables (the tables file given through MEMWAL_TABLES_FILE), one per scenario so they do not interfere:
+- `orders`  (spark)       a merge through the REST API;
+- `clicks`  (in_process)  memwal_merge (asked for engine spark) and the maintenance DAG at once;
+- `events`  (in_process)  held behind its threshold: alert, event-driven maintenance, resolved alert;
+- `crashy`  (spark)       its Spark driver is SIGKILLed inside a merge commit once (memwal.faults).
+No table has a clock schedule (`schedule: null`): runs start only from the tests and from lag assets.
+
+MEMWAL_E2E_DATABASE=sqlite|postgres|auto (default auto) picks the metadata database.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+
+from e2e_support import (
+    FAST_JVM_OPTIONS,
+    Deployment,
+    LanceCoreTable,
+    ProcSampler,
+    SparkStandalone,
+    SparkSubmitRecorder,
+    WebhookServer,
+    new_bucket,
+    s3_options,
+)
+from local_airflow import LocalAirflow
+
+log = logging.getLogger("e2e")
+
+CONN_STORAGE = "memwal_lake"
+CONN_SPARK = "memwal_spark_e2e"
+CONN_ALERTS = "memwal_alerts"
+FAULT = "merge.before_commit"
+
+
+def _driver_wrapper(fault_dir: Path) -> Path:
+    """spark.pyspark.driver.python of table `crashy`: the venv Python, with the fault point armed for the one
+    driver that removes the `armed` file (rm is atomic: exactly one driver gets the fault)."""
+    path = fault_dir / "driver-python"
+    path.write_text(
+        "#!/bin/sh\n"
+        f"if rm \"{fault_dir}/armed\" 2>/dev/null; then\n"
+        f"  export MEMWAL_FAULT={FAULT} MEMWAL_FAULT_SKIP=1\n"
+        f"  echo $$ >> \"{fault_dir}/killed-drivers\"\n"
+        "fi\n"
+        f"exec \"{sys.executable}\" \"$@\"\n"
+    )
+    path.chmod(0o755)
+    return path
+
+
+def _tables_file(path: Path, bucket: str, driver_python: Path) -> Path:
+    spark_conf = {
+        "spark.driver.extraJavaOptions": FAST_JVM_OPTIONS,
+        "spark.executor.extraJavaOptions": FAST_JVM_OPTIONS,
+        "spark.cores.max": "1",
+        "spark.executor.memory": "512m",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.ui.enabled": "false",
+    }
+    spark = {"engine": "spark", "spark_conn_id": CONN_SPARK, "spark_conf": spark_conf}
+    common = {"conn_id": CONN_STORAGE, "schedule": None, "max_generations_per_commit": 2,
+              "max_merge_applications": 2, "gc": {"enabled": True, "keep_manifest_versions": 2}}
+    tables = {
+        "orders": {"uri": f"s3://{bucket}/orders", **common, **spark},
+        "clicks": {"uri": f"s3://{bucket}/clicks", **common, **spark, "engine": "in_process"},
+        "events": {"uri": f"s3://{bucket}/events", **common, "engine": "in_process",
+                   "thresholds": {"max_unmerged_generations": 2}},
+        "crashy": {"uri": f"s3://{bucket}/crashy", **common, **spark,
+                   "spark_conf": {**spark_conf, "spark.pyspark.driver.python": str(driver_python)}},
+    }
+    path.write_text("# written by tests/e2e/conftest.py\n" + yaml.safe_dump({"tables": tables}, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="module")
+def deployment(s3_endpoint, tmp_path_factory):
+    root = tmp_path_factory.mktemp("e2e")
+    canary = f"canary-{uuid.uuid4().hex}"
+    bucket = new_bucket(s3_endpoint)
+    # moto accepts any key pair: the secret access key in the connection is the canary itself.
+    storage = {**s3_options(s3_endpoint), "aws_secret_access_key": canary}
+    fault_dir = root / "fault"
+    fault_dir.mkdir()
+    tables_file = _tables_file(root / "memwal_tables.yaml", bucket, _driver_wrapper(fault_dir))
+
+    spark = SparkStandalone(root / "spark").start()
+    webhook = WebhookServer().start()
+    recorder = SparkSubmitRecorder(root / "recorder").install()
+    sampler = ProcSampler(needles=(canary,)).start()
+    connections = {
+        CONN_STORAGE: {"conn_type": "memwal", "host": s3_endpoint, "login": storage["aws_access_key_id"],
+                       "password": canary, "extra": {"region": "us-east-1", "allow_http": True}},
+        CONN_SPARK: {"conn_type": "spark", "host": "spark://127.0.0.1", "port": spark.port},
+        CONN_ALERTS: webhook.url,
+    }
+    env = {
+        "SPARK_HOME": recorder.spark_home,
+        "PATH": f"{recorder.bin}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "MEMWAL_LOCK_LEASE_S": "4",  # a driver killed inside a commit holds the MemWAL index lock one lease
+        "MEMWAL_LAG_MONITOR_SCHEDULE": "@once",  # one run when the test unpauses it; then triggered by the test
+        # The DAGs retry after 60 s+ (exponential backoff); the deployment caps retry delays for the crash test.
+        "AIRFLOW__CORE__MAX_TASK_RETRY_DELAY": "5",
+    }
+    af = LocalAirflow(home=str(root / "airflow"), tables_file=str(tables_file),
+                      database=os.environ.get("MEMWAL_E2E_DATABASE", "auto"), connections=connections, env=env)
+
+    tables: dict[str, LanceCoreTable] = {}
+    errors: list[BaseException] = []
+
+    def write_tables() -> None:  # Lance core writes the tables while Airflow starts
+        try:
+            for name in ("orders", "clicks", "events", "crashy"):
+                t = LanceCoreTable(f"s3://{bucket}/{name}", storage).create()
+                for k in range(2):
+                    t.write_generations(None, generations=4 if name != "events" else 3, offset=100 * (k + 1),
+                                        tag=f"{name}{k}-")
+                tables[name] = t
+        except BaseException as exc:
+            errors.append(exc)
+
+    writer = threading.Thread(target=write_tables, name="write-tables")
+    writer.start()
+    try:
+        af.start()
+        writer.join()
+        if errors:
+            raise errors[0]
+        spark.wait_alive()
+        dep = Deployment(af=af, tables=tables, canary=canary, webhook=webhook, recorder=recorder, sampler=sampler,
+                         spark=spark, tables_file=tables_file, fault_dir=fault_dir, endpoint=s3_endpoint)
+        if af.backend != "postgresql":
+            dep.notes.append(f"the Airflow metadata database is {af.backend}: no PostgreSQL answered on "
+                             "127.0.0.1:5432 (or MEMWAL_E2E_DATABASE asked for it)")
+            log.warning("%s", dep.notes[-1])
+        yield dep
+    finally:
+        writer.join()
+        af.stop()
+        sampler.stop()
+        webhook.stop()
+        spark.stop()
+        log.info("e2e: Airflow home with every log: %s", af.home)
+
+

@@ -1,0 +1,271 @@
+"""End to end on a real Airflow 3.3.2 (see conftest.py for the deployment): DAG runs triggered through the
+REST API v2 with a token as the UI does, Spark applications on a standalone cluster, tables on S3 written by
+Lance core; each test checks the table against the model of every write.
+
+The tests run in file order and share one deployment; the canary-secret search runs last, over everything
+the earlier runs left (task logs, XComs, rendered fields, component logs, the metadata DB, argv).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+from e2e_support import REPO, Deployment
+from local_airflow import postgres_available
+
+pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.s3]
+
+log = logging.getLogger("e2e")
+
+MERGE = "memwal_merge"
+MONITOR = "memwal_lag_monitor"
+RUN_TIMEOUT = 300.0
+
+
+def maintenance(table: str) -> str:
+    return f"memwal_maintenance__{table}"
+
+
+def region_generations(summary: dict) -> dict[str, list[int]]:
+    """region id -> generations a merge summary says it merged (regions that merged nothing left out)."""
+    return {r["region_id"]: list(r["generations"]) for r in summary.get("regions", []) if r.get("generations")}
+
+
+def expect_success(dep: Deployment, dag_id: str, run_id: str, timeout: float = RUN_TIMEOUT) -> None:
+    state = dep.af.wait_for_run(dag_id, run_id, timeout=timeout)
+    assert state == "success", f"{dag_id} run {run_id} ended {state}: {dep.af.task_states(dag_id, run_id)}"
+
+
+def mapped_xcoms(dep: Deployment, dag_id: str, run_id: str, task_id: str) -> list[dict]:
+    """The return values of every mapped instance of a task."""
+    tis = [ti for ti in dep.af.task_instances(dag_id, run_id) if ti["task_id"] == task_id]
+    return [dep.af.xcom(dag_id, run_id, task_id, map_index=ti["map_index"]) for ti in tis
+            if ti["state"] == "success"]
+
+
+def test_metadata_database_is_postgresql_when_one_answers(deployment: Deployment):
+    """The deployment runs on a fresh PostgreSQL database when one answers; otherwise on SQLite, said here."""
+    if not postgres_available():
+        pytest.skip(f"no PostgreSQL answers on 127.0.0.1:5432: this run's Airflow used {deployment.af.backend}")
+    if deployment.af.database == "sqlite":
+        pytest.skip("MEMWAL_E2E_DATABASE=sqlite: this run's Airflow used SQLite")
+    assert deployment.af.backend == "postgresql"
+    assert deployment.af._sql_conn.startswith("postgresql+psycopg2://"), "the components use the fresh database"
+
+
+def test_merge_triggered_through_rest_api_merges_and_emits_asset_event(deployment: Deployment):
+    """orders: 2 regions x 4 generations written by Lance core (upserts over base rows and each other, a delete
+    each). memwal_merge triggered as the UI does: POST dagRuns with a token; it runs a Spark application.
+    Rule: the base table equals the model, merged_generations is each region's last generation, the XCom
+    summary and the table's asset event say which generations were merged."""
+    af, t = deployment.af, deployment.tables["orders"]
+    flushed = t.flushed()
+    assert len(flushed) == 2 and all(len(g) >= 4 for g in flushed.values()), flushed
+    assert t.merged_generations() == {}, "nothing merged before the DAG runs"
+
+    run = af.trigger_dag(MERGE, conf={"table": "orders"})
+    expect_success(deployment, MERGE, run)
+
+    assert t.base() == t.model, "after the merge the base table equals the model of every write"
+    assert t.merged_generations() == {r: max(g) for r, g in flushed.items()}
+    summary = af.xcom(MERGE, run, "merge")
+    assert summary["job"] == "merge" and summary["failed_regions"] == []
+    assert summary.get("spark_application_id"), "the merge ran as a Spark application"
+    assert summary["spark_master"] == deployment.spark.url
+    assert region_generations(summary) == flushed
+    assert summary["generations_merged"] == sum(len(g) for g in flushed.values())
+
+    events = af.asset_events(source_dag_id=MERGE, source_run_id=run)
+    assert [e["name"] for e in events] == ["memwal__orders"], events
+    extra = events[0]["extra"]
+    assert {r: v["generations"] for r, v in extra["regions"].items()} == flushed
+    assert extra["generations_merged"] == summary["generations_merged"]
+    assert extra["table_version_after"] == summary["table_version_after"]
+
+
+def test_merge_and_maintenance_at_once_apply_every_generation_once(deployment: Deployment):
+    """clicks: 2 regions x 4 generations. memwal_merge (both regions, engine spark: a Spark application) and
+    memwal_maintenance__clicks (the table's engine, in_process) are triggered together. Rule: both succeed,
+    every generation is merged by exactly one of them (their summaries partition the generations), and the base
+    table equals the model (nothing applied twice)."""
+    af, t = deployment.af, deployment.tables["clicks"]
+    flushed = t.flushed()
+    regions = sorted(flushed)
+    for dag_id in (MERGE, maintenance("clicks")):
+        af.wait_for_dag(dag_id)
+        af.set_paused(dag_id, False)
+    merge_run = af.trigger_dag(MERGE, conf={"table": "clicks", "regions": regions, "engine": "spark"},
+                               unpause=False)
+    maint_run = af.trigger_dag(maintenance("clicks"), unpause=False)
+    expect_success(deployment, MERGE, merge_run)
+    expect_success(deployment, maintenance("clicks"), maint_run)
+
+    merge_summary = af.xcom(MERGE, merge_run, "merge")
+    assert merge_summary.get("spark_application_id"), "memwal_merge ran on Spark"
+    by_merge = region_generations(merge_summary)
+    by_maintenance: dict[str, list[int]] = {}
+    for summary in mapped_xcoms(deployment, maintenance("clicks"), maint_run, "merge"):
+        assert summary["failed_regions"] == []
+        for region, gens in region_generations(summary).items():
+            by_maintenance.setdefault(region, []).extend(gens)
+    log.info("clicks: memwal_merge merged %s; the maintenance DAG merged %s", by_merge, by_maintenance)
+    for region in regions:
+        mine, theirs = by_merge.get(region, []), by_maintenance.get(region, [])
+        assert not set(mine) & set(theirs), f"region {region}: generations {set(mine) & set(theirs)} merged twice"
+        assert sorted(mine + theirs) == flushed[region], (
+            f"region {region}: the two summaries together must name every generation once "
+            f"(merge {mine}, maintenance {theirs}, flushed {flushed[region]})")
+    assert t.base() == t.model, "nothing applied twice, nothing lost"
+    assert t.merged_generations() == {r: max(g) for r, g in flushed.items()}
+    states = af.task_states(maintenance("clicks"), maint_run)
+    for task in ("index_catchup", "snapshot_refresh", "gc"):
+        assert states[task] == "success", states
+
+
+def test_lagging_table_alerts_starts_maintenance_from_its_asset_and_resolves(deployment: Deployment):
+    """events: 2 regions x 3 unmerged generations, threshold max_unmerged_generations 2. Rule: the lag monitor
+    sends one firing alert to the webhook; the lag asset's watcher (the event trigger in the triggerer) starts
+    memwal_maintenance__events, which merges the backlog; the next monitor run sends one resolved alert."""
+    af, t, hook = deployment.af, deployment.tables["events"], deployment.webhook
+
+    def alerts(state: str) -> list[dict]:
+        return [m["body"]["memwal"] for m in hook.messages()
+                if (m["body"].get("memwal") or {}).get("table") == "events"
+                and m["body"]["memwal"].get("state") == state]
+
+    # The monitor's schedule here is @once: unpausing it starts its one scheduled run, the first check.
+    af.wait_for_dag(MONITOR)
+    af.set_paused(MONITOR, False)
+    first = af.wait_until(lambda: next(iter(af.dag_runs(MONITOR)), None), 120, lambda: "no lag monitor run")
+    expect_success(deployment, MONITOR, first["dag_run_id"])
+    firing = alerts("firing")
+    assert len(firing) == 1, f"one firing alert for table events, got {hook.messages()}"
+    assert {b["region_id"] for b in firing[0]["breaches"]} == set(t.regions)
+    assert all(b["metric"] == "unmerged_generations" for b in firing[0]["breaches"])
+    assert alerts("resolved") == []
+
+    # The lag asset's watcher fires; the maintenance DAG runs from that asset event.
+    dag_id = maintenance("events")
+    af.set_paused(dag_id, False)
+    run = af.wait_until(lambda: next((r for r in af.dag_runs(dag_id) if r["run_type"] == "asset_triggered"), None),
+                        180, lambda: f"no asset-triggered run of {dag_id}: {af.dag_runs(dag_id)}")
+    expect_success(deployment, dag_id, run["dag_run_id"])
+    upstream = af.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run['dag_run_id']}/upstreamAssetEvents")
+    names = [e["name"] for e in upstream["asset_events"]]
+    assert "memwal_lag__events" in names, upstream
+    lag_event = next(e for e in upstream["asset_events"] if e["name"] == "memwal_lag__events")
+    payload = lag_event["extra"].get("payload", lag_event["extra"])
+    assert payload["breached"] is True and payload["table"] == "events"
+    assert t.base() == t.model
+    assert t.merged_generations() == {r: max(g) for r, g in t.flushed().items()}
+
+    second = af.trigger_dag(MONITOR)
+    expect_success(deployment, MONITOR, second)
+    assert len(alerts("resolved")) == 1, f"one resolved alert after the merge, got {hook.messages()}"
+    assert len(alerts("firing")) == 1, "the firing alert is not sent again"
+    check = next(x for x in mapped_xcoms(deployment, MONITOR, second, "check_lag") if x["table"] == "events")
+    assert check["breaches"] == [] and check["unmerged_generations"] == 0
+
+
+def test_spark_driver_killed_mid_merge_is_finished_by_the_task_retry(deployment: Deployment):
+    """crashy: 2 regions x 4 generations, at most 2 generations per commit. The Spark driver of the first
+    attempt is SIGKILLed inside its second merge commit (MEMWAL_FAULT=merge.before_commit, SKIP=1). Rule: the
+    task fails that try, its retry resumes from merged_generations and finishes; the table equals the model."""
+    af, t = deployment.af, deployment.tables["crashy"]
+    flushed = t.flushed()
+    total = sum(len(g) for g in flushed.values())
+    deployment.arm_driver_fault()
+    run = af.trigger_dag(MERGE, conf={"table": "crashy"})
+    expect_success(deployment, MERGE, run, timeout=RUN_TIMEOUT + 120)
+
+    assert len(deployment.killed_drivers()) == 1, "exactly one driver was killed by the fault point"
+    tries = af.task_tries(MERGE, run, "merge")
+    assert [x["state"] for x in sorted(tries, key=lambda x: x["try_number"])] == ["failed", "success"], tries
+    first_log = af.task_log(MERGE, run, "merge", try_number=1)
+    assert "ended before the job reported a result" in first_log, "the first try failed because its driver died"
+    summary = af.xcom(MERGE, run, "merge")
+    assert 0 < summary["generations_merged"] < total, (
+        f"the retry merged what the killed driver had not committed ({summary['generations_merged']} of {total})")
+    assert t.base() == t.model, "the retry finished the merge: the table equals the model"
+    assert t.merged_generations() == {r: max(g) for r, g in flushed.items()}
+
+
+def _hits(text: str, canary: str) -> bool:
+    return canary in text
+
+
+def test_canary_secret_appears_nowhere(deployment: Deployment):
+    """The storage connection's secret key is a unique canary, used by every DAG run above (Spark and
+    in-process). Rule: it appears in no task log (as the UI reads them and on disk), XCom value, rendered
+    template field, asset event, DAG file, spark-submit argv (recorded by a wrapper and sampled from /proc),
+    component log (scheduler, api-server, dag-processor, triggerer) or row of the metadata database."""
+    af, canary = deployment.af, deployment.canary
+    found: list[str] = []
+
+    # spark-submit argv: every invocation (the recording wrapper) and every sampled process command line.
+    argvs = deployment.recorder.argvs()
+    assert len(argvs) >= 4, f"the earlier tests ran spark-submit through the recorder: {argvs}"
+    assert all("--storage-options-json" in a for a in argvs), "storage options go by file on Spark"
+    found += [f"spark-submit argv {a}" for a in argvs if _hits(json.dumps(a), canary)]
+    assert deployment.sampler.argvs(), "the /proc sampler saw the Spark processes"
+    found += [f"process command line {a}" for a in deployment.sampler.leaks.values()]
+
+    # Every task instance of every MemWAL DAG run: rendered template fields, logs of every try, XComs.
+    runs = 0
+    for dag in af.request("GET", "/api/v2/dags", params={"limit": 100})["dags"]:
+        dag_id = dag["dag_id"]
+        for run in af.dag_runs(dag_id):
+            runs += 1
+            run_id = run["dag_run_id"]
+            if _hits(json.dumps(run.get("conf")), canary):
+                found.append(f"{dag_id}/{run_id} conf")
+            for ti in af.task_instances(dag_id, run_id):
+                where = f"{dag_id}/{run_id}/{ti['task_id']}[{ti['map_index']}]"
+                if _hits(json.dumps(ti.get("rendered_fields")), canary):
+                    found.append(f"{where} rendered fields")
+                for try_number in range(1, (ti.get("try_number") or 0) + 1):
+                    if _hits(af.task_log(dag_id, run_id, ti["task_id"], try_number, ti["map_index"]), canary):
+                        found.append(f"{where} log of try {try_number}")
+            for entry in af.xcom_entries(dag_id, run_id):
+                value = af.xcom(dag_id, run_id, entry["task_id"], entry["key"], entry["map_index"])
+                if _hits(json.dumps(value, default=str), canary):
+                    found.append(f"{dag_id}/{run_id} XCom {entry['task_id']}.{entry['key']}")
+    assert runs >= 6, "the earlier tests' DAG runs are there to search"
+    if _hits(json.dumps(af.asset_events(), default=str), canary):
+        found.append("asset events")
+
+    # Files: every log under AIRFLOW_HOME (components, task logs, dag processor), the DAG folder, the tables file.
+    files = [p for p in Path(af.home).rglob("*") if p.is_file() and p.name != "passwords.json"]
+    files += [p for p in (REPO / "dags").rglob("*") if p.is_file()] + [deployment.tables_file]
+    for name in ("scheduler", "api-server", "dag-processor", "triggerer"):
+        assert (af.logs_dir / f"{name}.log").stat().st_size > 0, f"the {name} log was written"
+    found += [f"file {p}" for p in files if canary.encode() in p.read_bytes()]
+
+    # The metadata database, every row of every table.
+    found += [f"metadata DB table {name}" for name in metadata_tables_containing(af, canary)]
+
+    assert not found, f"the canary secret leaked into: {found}"
+
+
+def metadata_tables_containing(af, needle: str) -> list[str]:
+    """Tables of the Airflow metadata database with a row whose text contains `needle`."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(af._sql_conn)
+    hits = []
+    try:
+        with engine.connect() as conn:
+            for name in sa.inspect(conn).get_table_names():
+                quoted = conn.dialect.identifier_preparer.quote(name)
+                if af.backend == "postgresql":
+                    rows = conn.execute(sa.text(f"SELECT t::text FROM {quoted} t"))
+                else:
+                    rows = conn.execute(sa.text(f"SELECT * FROM {quoted}"))
+                if any(needle in repr(tuple(r)) or needle in str(tuple(r)) for r in rows):
+                    hits.append(name)
+    finally:
+        engine.dispose()
+    return hits
