@@ -28,3 +28,21 @@ echo; echo "== 7. status after maintenance"
 $BIN/memwal status "$TABLE"
 echo; echo "== 8. check: the LSM view still equals the model of every write"
 $BIN/python -m memwal.demo verify "$TABLE"
+
+# --- Airflow (airflow-core): the same maintenance as a DAG, on embedded defaults ---------------------------
+# dags/memwal_tables.yaml's `demo` table is this one (demo/table.lance); another DEMO_TABLE gets its own file.
+if [ -n "${DEMO_TABLE:-}" ]; then
+    export MEMWAL_TABLES_FILE="$(dirname "$TABLE")/memwal_tables.yaml"
+    printf 'tables:\n  demo: {uri: "%s", engine: spark, spark_conn_id: memwal_spark_local, max_merge_applications: 2}\n' \
+        "$(cd "$(dirname "$TABLE")" && pwd)/$(basename "$TABLE")" > "$MEMWAL_TABLES_FILE"
+fi
+echo; echo "== 9. more writes arrive"
+$BIN/python scripts/demo_airflow.py write-more "$TABLE"
+echo; echo "== 10. region lag before Airflow maintenance"
+$BIN/memwal status "$TABLE"
+echo; echo "== 11. Airflow: memwal_maintenance__demo (SQLite metadata in demo/airflow, Spark local[*], local files)"
+$BIN/python scripts/demo_airflow.py maintain
+echo; echo "== 12. region lag after Airflow maintenance"
+$BIN/memwal status "$TABLE"
+echo; echo "== 13. check: the LSM view still equals the model of every write"
+$BIN/python -m memwal.demo verify "$TABLE"

@@ -1,0 +1,137 @@
+"""`make demo`, the Airflow part: more writes arrive on the demo table, then Airflow runs the table's
+maintenance DAG on embedded defaults (an Airflow home with SQLite under demo/airflow, Spark local[*]
+through the `memwal_spark_local` connection, local files).
+
+    python scripts/demo_airflow.py write-more TABLE   two more batches through the writer (model.json updated)
+    python scripts/demo_airflow.py maintain           memwal_maintenance__demo with dag.test(); prints each
+                                                      task's outcome and the merge summaries
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+HOME = REPO / "demo" / "airflow"
+DAG_ID = "memwal_maintenance__demo"
+
+
+def write_more(table: str, batches: int = 2, batch_rows: int = 1_000, seed: int = 11) -> None:
+    import numpy as np
+    import pyarrow as pa
+
+    from memwal.demo import _rows
+    from memwal.table_writer import TableWriter
+    from memwal.writer import WriterConfig
+
+    model_path = Path(table).resolve().parent / "model.json"
+    model = {int(k): v for k, v in json.loads(model_path.read_text()).items()}
+    rng = np.random.default_rng(seed)
+    config = WriterConfig(max_memtable_rows=batch_rows // 2, max_flush_interval_s=None)
+    with TableWriter(table, config=config) as writer:
+        for b in range(batches):
+            ids = rng.choice(40_000, size=batch_rows, replace=False)
+            t = _rows(ids, 100 + b)
+            writer.put(t)
+            model.update(zip(t.column("id").to_pylist(), t.column("amount").to_pylist(), strict=True))
+            dead = rng.choice(ids, size=batch_rows // 20, replace=False)
+            writer.delete(pa.table({"id": dead}))
+            for i in dead.tolist():
+                model.pop(int(i), None)
+            print(f"demo: batch {b + 1}/{batches}: {batch_rows} upserts, {len(dead)} deletes")
+    model_path.write_text(json.dumps(model))
+
+
+def airflow_env() -> dict[str, str]:
+    HOME.mkdir(parents=True, exist_ok=True)
+    (HOME / "plugins").mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env.update({
+        "AIRFLOW_HOME": str(HOME),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{HOME}/airflow.db",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(HOME / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
+        # The demo table's Spark connection (dags/memwal_tables.yaml): Spark local[*] on this machine.
+        "AIRFLOW_CONN_MEMWAL_SPARK_LOCAL": json.dumps({"conn_type": "spark", "host": "local[*]"}),
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+    })
+    return env
+
+
+def maintain() -> int:
+    env = airflow_env()
+    airflow = str(Path(sys.executable).with_name("airflow"))
+    print(f"demo: Airflow home {HOME} (SQLite); airflow db migrate")
+    subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True)
+    print(f"demo: dag.test() of {DAG_ID} (merge in region batches, index catch-up, snapshot refresh, GC)")
+    proc = subprocess.run([sys.executable, __file__, "_run"], env=env, capture_output=True, text=True)
+    (HOME / "dag_test.log").write_text(proc.stdout + proc.stderr)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if not lines:
+        print(proc.stderr[-3000:], file=sys.stderr)
+        print(f"demo: the DAG run gave no report (log: {HOME / 'dag_test.log'})", file=sys.stderr)
+        return 1
+    report = json.loads(lines[-1])
+    for t in report["tasks"]:
+        label = f" [{t['label']}]" if t.get("label") else ""
+        print(f"   {t['task_id']:<22}{'#' + str(t['map_index']) if t['map_index'] >= 0 else '':<4}{t['state']}{label}")
+    for s in report["merges"]:
+        print(f"   merge: {s['generations_merged']} generations, {s['rows_upserted']} rows upserted, "
+              f"{s['rows_deleted']} deleted, {s['commits']} commits, Spark application "
+              f"{s.get('spark_application_id')} on {s.get('spark_master')}")
+    print(f"demo: DAG run {report['state']} (full log: {HOME / 'dag_test.log'})")
+    return 0 if report["state"] == "success" else 1
+
+
+def _run() -> int:
+    """In the Airflow environment: the pool, then dag.test(); one JSON line with what happened."""
+    from airflow import settings
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.models.pool import Pool
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.models.xcom import XComModel
+    from sqlalchemy import select
+
+    Pool.create_or_update_pool("memwal_spark", 2, "MemWAL Spark applications", include_deferred=False)
+    dag = DagBag(str(REPO / "dags")).dags[DAG_ID]
+    dr = dag.test()
+    session = settings.Session()
+    tis = session.scalars(select(TaskInstance).where(TaskInstance.dag_id == DAG_ID,
+                                                     TaskInstance.run_id == dr.run_id)).all()
+    merges = session.scalars(select(XComModel).where(XComModel.dag_id == DAG_ID, XComModel.run_id == dr.run_id,
+                                                     XComModel.task_id == "merge",
+                                                     XComModel.key == "return_value")).all()
+    order = {"find_pending_regions": 0, "merge": 1, "index_catchup": 2, "snapshot_refresh": 3, "gc": 4}
+    print(json.dumps({
+        "state": str(dr.state),
+        "tasks": [{"task_id": t.task_id, "map_index": t.map_index, "state": str(t.state),
+                   "label": t.rendered_map_index} for t in sorted(tis, key=lambda t: (order.get(t.task_id, 9),
+                                                                                      t.map_index))],
+        "merges": [XComModel.deserialize_value(x) for x in merges],
+    }, default=str))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="scripts/demo_airflow.py")
+    p.add_argument("action", choices=["write-more", "maintain", "_run"])
+    p.add_argument("table", nargs="?")
+    args = p.parse_args(argv)
+    if args.action == "write-more":
+        write_more(args.table)
+        return 0
+    if args.action == "maintain":
+        return maintain()
+    return _run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
