@@ -157,3 +157,40 @@ def test_maintenance_dag_registers_the_watcher_without_secrets(airflow_home, loc
         "table": "lagwatch", "table_uri": local_location.uri, "conn_id": "lagwatch_store",
         "thresholds": {"max_unmerged_generations": 2, "max_snapshot_age_s": 600}, "poll_interval_s": 60.0}}]
     assert "CANARY" not in json.dumps(out) and "AKIAWATCH" not in json.dumps(out)
+
+
+def test_the_status_is_read_off_the_event_loop(monkeypatch):
+    """The measurement blocks until a coroutine on the event loop opens a gate: if it ran on the loop's
+    thread (blocking the triggerer), the gate would never open."""
+    import threading
+
+    from memwal.airflow.triggers import memwal as triggers
+
+    started, gate = threading.Event(), threading.Event()
+    blocked = []
+
+    def blocking_measure(uri, options):
+        started.set()
+        if not gate.wait(timeout=60):
+            blocked.append(uri)
+            raise TimeoutError("gate never opened")
+        return {"table_uri": uri, "num_regions": 1, "unmerged_generations": 9,
+                "regions": [{"region_id": "r", "unmerged_generations": 9}]}
+
+    monkeypatch.setattr(triggers, "measure", blocking_measure)
+    trigger = MemWalLagEventTrigger(table="t", table_uri="/t", thresholds={"max_unmerged_generations": 1},
+                                    poll_interval_s=0.01)
+
+    async def main():
+        async def open_gate():  # a coroutine on the loop: it only runs if the loop is free
+            while not started.is_set():
+                await asyncio.sleep(0.01)
+            gate.set()
+
+        opener = asyncio.ensure_future(open_gate())
+        event = await asyncio.wait_for(trigger.run().__anext__(), timeout=120)
+        await opener
+        return event
+
+    assert asyncio.run(main()).payload["unmerged_generations"] == 9
+    assert not blocked, "the event loop was blocked while the status was read"

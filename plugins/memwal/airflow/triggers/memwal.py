@@ -24,7 +24,7 @@ from airflow.triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent
 
 from memwal.airflow.lag import breaches, measure, validate_thresholds
 
-__all__ = ["MemWalLagEventTrigger", "MemWalLagTrigger", "lag_event_payload", "thresholds_of"]
+__all__ = ["MemWalLagEventTrigger", "MemWalLagTrigger", "lag_event_payload", "resolve_connection", "thresholds_of"]
 
 WAIT_FOR = ("within", "breached")
 
@@ -38,16 +38,20 @@ def thresholds_of(cfg: Any) -> dict[str, float]:
     return validate_thresholds(raw, f"table {getattr(cfg, 'name', '?')!r} thresholds")
 
 
-async def resolve_storage_options(conn_id: str | None) -> dict[str, str] | None:
-    """Storage options of a `memwal` connection, fetched with the async connection API (triggerer-safe)."""
+async def resolve_connection(conn_id: str | None) -> Any:
+    """The table's `memwal` connection through the async connection API (triggerer-safe), or None."""
     if not conn_id:
         return None
     from airflow.sdk import BaseHook
 
+    return await BaseHook.aget_connection(conn_id)
+
+
+def _measure_with(conn: Any, uri: str) -> dict[str, Any]:
+    """Storage options from the connection, then the measurement (blocking: run in a thread)."""
     from memwal.airflow.hooks.memwal import MemWalHook
 
-    conn = await BaseHook.aget_connection(conn_id)
-    return MemWalHook.storage_options_from(conn)
+    return measure(uri, MemWalHook.storage_options_from(conn) if conn is not None else None)
 
 
 def lag_event_payload(table: str, summary: Mapping[str, Any], found: list[dict[str, Any]]) -> dict[str, Any]:
@@ -83,8 +87,8 @@ class _LagPoller:
         self.poll_interval_s = float(poll_interval_s)
 
     async def _poll(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        options = await resolve_storage_options(self.conn_id)
-        summary = await asyncio.to_thread(measure, self.table_uri, options)
+        conn = await resolve_connection(self.conn_id)
+        summary = await asyncio.to_thread(_measure_with, conn, self.table_uri)
         return summary, breaches(summary, self.thresholds)
 
 
