@@ -43,11 +43,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=int(os.environ.get("AIRFLOW_PORT", "8080")))
     p.add_argument("--database", choices=["auto", "postgres", "sqlite"], default="auto")
     p.add_argument("--tables-file", default=str(REPO / "dags" / "memwal_tables.yaml"))
+    p.add_argument("--demo-table", default=str(DEMO_TABLE), help="where the tables file's demo table lives")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
 
-    write_demo_table(DEMO_TABLE)
+    write_demo_table(Path(args.demo_table))
     af = LocalAirflow(
         tables_file=args.tables_file, database=args.database, port=args.port,
         connections={"memwal_spark_local": {"conn_type": "spark", "host": "local[*]"}},
@@ -58,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_sigterm)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C, even when started with SIGINT ignored
     try:
         af.start()
         for dag_id in UNPAUSE:
