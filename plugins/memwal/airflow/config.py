@@ -16,6 +16,8 @@
         max_merge_applications: 4       # Spark applications per maintenance run (regions are batched)
         thresholds: {max_unmerged_generations: 20, max_oldest_unmerged_age_s: 900}
         gc: {enabled: true, keep_manifest_versions: 10, grace_period_s: 3600}
+        lag_poll_interval_s: 60         # how often the lag asset's trigger polls the table
+        alerts: {webhook_conn_id: pager, notifiers: [mycompany.alerts.PagerDutyNotifier]}  # memwal.airflow.alerts
 
 The Airflow Variable `memwal_tables` (the same structure, JSON or YAML) overrides the file: its
 `defaults` and each of its tables are merged over the file's, key by key. DAG files parse the file only
@@ -111,6 +113,8 @@ class TableConfig:
     max_merge_applications: int = 4
     snapshot_inline_threshold: int = 100
     gc: GcSettings = field(default_factory=GcSettings)
+    lag_poll_interval_s: float | None = None
+    alerts: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (no secrets live here: credentials stay in the connection)."""
@@ -118,6 +122,7 @@ class TableConfig:
         out["thresholds"] = {f.name: getattr(self.thresholds, f.name) for f in fields(Thresholds)}
         out["gc"] = {f.name: getattr(self.gc, f.name) for f in fields(GcSettings)}
         out["spark_conf"] = dict(self.spark_conf)
+        out["alerts"] = None if self.alerts is None else dict(self.alerts)
         return out
 
 
@@ -199,6 +204,26 @@ def _spark_conf(v: Any) -> dict[str, str]:
     return out
 
 
+def _alerts(v: Any) -> dict[str, Any]:
+    """The `alerts` mapping (its entries are checked by memwal.airflow.alerts when notifiers are built)."""
+    if not isinstance(v, Mapping):
+        raise ValueError(f"{v!r} is not a mapping (keys: webhook_conn_id, notifiers)")
+    unknown = set(v) - {"webhook_conn_id", "notifiers"}
+    if unknown:
+        raise ValueError(f"unknown key(s) {sorted(unknown)} (known: webhook_conn_id, notifiers)")
+    notifiers = v.get("notifiers")
+    if notifiers is not None and not isinstance(notifiers, list):
+        raise ValueError("notifiers must be a list of dotted paths or {class: ..., kwargs: {...}}")
+    return dict(v)
+
+
+def _positive_number(v: Any) -> float:
+    out = _number(v)
+    if out <= 0:
+        raise ValueError(f"{v} is not > 0")
+    return out
+
+
 def _opt(parse):
     return lambda v: None if v is None else parse(v)
 
@@ -222,6 +247,8 @@ _TABLE = {
     "max_bytes_per_commit": _size,
     "max_merge_applications": _int,
     "snapshot_inline_threshold": lambda v: _int(v, 0),
+    "lag_poll_interval_s": _opt(_positive_number),
+    "alerts": _opt(_alerts),
 }
 _NESTED = {"thresholds": (_THRESHOLDS, Thresholds), "gc": (_GC, GcSettings)}
 

@@ -1,0 +1,100 @@
+"""The tables configuration (memwal.airflow.config): the shipped file, defaults, relative paths, the
+Variable override, and one clear error per bad entry naming the table and the key."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from memwal.airflow.config import (
+    DEFAULT_TABLES_FILE,
+    TableConfigError,
+    get_table,
+    load_tables,
+    load_tables_and_errors,
+    parse_tables,
+)
+from memwal.airflow.planning import backfill_chunks, region_batches
+
+
+def test_shipped_file_has_the_demo_table_under_the_repository_demo_dir(monkeypatch):
+    monkeypatch.delenv("MEMWAL_TABLES_FILE", raising=False)
+    monkeypatch.delenv("AIRFLOW_VAR_MEMWAL_TABLES", raising=False)
+    demo = load_tables(use_variable=False)["demo"]
+    assert demo.uri == str(DEFAULT_TABLES_FILE.parents[1] / "demo" / "table.lance")
+    assert demo.engine == "spark" and demo.spark_conn_id == "memwal_spark_local"
+    assert demo.thresholds.max_unmerged_generations == 4, "the table's value over defaults"
+    assert demo.thresholds.max_snapshot_age_s == 7200, "nested defaults merge key by key"
+    assert demo.max_bytes_per_commit == 512 * 1024 * 1024
+
+
+def test_env_file_and_variable_override(tmp_path, monkeypatch):
+    path = tmp_path / "t.yaml"
+    path.write_text("tables:\n  orders: {uri: data/orders.lance, engine: spark, max_merge_applications: 3}\n")
+    monkeypatch.setenv("MEMWAL_TABLES_FILE", str(path))
+    monkeypatch.setenv("AIRFLOW_VAR_MEMWAL_TABLES", json.dumps(
+        {"tables": {"orders": {"engine": "in_process", "thresholds": {"max_index_lag": 3}}}}))
+    assert get_table("orders", use_variable=False).engine == "spark"
+    orders = get_table("orders")
+    assert orders.engine == "in_process" and orders.thresholds.max_index_lag == 3, "the Variable overrides"
+    assert orders.max_merge_applications == 3, "keys the Variable does not set come from the file"
+    assert orders.uri == str(tmp_path / "data" / "orders.lance"), "relative to the tables file"
+
+
+@pytest.mark.parametrize("entry, key, words", [
+    ({"uri": "/t", "engine": "sparky"}, "engine", "'sparky' is not one of spark, in_process"),
+    ({"uri": "/t", "schedule": "every minute"}, "schedule", "not a cron expression"),
+    ({"uri": "/t", "max_bytes_per_commit": "lots"}, "max_bytes_per_commit", "is not a size"),
+    ({"uri": "/t", "thresholds": {"max_unmerged_gens": 3}}, "thresholds.max_unmerged_gens", "unknown key"),
+    ({"uri": "/t", "gc": {"enabled": "yes"}}, "gc.enabled", "not true or false"),
+    ({"uri": "/t", "spark_conf": {"executor.memory": "4g"}}, "spark_conf", "not a Spark property"),
+    ({"uri": "/t", "tablename": "x"}, "tablename", "unknown key"),
+    ({"engine": "spark"}, "uri", "missing"),
+    ({"uri": "gs://bucket/t"}, "uri", "use a path, file:// or s3://"),
+])
+def test_a_bad_entry_names_the_table_and_the_key_and_the_others_stay(entry, key, words):
+    good, bad = parse_tables({"tables": {"fine": {"uri": "/fine"}, "broken": entry}}, "tables.yaml")
+    assert list(good) == ["fine"]
+    message = str(bad["broken"])
+    assert f"table 'broken', key '{key}'" in message and words in message, message
+    assert "\n" not in message
+
+
+def test_unknown_table_lists_the_configured_ones(tmp_path, monkeypatch):
+    path = tmp_path / "t.yaml"
+    path.write_text("tables:\n  a: {uri: /a}\n  b: {uri: /b}\n")
+    monkeypatch.setenv("MEMWAL_TABLES_FILE", str(path))
+    with pytest.raises(TableConfigError, match=r"table 'c': no such table .*configured: a, b"):
+        get_table("c", use_variable=False)
+
+
+def test_a_broken_file_is_one_error_naming_it(tmp_path, monkeypatch):
+    path = tmp_path / "t.yaml"
+    path.write_text("tables: [unclosed\n")
+    monkeypatch.setenv("MEMWAL_TABLES_FILE", str(path))
+    with pytest.raises(TableConfigError, match="not valid YAML") as exc:
+        load_tables_and_errors(use_variable=False)
+    assert str(path) in str(exc.value)
+    monkeypatch.setenv("MEMWAL_TABLES_FILE", str(tmp_path / "missing.yaml"))
+    with pytest.raises(TableConfigError, match="tables file not found"):
+        load_tables(use_variable=False)
+
+
+def test_region_batches_bound_applications_and_balance_bytes():
+    pending = [{"region_id": f"r{i}", "generations": [1], "bytes": b} for i, b in enumerate([90, 10, 50, 40, 30])]
+    batches = region_batches(pending, 2)
+    assert len(batches) == 2 and sorted(r for b in batches for r in b) == [f"r{i}" for i in range(5)]
+    sizes = sorted(sum(p["bytes"] for p in pending if p["region_id"] in b) for b in batches)
+    assert sizes == [100, 120], "largest first into the lightest batch"
+    assert region_batches(pending[:1], 4) == [["r0"]], "never more batches than regions"
+    assert region_batches([], 4) == []
+
+
+def test_backfill_chunks_bound_generations_and_bytes():
+    pending = [{"region_id": "a", "generations": [3, 4, 5, 6, 7], "generation_bytes": [10, 10, 50, 10, 10], "rows": 50}]
+    by_gens = backfill_chunks(pending, 2, None)
+    assert [c["generations"] for c in by_gens] == [[3, 4], [5, 6], [7, 7]]
+    by_bytes = backfill_chunks(pending, None, 30)
+    assert [c["generations"] for c in by_bytes] == [[3, 4], [5, 5], [6, 7]], "an oversized generation goes alone"
+    assert all(c["regions"] == ["a"] for c in by_bytes)
