@@ -12,9 +12,6 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from memwal.mem_wal_index import load_index
-from memwal.status import table_status
-
 __all__ = ["REGION_THRESHOLDS", "TABLE_THRESHOLDS", "THRESHOLD_KEYS", "breaches", "measure", "validate_thresholds"]
 
 # threshold key -> the per-region status field it limits
@@ -48,6 +45,9 @@ def measure(uri: str, storage_options: dict[str, str] | None = None, now: float 
 
     snapshot_age_s is None when no snapshot was ever written.
     """
+    from memwal.mem_wal_index import load_index  # here, not at import: DAG files import this module
+    from memwal.status import table_status
+
     now = time.time() if now is None else now
     summary = table_status(uri, storage_options).to_dict()
     ts = load_index(uri, storage_options).details.snapshot_ts_millis
