@@ -27,7 +27,9 @@ def main() -> int:
     from sqlalchemy import select
 
     Pool.create_or_update_pool("memwal_spark", 2, "MemWAL Spark applications", include_deferred=False)
-    bag = DagBag(os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
+    folder = os.environ["AIRFLOW__CORE__DAGS_FOLDER"]
+    name = "memwal_maintenance.py" if dag_id.startswith("memwal_maintenance__") else f"{dag_id}.py"
+    bag = DagBag(os.path.join(folder, name) if os.path.exists(os.path.join(folder, name)) else folder)
     dag = bag.dags.get(dag_id)
     if dag is None:
         print(json.dumps({"error": f"no DAG {dag_id}", "import_errors": bag.import_errors}))

@@ -89,6 +89,8 @@ def test_region_batches_bound_applications_and_balance_bytes():
     assert sizes == [100, 120], "largest first into the lightest batch"
     assert region_batches(pending[:1], 4) == [["r0"]], "never more batches than regions"
     assert region_batches([], 4) == []
+    broken = {"region_id": "rx", "generations": [], "bytes": 0, "error": "generation 3 is not in the manifest"}
+    assert region_batches([broken], 2) == [["rx"]], "an unreadable region is merged too, so its merge reports it"
 
 
 def test_backfill_chunks_bound_generations_and_bytes():

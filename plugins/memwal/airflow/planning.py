@@ -14,8 +14,9 @@ __all__ = ["backfill_chunks", "region_batches"]
 
 def region_batches(pending: Sequence[dict[str, Any]], max_batches: int) -> list[list[str]]:
     """Regions with pending work in at most `max_batches` groups of similar bytes (largest first into the
-    lightest group), one Spark application each. Every region appears exactly once; ids sorted per batch."""
-    work = [p for p in pending if p.get("generations")]
+    lightest group), one Spark application each. Every region appears exactly once; ids sorted per batch.
+    A region whose pending work could not be read (`error`) is batched too: its merge reports it."""
+    work = [p for p in pending if p.get("generations") or p.get("error")]
     if not work:
         return []
     n = max(1, min(max_batches, len(work)))

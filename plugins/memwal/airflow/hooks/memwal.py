@@ -70,7 +70,7 @@ def _storage_problem(exc: BaseException, what: str, conn_id: str | None) -> Airf
     if isinstance(exc, MemWalNotInitializedError):
         return AirflowFailException(f"{what} has no MemWAL index (__lance_mem_wal): initialise MemWAL on the "
                                     "table (Lance initialize_mem_wal) or remove it from the tables file")
-    if "was not found" in low or "not found:" in low:
+    if "was not found" in low and "dataset at" in low:
         return AirflowFailException(f"{what} does not exist: check its uri in the tables file and {conn}")
     if any(h in low for h in _UNREACHABLE_HINTS):
         endpoint = next((w for w in text.split() if w.startswith(("http://", "https://"))), "")
