@@ -67,7 +67,8 @@ def test_every_service_is_there(compose):
     assert set(compose["services"]) == SERVICES
     for name, command in AIRFLOW_COMMANDS.items():
         assert compose["services"][name]["command"] == command, f"{name} must run `airflow {command}`"
-    assert "airflow db migrate" in "\n".join(compose["services"]["airflow-init"]["command"])
+    init = "\n".join(compose["services"]["airflow-init"]["command"])
+    assert "airflow db migrate" in init and "memwal-demo-table --if-missing" in init
     assert "mc mb --ignore-existing memwal/memwal" in compose["services"]["minio-init"]["command"][0], \
         "MinIO's bucket must be created at start"
 
@@ -88,7 +89,8 @@ def test_the_airflow_image_is_built_from_this_project(compose):
     text = DOCKERFILE.read_text()
     assert "openjdk-17-jre-headless" in text, "spark-submit needs a Java runtime"
     assert "pip install --no-cache-dir -r /opt/airflow/requirements.txt" in text
-    for src in ("requirements.txt", "pyproject.toml", "protos", "plugins", "spark_jobs", "docker/spark.sh"):
+    for src in ("requirements.txt", "pyproject.toml", "protos", "plugins", "spark_jobs", "docker/spark.sh",
+                "docker/write_demo_table.py"):
         assert re.search(rf"^COPY .*\b{re.escape(src)} ", text, re.M), f"the image must copy {src}"
         assert (REPO / src).exists()
     for name in AIRFLOW_SERVICES:
@@ -210,3 +212,35 @@ def test_mounted_dag_folder_loads_with_the_compose_environment(compose, tmp_path
     assert {"memwal_maintenance__demo", "memwal_merge", "memwal_backfill", "memwal_lag_monitor"} <= \
         set(result["dag_ids"]), result["dag_ids"]
     assert result["uris"] == {"demo": "s3://memwal/demo.lance"}, "the DAGs must see the compose tables file"
+
+
+@pytest.mark.s3
+def test_init_writes_the_demo_table_with_the_compose_connection(compose, s3_endpoint, tmp_path):
+    """airflow-init's `memwal-demo-table --if-missing` on S3 (moto standing in for MinIO), with the compose
+    connection and tables file; a second run leaves the table alone."""
+    import boto3
+
+    from memwal.status import table_status
+
+    env_c = env_of(compose["services"]["airflow-init"])
+    conn = json.loads(env_c["AIRFLOW_CONN_MEMWAL_MINIO"])
+    conn["host"] = s3_endpoint  # minio:9000 -> the moto server on loopback
+    boto3.client("s3", endpoint_url=s3_endpoint, aws_access_key_id=conn["login"],
+                 aws_secret_access_key=conn["password"], region_name="us-east-1").create_bucket(Bucket="memwal")
+    mounts = {m.split(":")[1]: m.split(":")[0] for m in compose["services"]["airflow-init"]["volumes"]}
+    # Without the AWS_* variables the session fixture exports: the connection alone must carry the options.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update({"AIRFLOW_HOME": str(tmp_path), "AIRFLOW_CONN_MEMWAL_MINIO": json.dumps(conn),
+                "MEMWAL_TABLES_FILE": str(REPO / mounts[env_c["MEMWAL_TABLES_FILE"]])})
+    script = [sys.executable, str(REPO / "docker" / "write_demo_table.py"), "--if-missing",
+              "--base-rows", "1000", "--batches", "2", "--batch-rows", "200"]
+    first = subprocess.run(script, env=env, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "wrote s3://memwal/demo.lance" in first.stdout
+    options = {"aws_endpoint": s3_endpoint, "aws_access_key_id": conn["login"],
+               "aws_secret_access_key": conn["password"], "aws_region": "us-east-1", "allow_http": "true"}
+    status = table_status("s3://memwal/demo.lance", options).to_dict()
+    assert status["num_regions"] == 4 and status["unmerged_generations"] > 0
+    second = subprocess.run(script, env=env, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0 and "exists" in second.stdout, second.stderr[-3000:]
+    assert table_status("s3://memwal/demo.lance", options).table_version == status["table_version"]
