@@ -319,6 +319,31 @@ def _commit_locked(uri: str, storage_options, markers: Sequence[tuple[str, int]]
 # --- the merge loop ---------------------------------------------------------------------------------
 
 
+def _release_memory() -> None:
+    """Give the memory freed by a commit back to the OS (Arrow's pool, glibc's arenas), so that the
+    process's footprint follows one commit, not the number of commits (glibc keeps freed blocks)."""
+    try:
+        pa.default_memory_pool().release_unused()
+        if _LIBC is not None:
+            _LIBC.malloc_trim(0)
+    except Exception:  # only an optimisation
+        pass
+
+
+def _load_libc():
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        libc.malloc_trim  # noqa: B018 - glibc only
+        return libc
+    except (OSError, AttributeError):
+        return None
+
+
+_LIBC = _load_libc()
+
+
 class _Once:
     """A MergeInput's cleanup, run at most once."""
 
@@ -409,9 +434,15 @@ class _Round:
         return out
 
     def cleanup(self, data: MergeInput | None = None) -> None:
+        """Clean up one input (after its commit attempt) or all that are left; forget them, so that a
+        round holds no more than its current commit's upserts."""
+        keep = []
         for once in self.made:
             if data is None or once.data is data:
                 once()
+            else:
+                keep.append(once)
+        self.made = keep
 
 
 def _pending_all(store: ObjectStore, merged: dict[str, int], up_to_generation: int | None,
@@ -546,6 +577,8 @@ def _merge_regions(
                     res.merged_generation_after = gens[-1]
                     log.info("region %s: merged generations %d..%d (%d upserts, %d deletes)",
                              res.region_id, gens[0], gens[-1], n, x.deleted_keys.num_rows)
+                inputs = data = combined = None  # this commit's upserts are not needed for the next one
+                _release_memory()
         finally:
             rnd.cleanup()
         if not replan and not capped:
