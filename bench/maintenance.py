@@ -11,8 +11,8 @@ inserts). Each contestant merges its own copy; every result is checked equal to 
   tasks, summed over tasks);
 - scaling: the 16-region merge with `local[1]` against `local[2]`, and on a standalone master with two
   one-core workers started from the pyspark distribution;
-- `bench/merge.py` (one large region: 20 x 50,000-row generations into 2,000,000 rows; driver memory at
-  the default budgets for 10, 20, 40 generations) unless `--skip-large`.
+- `bench/merge.py --engines local,spark` (one large region: 20 x 50,000-row generations into 2,000,000
+  rows; driver memory at the default budgets for 10, 20, 40 generations) unless `--skip-large`.
 
 Prints every ratio against its target. Numbers from a shared, loaded machine are noisy: compare ratios
 from the same run.
@@ -216,8 +216,7 @@ def main() -> None:
     p.add_argument("--scaling-regions", type=int, default=16)
     p.add_argument("--skip-standalone", action="store_true")
     p.add_argument("--skip-large", action="store_true", help="do not run bench/merge.py")
-    p.add_argument("--large-args", default="--engines spark",
-                   help="arguments for bench/merge.py (default: the Spark engine only)")
+    p.add_argument("--large-args", default="--engines local,spark", help="arguments for bench/merge.py")
     p.add_argument("--dir", default=None)
     p.add_argument("--out", default=None)
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
