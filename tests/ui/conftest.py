@@ -12,6 +12,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 TABLE = "ui_demo"
+S3_TABLE = "ui_s3"
+S3_CONN = "ui_s3_storage"
+#: The S3 table's secret key (moto accepts any): it must never reach the page.
+S3_SECRET = "ui-canary-7f3a9c2e51"
 
 
 @pytest.fixture(scope="session")
@@ -24,7 +28,28 @@ def ui_table(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def ui_tables_file(ui_table: Path) -> Path:
+def ui_s3_table(s3_endpoint) -> str:
+    """A table on S3 (moto) with one unmerged generation per region, read through a `memwal` connection."""
+    import lance
+
+    from memwal.storage import lance_storage_options
+    from memwal.table_writer import TableWriter
+    from memwal.writer import WriterConfig
+    from tests.conftest import new_bucket, s3_options
+    from tests.tables import rows
+
+    uri = f"s3://{new_bucket(s3_endpoint)}/table.lance"
+    options = {**s3_options(s3_endpoint), "aws_secret_access_key": S3_SECRET}
+    ds = lance.write_dataset(rows(range(100)), uri, storage_options=lance_storage_options(options))
+    ds.initialize_mem_wal(bucket_column="id", num_buckets=2)
+    with TableWriter(uri, storage_options=options, config=WriterConfig(max_flush_interval_s=None)) as w:
+        w.put(rows(range(50, 150), "gen1"))
+        w.flush()
+    return uri
+
+
+@pytest.fixture(scope="session")
+def ui_tables_file(ui_table: Path, ui_s3_table: str) -> Path:
     """The tables file: the table in-process (no Spark needed to merge it), low thresholds so rows are marked."""
     path = ui_table.parent / "tables.yaml"
     path.write_text(
@@ -36,17 +61,24 @@ def ui_tables_file(ui_table: Path) -> Path:
         "    thresholds:\n"
         "      max_unmerged_generations: 1\n"
         "      max_index_lag: 5\n"
+        f"  {S3_TABLE}:\n"
+        f"    uri: {ui_s3_table}\n"
+        f"    conn_id: {S3_CONN}\n"
+        "    engine: in_process\n"
+        "    schedule: null\n"
     )
     return path
 
 
 @pytest.fixture(scope="session")
-def ui_airflow(ui_tables_file: Path):
+def ui_airflow(ui_tables_file: Path, s3_endpoint: str):
     """A real local Airflow serving the MemWAL page (users: admin, viewer)."""
     sys.path.insert(0, str(REPO / "scripts"))
     from local_airflow import LocalAirflow
 
-    af = LocalAirflow(tables_file=str(ui_tables_file))
+    conn = {"conn_type": "memwal", "host": s3_endpoint, "login": "testing", "password": S3_SECRET,
+            "extra": {"region": "us-east-1", "allow_http": True}}
+    af = LocalAirflow(tables_file=str(ui_tables_file), connections={S3_CONN: conn})
     af.start()
     try:
         yield af

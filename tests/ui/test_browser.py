@@ -67,10 +67,10 @@ def screenshot(page, frame, path: Path, regions: int) -> None:
     """A screenshot of the page with the MemWAL view loaded in its iframe (the same document before and
     after the shot, so the picture cannot be of a frame that was still loading)."""
     page.wait_for_load_state("networkidle")
-    frame.locator("tr.region").nth(regions - 1).wait_for(timeout=60_000)
+    frame.locator(f"section[data-table='{TABLE}'] tr.region").nth(regions - 1).wait_for(timeout=60_000)
     frame.locator("body").evaluate("b => { b.dataset.shot = '1'; }")
     page.screenshot(path=str(path))
-    assert frame.locator("body[data-shot='1'] tr.region").count() == regions, \
+    assert frame.locator(f"body[data-shot='1'] section[data-table='{TABLE}'] tr.region").count() == regions, \
         "the MemWAL frame reloaded while the screenshot was taken"
 
 
@@ -103,7 +103,7 @@ def test_page_shows_status_and_merge_now_drops_the_lag(ui_airflow, ui_table, tmp
 
             shown = page_rows(frame)
             assert shown == expected_rows(before), "region rows must equal `memwal status --json`"
-            assert frame.locator("tr.region.over").count() == len(before["regions"]), \
+            assert frame.locator(f"section[data-table='{TABLE}'] tr.region.over").count() == len(before["regions"]), \
                 "every region is over max_unmerged_generations=1 and must be marked"
 
             frame.locator(f"section[data-table='{TABLE}'] .summary button.merge").click()
@@ -120,7 +120,7 @@ def test_page_shows_status_and_merge_now_drops_the_lag(ui_airflow, ui_table, tmp
             after = memwal_status(ui_table)
             assert after["unmerged_generations"] == 0
             assert page_rows(frame) == expected_rows(after)
-            assert frame.locator("tr.region.over").count() == 0
+            assert frame.locator(f"section[data-table='{TABLE}'] tr.region.over").count() == 0
             link = frame.locator(f"tr.run[data-run-id='{run_id}'] a")
             assert unquote(link.get_attribute("href")) == f"/dags/memwal_merge/runs/{run_id}"
             assert "merge:" in frame.locator(f"tr.run[data-run-id='{run_id}']").inner_text()

@@ -3,10 +3,12 @@ trigger memwal_merge, and state changes need the page's header (no cross-site fo
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 
-from tests.ui.conftest import TABLE
+from tests.ui.conftest import S3_SECRET, S3_TABLE, TABLE
 
 ROUTES = [
     ("GET", "/memwal/"),
@@ -73,3 +75,31 @@ def test_bad_input_names_the_table_or_region(ui_airflow):
     assert resp.status_code == 404 and "nope" in resp.json()["detail"]
     resp = httpx.post(ui_airflow.url + MERGE, headers=headers, json={"regions": ["not-a-uuid"]}, timeout=60)
     assert resp.status_code == 422 and "not-a-uuid" in resp.json()["detail"]
+
+
+def test_a_table_on_s3_is_read_through_its_connection_and_no_secret_reaches_the_page(ui_airflow, ui_s3_table):
+    headers = {"Authorization": f"Bearer {ui_airflow.token('viewer')}"}
+    table = httpx.get(f"{ui_airflow.url}/memwal/api/tables/{S3_TABLE}", headers=headers, timeout=60).json()
+    assert table["error"] is None, table["error"]
+    assert table["uri"] == ui_s3_table and len(table["regions"]) == 2
+    assert table["summary"]["unmerged_generations"] == 2
+    page = httpx.get(f"{ui_airflow.url}/memwal/", headers=headers, timeout=60).text
+    assert f'data-table="{S3_TABLE}"' in page
+    for body in (page, json.dumps(table)):
+        assert S3_SECRET not in body, "the connection's secret must never reach the page"
+
+
+def test_merge_now_runs_as_the_signed_in_user(ui_airflow, ui_table):
+    """A region's "Merge now": the memwal_merge run carries the region and was triggered by the caller."""
+    from memwal.status import table_status
+
+    ui_airflow.wait_for_dag("memwal_merge", timeout=120)
+    region = table_status(str(ui_table)).regions[0].region_id
+    headers = {"Authorization": f"Bearer {ui_airflow.token('admin')}", **CSRF}
+    resp = httpx.post(ui_airflow.url + MERGE, headers=headers, json={"regions": [region]}, timeout=60)
+    assert resp.status_code == 201, resp.text
+    body = resp.json()
+    run = ui_airflow.dag_run("memwal_merge", body["dag_run_id"])
+    assert run["conf"] == {"table": TABLE, "regions": [region]}
+    assert run["triggering_user_name"] == "admin", "the run must be triggered as the signed-in user"
+    assert body["url"].startswith("/dags/memwal_merge/runs/")

@@ -11,6 +11,7 @@ Routes (all require a signed-in Airflow user; Airflow does not protect plugin ap
 from __future__ import annotations
 
 import re
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -64,6 +65,14 @@ def _table_config(name: str) -> Any:
         raise HTTPException(status.HTTP_404_NOT_FOUND,
                             f"unknown table {name!r}: configured tables are {sorted(tables)}")
     return tables[name]
+
+
+def _table_views(configs: list[Any], user: Any) -> list[TableView]:
+    """Each table's view, read in parallel (status is object-store I/O; one slow table does not add up)."""
+    if len(configs) <= 1:
+        return [sources.table_view(cfg, user) for cfg in configs]
+    with ThreadPoolExecutor(max_workers=min(4, len(configs))) as pool:
+        return list(pool.map(lambda cfg: sources.table_view(cfg, user), configs))
 
 
 def _is_paused(dag_id: str) -> bool:
@@ -144,7 +153,7 @@ def create_app() -> FastAPI:
     def page(request: Request, user: SignedInUser, table: str | None = None) -> HTMLResponse:
         tables, bad = _load_tables_and_errors()
         names = [table] if table else sorted(tables)
-        views = [sources.table_view(_table_config(n), user) for n in names]
+        views = _table_views([_table_config(n) for n in names], user)
         for v in views:
             v.chart = lag_chart_svg(v.history, sources.HISTORY_SERIES, _SERIES_LABELS)
         from airflow.api_fastapi.app import get_auth_manager
@@ -168,7 +177,7 @@ def create_app() -> FastAPI:
 
     @app.get("/api/tables")
     def tables_json(user: SignedInUser) -> list[dict]:
-        return [_view_json(sources.table_view(cfg, user)) for _, cfg in sorted(_load_tables().items())]
+        return [_view_json(v) for v in _table_views([cfg for _, cfg in sorted(_load_tables().items())], user)]
 
     @app.get("/api/tables/{table}")
     def table_json(table: str, user: SignedInUser) -> dict:
