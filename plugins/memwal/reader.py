@@ -9,6 +9,7 @@ Generations at or below merged_generations[region] are skipped: the base table a
 from __future__ import annotations
 
 import itertools
+import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ import pyarrow.compute as pc
 
 from memwal import naming
 from memwal.dedup import GEN_COLUMN, ROWADDR_COLUMN, newest_per_key
-from memwal.errors import MemWalNotInitializedError
+from memwal.errors import MemWalError, MemWalNotInitializedError, MissingGenerationError
 from memwal.generation import open_generation
 from memwal.mem_wal_index import load_index
 from memwal.region_manifest import RegionManifest, list_regions, load_latest_manifest
@@ -30,6 +31,9 @@ from memwal.schema import primary_key_columns
 from memwal.storage import ObjectStore, lance_storage_options
 
 __all__ = ["LsmReader", "Source"]
+
+log = logging.getLogger(__name__)
+_MAX_OPEN_ATTEMPTS = 16
 
 Filter = str | pc.Expression | None
 _SRC = "__memwal_src"
@@ -67,6 +71,35 @@ class LsmReader:
         regions: Sequence[str] | None = None,
     ):
         self.store = ObjectStore(table_uri, storage_options)
+        wanted = set(regions) if regions is not None else None
+        for _ in range(_MAX_OPEN_ATTEMPTS):
+            collected = self._open(version, storage_options, wanted)
+            if collected is None:
+                break
+            region_id, generation, merged = collected
+            if version is not None:
+                raise MissingGenerationError(
+                    region_id, generation, f"{self.store.uri}/{naming.region_dir(region_id)}",
+                    f"merged after base version {version} (which holds merged generation {merged}) and "
+                    "collected; read a newer version",
+                )
+            log.info("region %s: generation %d was merged and collected while the reader opened version %d; "
+                     "opening the newest version", region_id, generation, self.base.version)
+        else:
+            raise MemWalError(f"{self.store.uri}: merges and GC kept moving ahead of the reader; try again")
+        for region_id, generation, rows in memtables:
+            if rows.num_rows and (wanted is None or region_id in wanted):
+                self.sources.append(Source(region_id, generation, _memory_dataset(rows), True))
+
+    def _open(
+        self, version: int | None, storage_options: dict[str, str] | None, wanted: set[str] | None
+    ) -> tuple[str, int, int] | None:
+        """Open the base version and the generations above its merged_generations.
+
+        Returns (region, generation, merged) when a generation above the base version's merged generation
+        is no longer in the region manifest: merged after that version and collected by GC while we opened
+        it, so neither the base nor the generations hold its rows (check-then-act on the manifest).
+        """
         self.base = lance.dataset(
             self.store.uri, version=version, storage_options=lance_storage_options(storage_options)
         )
@@ -83,20 +116,22 @@ class LsmReader:
         self._region_values: dict[str, tuple] | None = None
         self.last_scan_regions: set[str] | None = None
         self.sources: list[Source] = [Source(None, 0, self.base, False)]
-        wanted = set(regions) if regions is not None else None
         for region_id in list_regions(self.store):
             if wanted is not None and region_id not in wanted:
                 continue
             manifest = load_latest_manifest(self.store, region_id)
             self.manifests[region_id] = manifest
+            floor = merged.get(region_id, 0)
+            listed = {fg.generation for fg in manifest.flushed_generations}
+            gone = next((g for g in range(floor + 1, manifest.current_generation) if g not in listed), None)
+            if gone is not None:
+                return region_id, gone, floor
             for fg in sorted(manifest.flushed_generations, key=lambda g: g.generation):
-                if fg.generation <= merged.get(region_id, 0):
+                if fg.generation <= floor:
                     continue
                 ds = open_generation(self.store, region_id, fg.generation, fg.path)
                 self.sources.append(Source(region_id, fg.generation, ds, True))
-        for region_id, generation, rows in memtables:
-            if rows.num_rows and (wanted is None or region_id in wanted):
-                self.sources.append(Source(region_id, generation, _memory_dataset(rows), True))
+        return None
 
     def _regions_for(self, filter: Filter) -> set[str] | None:
         """Regions that may hold rows matching a filter of `col = v` / `col IN (...)` terms (None: all)."""

@@ -15,7 +15,7 @@ from storage_hooks import before_first
 from tables import create_base, open_base, rows, view
 
 from memwal import naming
-from memwal.errors import CommitConflictError, CorruptFileError, FencedError
+from memwal.errors import CommitConflictError, CorruptFileError, FencedError, MissingGenerationError
 from memwal.fencing import claim_region
 from memwal.gc import GcConfig, gc_table
 from memwal.lock import TableLock
@@ -205,3 +205,38 @@ def test_lock_acquire_racing_a_renewal_does_not_take_over(local_location):
     assert fired and b.seq is None
     newest = json.loads(store.get(holder._path(2)))
     assert newest["owner"] == holder.owner and not store.exists(holder._path(3))
+
+
+def _merge_to_2_and_collect(loc, region: str) -> None:
+    """Another party: merge generations 1..2, Lance cleanup of old versions, GC of what is merged."""
+    merge_region(loc.uri, None, region, up_to_generation=2)
+    open_base(loc).cleanup_old_versions(older_than=timedelta(0))
+    gc_table(loc.uri, config=GcConfig(grace_period_s=0))
+    assert all(fg.generation > 2 for fg in load_latest_manifest(loc.store(), region).flushed_generations)
+
+
+def test_reader_opening_while_generations_are_merged_and_collected_reopens(local_location):
+    """
+    Found by test_race_local on a loaded machine. The reader opens base version V (merged 0 for the region);
+    before it reads the region manifest, generations 1..2 are merged, V is cleaned up and GC prunes 1..2.
+    Before the fix the reader read V (without 1..2) and the manifest (without 1..2): rows of generations
+    1..2 were silently missing and rows they deleted were back. A generation above V's merged generation
+    that the manifest no longer lists means V is too old: the reader opens the newest version.
+    """
+    loc = local_location
+    region = _region(loc)
+    expected = view(LsmReader(loc.uri).scan())
+    with before_first("get", _is_manifest(region), lambda: _merge_to_2_and_collect(loc, region)) as fired:
+        reader = LsmReader(loc.uri)
+    assert fired
+    assert view(reader.scan()) == expected, "rows of generations merged and collected while opening were lost"
+
+
+def test_reader_pinned_to_a_version_whose_generations_were_collected_says_so(local_location):
+    """The same race for a reader pinned to version V: it cannot move on, so it names the region and generation."""
+    loc = local_location
+    region = _region(loc)
+    version = open_base(loc).version
+    with before_first("get", _is_manifest(region), lambda: _merge_to_2_and_collect(loc, region)), \
+            pytest.raises(MissingGenerationError, match=f"generation 1 of region {region}.*read a newer version"):
+        LsmReader(loc.uri, version=version)
