@@ -28,13 +28,13 @@ DEMO_TABLE = REPO / "demo" / "table.lance"
 UNPAUSE = ("memwal_merge", "memwal_lag_monitor")
 
 
-def write_demo_table(path: Path) -> None:
+def write_demo_table(path: Path, demo_args: list[str]) -> None:
     if path.exists():
         print(f"demo table: {path} (exists; `rm -rf {path.parent}` to write a fresh one)")
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     print(f"demo table: writing {path} ...", flush=True)
-    subprocess.run([sys.executable, "-m", "memwal.demo", "write", str(path)], check=True,
+    subprocess.run([sys.executable, "-m", "memwal.demo", "write", str(path), *demo_args], check=True,
                    stdout=subprocess.DEVNULL)
 
 
@@ -44,11 +44,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--database", choices=["auto", "postgres", "sqlite"], default="auto")
     p.add_argument("--tables-file", default=str(REPO / "dags" / "memwal_tables.yaml"))
     p.add_argument("--demo-table", default=str(DEMO_TABLE), help="where the tables file's demo table lives")
+    p.add_argument("--demo-base-rows", type=int, help="base rows of the demo table (memwal.demo's default)")
+    p.add_argument("--demo-batches", type=int, help="write batches of the demo table (memwal.demo's default)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
 
-    write_demo_table(Path(args.demo_table))
+    demo_args = []
+    if args.demo_base_rows:
+        demo_args += ["--base-rows", str(args.demo_base_rows)]
+    if args.demo_batches:
+        demo_args += ["--batches", str(args.demo_batches), "--batch-rows", "400"]
+    write_demo_table(Path(args.demo_table), demo_args)
     af = LocalAirflow(
         tables_file=args.tables_file, database=args.database, port=args.port,
         connections={"memwal_spark_local": {"conn_type": "spark", "host": "local[*]"}},

@@ -44,7 +44,8 @@ def test_make_airflow_serves_the_page_and_ctrl_c_stops_everything(tmp_path):
     log = tmp_path / "out.log"
     with open(log, "w") as out:
         proc = subprocess.Popen([sys.executable, str(REPO / "scripts" / "make_airflow.py"), "--port", str(port),
-                                 "--tables-file", str(tables), "--demo-table", str(demo)],
+                                 "--tables-file", str(tables), "--demo-table", str(demo),
+                                 "--demo-base-rows", "2000", "--demo-batches", "2"],
                                 stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO)
     try:
         deadline = time.monotonic() + 240
