@@ -45,3 +45,30 @@ def test_summary_speaks_of_the_jobs():
     line = summarize([{"job": "merge", "generations_merged": 8, "rows_upserted": 1160, "rows_deleted": 60},
                       {"job": "gc", "dry_run": True, "would_delete": {"generation": 2, "wal_entry": 3}}])
     assert line == "merge: 8 generations, 1160 rows upserted, 60 deleted; gc: 5 objects (dry run)"
+
+
+def test_merge_now_forwards_the_callers_token_and_reports_airflows_refusal():
+    import json
+
+    import httpx
+    import pytest
+
+    from memwal.airflow.ui.merge_now import MergeRequestError, trigger_merge
+
+    seen = []
+
+    def airflow(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if request.headers["Authorization"] != "Bearer user-token":
+            return httpx.Response(403, json={"detail": "Forbidden"})
+        body = json.loads(request.content)
+        return httpx.Response(200, json={"dag_id": "memwal_merge", "dag_run_id": "manual__1", "state": "queued",
+                                         "conf": body["conf"]})
+
+    run = trigger_merge("user-token", "t", ["r1"], transport=httpx.MockTransport(airflow), base_url="http://af")
+    assert (run.dag_run_id, run.conf) == ("manual__1", {"table": "t", "regions": ["r1"]})
+    assert seen[0].url.path == "/api/v2/dags/memwal_merge/dagRuns"
+    assert json.loads(seen[0].content) == {"logical_date": None, "conf": {"table": "t", "regions": ["r1"]}}
+    with pytest.raises(MergeRequestError) as err:
+        trigger_merge("other", "t", transport=httpx.MockTransport(airflow), base_url="http://af")
+    assert err.value.status_code == 403 and "Forbidden" in str(err.value)
