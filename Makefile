@@ -66,3 +66,8 @@ test: browser
 # answers, else SQLite) with the demo table written; prints the URL and logins; Ctrl-C stops it all.
 airflow: setup
 	$(BIN)/python scripts/make_airflow.py
+
+# --- End to end on a real Airflow (issue 8): tests/e2e (Airflow + PostgreSQL or SQLite + Spark standalone + moto).
+.PHONY: e2e
+e2e: setup
+	$(BIN)/python -m pytest tests/e2e -q -rs $(PYTEST_ARGS)

@@ -286,7 +286,7 @@ class LocalAirflow:
         deadline = time.monotonic() + (timeout or self.start_timeout)
         last: Any = None
         while True:
-            self._check_alive()
+            self.check_alive()
             try:
                 last = self.health()
                 if all((last.get(k) or {}).get("status") == "healthy"
@@ -299,12 +299,15 @@ class LocalAirflow:
                                    f"{last}; logs in {self.logs_dir}")
             time.sleep(0.5)
 
-    def _check_alive(self) -> None:
+    def check_alive(self) -> None:
+        """Raise AirflowError (with the tail of its log) if a component has exited."""
         for name, proc in self.procs.items():
             if proc.poll() is not None:
                 log_file = self.logs_dir / f"{name}.log"
                 raise AirflowError(f"airflow {name} exited with {proc.returncode}; see {log_file}:\n"
                                    + _tail(log_file))
+
+    _check_alive = check_alive
 
     def descendants(self) -> list[int]:
         """Pids of every live process carrying this instance's marker (children, task runners, spark-submit)."""
@@ -406,7 +409,7 @@ class LocalAirflow:
             dag = self.get_dag(dag_id)
             if dag is not None:
                 return dag
-            self._check_alive()
+            self.check_alive()
             if time.monotonic() > deadline:
                 errors = self.import_errors()
                 raise AirflowError(f"DAG {dag_id} not loaded after {timeout}s; import errors: {errors}")
@@ -462,7 +465,7 @@ class LocalAirflow:
             value = probe()
             if value:
                 return value
-            self._check_alive()
+            self.check_alive()
             if time.monotonic() > deadline:
                 raise AirflowError(f"timed out after {timeout}s" + (f": {describe()}" if describe else ""))
             time.sleep(interval)
@@ -567,7 +570,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  login: {user} / {password}  (role {af.roles[user]})")
         print("Ctrl-C stops every process started here.\n", flush=True)
         while True:
-            af._check_alive()
+            af.check_alive()
             time.sleep(1)
     except KeyboardInterrupt:
         print("stopping ...", file=sys.stderr)

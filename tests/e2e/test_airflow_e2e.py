@@ -193,61 +193,67 @@ def test_spark_driver_killed_mid_merge_is_finished_by_the_task_retry(deployment:
     assert t.merged_generations() == {r: max(g) for r, g in flushed.items()}
 
 
-def _hits(text: str, canary: str) -> bool:
-    return canary in text
+def places_containing(dep: Deployment, needle: str) -> dict[str, list[str]]:
+    """Where `needle` occurs, by kind: spark-submit argv (the recording wrapper), process command lines
+    (sampled from /proc), DAG run conf, rendered template fields, task logs (every try, as the UI reads them
+    through the REST API), XCom values, asset events, files (every log under AIRFLOW_HOME: the components'
+    and the task logs on disk; the DAG folder; the tables file) and rows of the metadata database."""
+    af = dep.af
+    found: dict[str, list[str]] = {k: [] for k in (
+        "argv", "process", "conf", "rendered", "log", "xcom", "asset_event", "file", "metadata_db")}
+    found["argv"] = [json.dumps(a) for a in dep.recorder.argvs() if needle in json.dumps(a)]
+    found["process"] = [" ".join(a) for a in dep.sampler.argvs() + list(dep.sampler.leaks.values())
+                        if needle in " ".join(a)]
+    for dag in af.request("GET", "/api/v2/dags", params={"limit": 100})["dags"]:
+        dag_id = dag["dag_id"]
+        for run in af.dag_runs(dag_id):
+            run_id = run["dag_run_id"]
+            if needle in json.dumps(run.get("conf")):
+                found["conf"].append(f"{dag_id}/{run_id}")
+            for ti in af.task_instances(dag_id, run_id):
+                where = f"{dag_id}/{run_id}/{ti['task_id']}[{ti['map_index']}]"
+                if needle in json.dumps(ti.get("rendered_fields")):
+                    found["rendered"].append(where)
+                for try_number in range(1, (ti.get("try_number") or 0) + 1):
+                    if needle in af.task_log(dag_id, run_id, ti["task_id"], try_number, ti["map_index"]):
+                        found["log"].append(f"{where} try {try_number}")
+            for entry in af.xcom_entries(dag_id, run_id):
+                value = af.xcom(dag_id, run_id, entry["task_id"], entry["key"], entry["map_index"])
+                if needle in json.dumps(value, default=str):
+                    found["xcom"].append(f"{dag_id}/{run_id}/{entry['task_id']}.{entry['key']}")
+    found["asset_event"] = [str(e["id"]) for e in af.asset_events() if needle in json.dumps(e, default=str)]
+    files = [p for p in Path(af.home).rglob("*") if p.is_file() and p.name != "passwords.json"]
+    files += [p for p in (REPO / "dags").rglob("*") if p.is_file()] + [dep.tables_file]
+    found["file"] = [str(p) for p in files if needle.encode() in p.read_bytes()]
+    found["metadata_db"] = metadata_tables_containing(af, needle)
+    return found
 
 
 def test_canary_secret_appears_nowhere(deployment: Deployment):
     """The storage connection's secret key is a unique canary, used by every DAG run above (Spark and
     in-process). Rule: it appears in no task log (as the UI reads them and on disk), XCom value, rendered
     template field, asset event, DAG file, spark-submit argv (recorded by a wrapper and sampled from /proc),
-    component log (scheduler, api-server, dag-processor, triggerer) or row of the metadata database."""
-    af, canary = deployment.af, deployment.canary
-    found: list[str] = []
-
-    # spark-submit argv: every invocation (the recording wrapper) and every sampled process command line.
+    component log (scheduler, api-server, dag-processor, triggerer) or row of the metadata database.
+    Control: the same search finds the tables' bucket name (which is no secret) in each of those places that
+    the runs write it to, so an empty result means absent, not unsearched."""
+    af = deployment.af
     argvs = deployment.recorder.argvs()
-    assert len(argvs) >= 4, f"the earlier tests ran spark-submit through the recorder: {argvs}"
-    assert all("--storage-options-json" in a for a in argvs), "storage options go by file on Spark"
-    found += [f"spark-submit argv {a}" for a in argvs if _hits(json.dumps(a), canary)]
-    assert deployment.sampler.argvs(), "the /proc sampler saw the Spark processes"
-    found += [f"process command line {a}" for a in deployment.sampler.leaks.values()]
-
-    # Every task instance of every MemWAL DAG run: rendered template fields, logs of every try, XComs.
-    runs = 0
-    for dag in af.request("GET", "/api/v2/dags", params={"limit": 100})["dags"]:
-        dag_id = dag["dag_id"]
-        for run in af.dag_runs(dag_id):
-            runs += 1
-            run_id = run["dag_run_id"]
-            if _hits(json.dumps(run.get("conf")), canary):
-                found.append(f"{dag_id}/{run_id} conf")
-            for ti in af.task_instances(dag_id, run_id):
-                where = f"{dag_id}/{run_id}/{ti['task_id']}[{ti['map_index']}]"
-                if _hits(json.dumps(ti.get("rendered_fields")), canary):
-                    found.append(f"{where} rendered fields")
-                for try_number in range(1, (ti.get("try_number") or 0) + 1):
-                    if _hits(af.task_log(dag_id, run_id, ti["task_id"], try_number, ti["map_index"]), canary):
-                        found.append(f"{where} log of try {try_number}")
-            for entry in af.xcom_entries(dag_id, run_id):
-                value = af.xcom(dag_id, run_id, entry["task_id"], entry["key"], entry["map_index"])
-                if _hits(json.dumps(value, default=str), canary):
-                    found.append(f"{dag_id}/{run_id} XCom {entry['task_id']}.{entry['key']}")
+    assert len(argvs) >= 3, f"the earlier tests ran spark-submit through the recorder: {argvs}"
+    assert all(any(a.startswith("--storage-options-json") for a in argv) for argv in argvs), (
+        "on Spark the storage options go by file")
+    runs = sum(len(af.dag_runs(d["dag_id"])) for d in af.request("GET", "/api/v2/dags")["dags"])
     assert runs >= 6, "the earlier tests' DAG runs are there to search"
-    if _hits(json.dumps(af.asset_events(), default=str), canary):
-        found.append("asset events")
-
-    # Files: every log under AIRFLOW_HOME (components, task logs, dag processor), the DAG folder, the tables file.
-    files = [p for p in Path(af.home).rglob("*") if p.is_file() and p.name != "passwords.json"]
-    files += [p for p in (REPO / "dags").rglob("*") if p.is_file()] + [deployment.tables_file]
     for name in ("scheduler", "api-server", "dag-processor", "triggerer"):
         assert (af.logs_dir / f"{name}.log").stat().st_size > 0, f"the {name} log was written"
-    found += [f"file {p}" for p in files if canary.encode() in p.read_bytes()]
 
-    # The metadata database, every row of every table.
-    found += [f"metadata DB table {name}" for name in metadata_tables_containing(af, canary)]
+    bucket = deployment.tables["orders"].uri.split("/")[2]
+    control = places_containing(deployment, bucket)
+    for kind in ("argv", "process", "log", "xcom", "asset_event", "file", "metadata_db"):
+        assert control[kind], f"control: the bucket name is found in {kind} (the search there works)"
+    assert places_containing(deployment, "crashy")["rendered"], "control: rendered fields are searched"
 
-    assert not found, f"the canary secret leaked into: {found}"
+    leaks = {kind: hits for kind, hits in places_containing(deployment, deployment.canary).items() if hits}
+    assert not leaks, f"the canary secret leaked into: {leaks}"
 
 
 def metadata_tables_containing(af, needle: str) -> list[str]:
