@@ -44,6 +44,9 @@ def test_anonymous_browser_gets_a_sign_in_link(ui_airflow):
     resp = httpx.get(ui_airflow.url + "/memwal/", headers={"Accept": "text/html"}, timeout=30)
     assert resp.status_code == 401
     assert "/auth/login?next=" in resp.text
+    resp = httpx.get(ui_airflow.url + "/memwal/?x='\"><script>alert(1)</script>", headers={"Accept": "text/html"},
+                     timeout=30)
+    assert resp.status_code == 401 and "<script>" not in resp.text, "the sign-in link must be escaped"
 
 
 def test_viewer_sees_the_page_without_merge_buttons(ui_airflow):

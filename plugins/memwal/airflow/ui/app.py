@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
+from html import escape
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote
@@ -143,7 +144,7 @@ def create_app() -> FastAPI:
     @app.exception_handler(HTTPException)
     async def _http_error(request: Request, exc: HTTPException) -> Response:
         if "text/html" in request.headers.get("accept", "") and exc.status_code == status.HTTP_401_UNAUTHORIZED:
-            login = "/auth/login?next=" + str(request.url)
+            login = escape("/auth/login?next=" + quote(str(request.url), safe=""))
             body = (f'<!doctype html><title>Sign in</title><p>Sign in to Airflow to see this page: '
                     f'<a href="{login}" target="_top">sign in</a></p>')
             return HTMLResponse(body, status_code=exc.status_code)
