@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         print("  memwal_merge and memwal_lag_monitor are unpaused; the maintenance DAGs are paused.")
         print("Ctrl-C stops every process started here.\n", flush=True)
         while True:
-            af._check_alive()
+            af.check_alive()
             time.sleep(1)
     except KeyboardInterrupt:
         print("stopping ...", file=sys.stderr)
