@@ -332,13 +332,19 @@ class LocalAirflow:
             self._client = None
         for proc in self.procs.values():
             _signal_group(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        for proc in self.procs.values():
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                _signal_group(proc.pid, signal.SIGKILL)
-                proc.wait()
+        # The api-server's uvicorn finishes at once but its parent lingers; it holds no state: a short grace.
+        grace = {name: min(timeout, 3.0) if name == "api-server" else timeout for name in self.procs}
+        pending = dict(self.procs)
+        while pending:
+            for name, proc in list(pending.items()):
+                if proc.poll() is not None:
+                    del pending[name]
+                elif time.monotonic() - t0 > grace[name]:
+                    log.info("airflow %s did not stop within %.0fs of SIGTERM: killed", name, grace[name])
+                    _signal_group(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                    del pending[name]
+            time.sleep(0.1)
         for _ in range(3):  # anything that left the process groups (new sessions, re-parented orphans)
             stray = self.descendants()
             if not stray:
@@ -562,7 +568,10 @@ def main(argv: list[str] | None = None) -> int:
             stopping = True
             raise KeyboardInterrupt
 
+    # SIGINT explicitly too: a process started in the background of a non-interactive shell inherits SIGINT
+    # ignored, and Python then installs no KeyboardInterrupt handler of its own.
     signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
     try:
         af.start()
         print(f"\nAirflow is up: {af.url}  (metadata: {af.backend}; AIRFLOW_HOME={af.home})")

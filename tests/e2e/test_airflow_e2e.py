@@ -139,7 +139,7 @@ def test_lagging_table_alerts_starts_maintenance_from_its_asset_and_resolves(dep
     # The monitor's schedule here is @once: unpausing it starts its one scheduled run, the first check.
     af.wait_for_dag(MONITOR)
     af.set_paused(MONITOR, False)
-    first = af.wait_until(lambda: next(iter(af.dag_runs(MONITOR)), None), 120, lambda: "no lag monitor run")
+    first = af.wait_until(lambda: next(iter(af.dag_runs(MONITOR)), None), RUN_TIMEOUT, lambda: "no lag monitor run")
     expect_success(deployment, MONITOR, first["dag_run_id"])
     firing = alerts("firing")
     assert len(firing) == 1, f"one firing alert for table events, got {hook.messages()}"
@@ -151,7 +151,7 @@ def test_lagging_table_alerts_starts_maintenance_from_its_asset_and_resolves(dep
     dag_id = maintenance("events")
     af.set_paused(dag_id, False)
     run = af.wait_until(lambda: next((r for r in af.dag_runs(dag_id) if r["run_type"] == "asset_triggered"), None),
-                        180, lambda: f"no asset-triggered run of {dag_id}: {af.dag_runs(dag_id)}")
+                        RUN_TIMEOUT, lambda: f"no asset-triggered run of {dag_id}: {af.dag_runs(dag_id)}")
     expect_success(deployment, dag_id, run["dag_run_id"])
     upstream = af.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run['dag_run_id']}/upstreamAssetEvents")
     names = [e["name"] for e in upstream["asset_events"]]
