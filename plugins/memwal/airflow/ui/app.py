@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
 from html import escape
 from pathlib import Path
 from typing import Annotated, Any
@@ -35,6 +34,7 @@ from memwal.airflow.ui.auth import (
     signed_in_user,
 )
 from memwal.airflow.ui.chart import lag_chart_svg
+from memwal.airflow.ui.formatting import fmt, fmt_bytes, fmt_limit, fmt_time
 from memwal.airflow.ui.merge_now import MergeRequestError, trigger_merge
 from memwal.airflow.ui.regions import COLUMNS, TableView
 
@@ -85,51 +85,12 @@ def _is_paused(dag_id: str) -> bool:
         return bool(session.scalar(select(DagModel.is_paused).where(DagModel.dag_id == dag_id)))
 
 
-def _fmt_bytes(n: Any) -> str:
-    if n is None:
-        return "-"
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
-
-
-def _fmt_age(s: Any) -> str:
-    if s is None:
-        return "-"
-    s = float(s)
-    if s < 120:
-        return f"{s:.0f} s"
-    if s < 7200:
-        return f"{s / 60:.0f} min"
-    if s < 172800:
-        return f"{s / 3600:.1f} h"
-    return f"{s / 86400:.1f} d"
-
-
-def _fmt_time(d: datetime | None) -> str:
-    return d.strftime("%Y-%m-%d %H:%M:%S") if d else "-"
-
-
-def _fmt(key: str, value: Any) -> str:
-    if value is None:
-        return "-"
-    if key.endswith("_bytes"):
-        return _fmt_bytes(value)
-    if key.endswith("_age_s"):
-        return _fmt_age(value)
-    return str(value)
-
-
 def _view_json(view: TableView) -> dict:
     return jsonable_encoder({
         "name": view.name, "uri": view.uri, "error": view.error, "notes": view.notes,
         "summary": view.summary, "regions": view.regions, "regions_over": view.regions_over,
         "history": view.history,
-        "runs": [{k: v for k, v in r.items() if k != "summaries"} | {"summaries": r["summaries"]}
-                 for r in view.runs],
+        "runs": view.runs,
     })
 
 
@@ -138,8 +99,7 @@ def create_app() -> FastAPI:
     app = FastAPI(title="MemWAL", docs_url=None, redoc_url=None, openapi_url=None,
                   dependencies=[Depends(signed_in_user)])
     env = Environment(loader=FileSystemLoader(_HERE / "templates"), autoescape=select_autoescape(["html"]))
-    env.filters.update(fmt=_fmt, fmt_time=_fmt_time, fmt_bytes=_fmt_bytes,
-                       fmt_limit=lambda v, key: _fmt(key, int(v) if float(v).is_integer() else v))
+    env.filters.update(fmt=fmt, fmt_time=fmt_time, fmt_bytes=fmt_bytes, fmt_limit=fmt_limit)
 
     @app.exception_handler(HTTPException)
     async def _http_error(request: Request, exc: HTTPException) -> Response:
