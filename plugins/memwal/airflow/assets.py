@@ -29,11 +29,25 @@ def table_asset(cfg: TableConfig) -> Asset:
 # --- the lag asset (airflow-lag) ------------------------------------------------------------------------
 
 DEFAULT_LAG_POLL_INTERVAL_S = 60.0
+LAG_POLL_INTERVAL_ENV = "MEMWAL_LAG_POLL_INTERVAL_S"  # seconds between the lag watcher's polls (default 60)
 
 
 def lag_asset_name(table: str) -> str:
     """Name of a table's lag asset; its state store also keeps the lag history (memwal.airflow.history)."""
     return f"memwal_lag__{table}"
+
+
+def _poll_interval(cfg: TableConfig) -> float:
+    import os
+
+    raw = getattr(cfg, "lag_poll_interval_s", None) or os.environ.get(LAG_POLL_INTERVAL_ENV)
+    try:
+        value = float(raw) if raw else DEFAULT_LAG_POLL_INTERVAL_S
+    except ValueError:
+        raise ValueError(f"${LAG_POLL_INTERVAL_ENV}={raw!r} is not a number of seconds") from None
+    if value <= 0:
+        raise ValueError(f"table {cfg.name!r}: the lag poll interval must be > 0 seconds, got {value}")
+    return value
 
 
 def lag_asset(cfg: TableConfig, *, watch: bool = True) -> Asset:
@@ -54,7 +68,7 @@ def lag_asset(cfg: TableConfig, *, watch: bool = True) -> Asset:
             table_uri=cfg.uri,
             conn_id=cfg.conn_id,
             thresholds=thresholds_of(cfg),
-            poll_interval_s=float(getattr(cfg, "lag_poll_interval_s", None) or DEFAULT_LAG_POLL_INTERVAL_S),
+            poll_interval_s=_poll_interval(cfg),
         )
         watchers.append(AssetWatcher(name=f"memwal_lag_watcher__{cfg.name}", trigger=trigger))
     return Asset(name=lag_asset_name(cfg.name), uri=f"memwal://{cfg.name}/lag", group="memwal", watchers=watchers)
