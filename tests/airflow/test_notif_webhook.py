@@ -83,3 +83,20 @@ def test_notifiers_for_a_table_follow_its_alerts_settings(receiver, monkeypatch)
         {"class": "memwal.airflow.notifications.webhook.MemWalWebhookNotifier", "kwargs": {"webhook_conn_id": "b"}}]})
     (only,) = notifiers_for(cfg)
     assert only.webhook_conn_id == "b", "an empty webhook_conn_id turns the default webhook off"
+
+
+def test_async_notify_posts_the_same_payload(receiver, monkeypatch):
+    """Awaited (as the triggerer runs notifiers), the notifier renders its templates and POSTs once."""
+    import asyncio
+
+    monkeypatch.setenv("AIRFLOW_CONN_LAG_HOOK4", json.dumps({"conn_type": "http", "host": receiver.url()}))
+    notifier = MemWalWebhookNotifier(webhook_conn_id="lag_hook4",
+                                     text="{{ memwal_alert.table }}: {{ memwal_alert.state }}")
+    notifier.context = {"memwal_alert": ALERT}
+
+    async def main():
+        await notifier
+
+    asyncio.run(main())
+    (body,) = receiver.posts
+    assert body["text"] == "orders: firing" and body["memwal"]["table"] == "orders"
