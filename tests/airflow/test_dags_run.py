@@ -20,6 +20,7 @@ from airflow_support import (
     task_states,
     xcom,
 )
+from tables import open_base
 
 SPARK_LOCAL = json.dumps({"conn_type": "spark", "host": "local[2]"})
 FAST_JVM = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
@@ -49,9 +50,18 @@ def test_maintenance_dag_merges_every_region_in_bounded_batches_then_catchup_sna
     merges = [k for k in states if k[0] == "merge"]
     assert len(merges) == 2, f"3 regions in 2 batches (bounded applications per run), got {merges}"
     assert all(states[k] == "success" for k in states), states
-    assert base_rows(loc) == expected, "merged base table must equal Lance core's LSM view"
-    assert merged_generations(loc) == {r: flushed_max(loc, r) for r in regions}
     summaries = xcom(report, "merge")
+    got = base_rows(loc)
+    assert got == expected, (
+        "merged base table must equal Lance core's LSM view: "
+        + json.dumps({"base_only": [r for r in got if r not in expected][:20],
+                      "lsm_only": [r for r in expected if r not in got][:20],
+                      "lsm_now_equals_before": lsm_view(loc) == expected,
+                      "merges": [[(r["region_id"], r["generations"], r["commits"]) for r in s["regions"]]
+                                 for s in summaries],
+                      "versions": [(v["version"], str(v.get("metadata"))) for v in open_base(loc).versions()]},
+                     default=str))
+    assert merged_generations(loc) == {r: flushed_max(loc, r) for r in regions}
     merged = {r["region_id"]: r["generations"] for s in summaries for r in s["regions"]}
     assert merged == {r: [1, 2, 3] for r in regions}, "each region merged once, generations ascending"
     assert all(s["commits"] >= 2 for s in summaries), "max_generations_per_commit 2 splits 3 generations"
