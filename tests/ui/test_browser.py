@@ -1,6 +1,6 @@
 """The MemWAL page in a real browser (Debian's chromium, headless, driven by Playwright) on a real Airflow.
 
-Sign in through Airflow's login form, open the page from the navigation (the external view's iframe),
+Sign in through Airflow's login form, open the page from the navigation (Browse -> MemWAL, an iframe),
 check the region rows against `memwal status --json`, click "Merge now", watch the memwal_merge run start
 and finish, and see the lag drop in the rows, the chart (lag monitor history) and the runs list.
 """
@@ -94,10 +94,14 @@ def test_page_shows_status_and_merge_now_drops_the_lag(ui_airflow, ui_table, tmp
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS, headless=True)
         try:
             page = browser.new_page(viewport={"width": 1500, "height": 1000})
-            page.goto(f"{af.url}/plugin/memwal")
+            page.goto(f"{af.url}/")
             page.fill("input[name=username]", "admin")
             page.fill("input[name=password]", af.passwords["admin"])
             page.click("button[type=submit]")
+            # The external view is in Airflow's navigation: Browse -> MemWAL opens it in the UI's iframe.
+            page.get_by_role("button", name="Browse").click()
+            page.get_by_role("menuitem", name="MemWAL").click()
+            page.wait_for_url("**/plugin/memwal", timeout=30_000)
             frame = page.frame_locator("iframe")
             screenshot(page, frame, tmp_path / "memwal-page-before.png", len(before["regions"]))
 
