@@ -56,7 +56,11 @@ def check_table_lag(cfg: Any, *, notifiers: Sequence[Any] | None = None, context
     if alert is not None:
         chosen = alerts.notifiers_for(cfg) if notifiers is None else [alerts.build_notifier(n, cfg.name)
                                                                      for n in notifiers]
-        log.info("table %s: %s alert to %d notifier(s): %s", cfg.name, alert["state"], len(chosen), alert["text"])
+        if chosen:
+            log.info("table %s: %s alert to %d notifier(s): %s", cfg.name, alert["state"], len(chosen), alert["text"])
+        else:
+            log.warning("table %s: %s alert, but no notifier is configured (create the memwal_alerts "
+                        "connection or set alerts in the tables file): %s", cfg.name, alert["state"], alert["text"])
         alerts.send(alert, chosen, context)  # raises before the state advances: the next run sends it again
     history.save_alert_state(cfg.name, new_state)
     for b in found:
