@@ -316,7 +316,7 @@ class ProcSampler:
 
     KEEP = ("spark-submit", "SparkSubmit", "spark_jobs/")
 
-    def __init__(self, needles: tuple[str, ...] = (), interval: float = 0.05):
+    def __init__(self, needles: tuple[str, ...] = (), interval: float = 0.1):
         self.interval = interval
         self.needles = needles
         self.seen: dict[tuple[int, str], list[str]] = {}

@@ -132,9 +132,15 @@ def test_lagging_table_alerts_starts_maintenance_from_its_asset_and_resolves(dep
     af, t, hook = deployment.af, deployment.tables["events"], deployment.webhook
 
     def alerts(state: str) -> list[dict]:
-        return [m["body"]["memwal"] for m in hook.messages()
-                if (m["body"].get("memwal") or {}).get("table") == "events"
-                and m["body"]["memwal"].get("state") == state]
+        """The `memwal` part of every webhook POST for table events in `state`; each is Slack-shaped too."""
+        out = []
+        for m in hook.messages():
+            alert = m["body"].get("memwal") or {}
+            if alert.get("table") == "events" and alert.get("state") == state:
+                assert m["body"]["text"].startswith(f"[{state.upper()}]"), m["body"]
+                assert m["body"]["attachments"][0]["fields"], m["body"]
+                out.append(alert)
+        return out
 
     # The monitor's schedule here is @once: unpausing it starts its one scheduled run, the first check.
     af.wait_for_dag(MONITOR)
