@@ -16,6 +16,7 @@ from airflow_support import (
     lsm_view,
     merged_generations,
     run_dag,
+    run_dags,
     tables_file,
     task_states,
     xcom,
@@ -43,7 +44,7 @@ def test_maintenance_dag_merges_every_region_in_bounded_batches_then_catchup_sna
     expected = lsm_view(loc)
     env = _table_env(tmp_path, loc, max_merge_applications=2, max_generations_per_commit=2)
 
-    report = run_dag(airflow_home, "memwal_maintenance__t1", extra_env=env)
+    report, again = run_dags(airflow_home, [("memwal_maintenance__t1", None)] * 2, extra_env=env)
 
     assert report["state"] == "success", report["log"][-4000:]
     states = task_states(report)
@@ -74,8 +75,7 @@ def test_maintenance_dag_merges_every_region_in_bounded_batches_then_catchup_sna
         "the table asset's events carry the generations merged per region"
     assert sum(e["extra"]["rows_upserted"] for e in events) == sum(s["rows_upserted"] for s in summaries)
 
-    # A second run finds nothing pending: the merge maps over zero batches, the rest still runs.
-    again = run_dag(airflow_home, "memwal_maintenance__t1", extra_env=env)
+    # The second run found nothing pending: the merge mapped over zero batches, the rest still ran.
     assert again["state"] == "success", again["log"][-3000:]
     assert task_states(again)[("merge", -1)] == "skipped"
     assert task_states(again)[("gc", -1)] == "success"
@@ -124,21 +124,23 @@ def test_memwal_merge_dry_run_plans_only_then_merge_one_region_up_to_a_generatio
     loc = local_location
     a, b = lance_core_table(loc, regions=2, generations=3)
     env = _table_env(tmp_path, loc)
-    before = base_rows(loc)
+    version = open_base(loc).version
 
-    dry = run_dag(airflow_home, "memwal_merge", {"table": "t1", "dry_run": True}, extra_env=env)
+    dry, run = run_dags(airflow_home, [("memwal_merge", {"table": "t1", "dry_run": True}),
+                                       ("memwal_merge", {"table": "t1", "regions": [a], "up_to_generation": 2})],
+                        extra_env=env)
+
     assert dry["state"] == "success", dry["log"][-3000:]
     assert task_states(dry)[("merge", -1)] == "skipped"
     plan = {p["region_id"]: p for p in xcom(dry, "plan", "plan")[0]}
     assert set(plan) == {a, b}
     assert plan[a]["generations"] == [1, 2, 3] and plan[a]["rows"] == 24 and plan[a]["bytes"] > 0
-    assert base_rows(loc) == before and merged_generations(loc) == {}, "a dry run changes nothing"
-
-    run = run_dag(airflow_home, "memwal_merge",
-                  {"table": "t1", "regions": [a], "up_to_generation": 2}, extra_env=env)
+    assert not dry["asset_events"]
     assert run["state"] == "success", run["log"][-3000:]
     (summary,) = xcom(run, "merge")
-    assert [(r["region_id"], r["generations"]) for r in summary["regions"]] == [(a, [1, 2])]
+    assert summary["table_version_before"] == version, "the dry run changed nothing"
+    assert [(r["region_id"], r["generations"], r["merged_generation_before"]) for r in summary["regions"]] == \
+        [(a, [1, 2], 0)]
     assert merged_generations(loc).get(a) == 2 and merged_generations(loc).get(b, 0) == 0
     (event,) = run["asset_events"]
     assert event["asset"] == "memwal__t1" and event["extra"]["regions"][a]["generations"] == [1, 2]
