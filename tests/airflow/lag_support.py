@@ -10,6 +10,8 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from airflow.sdk import BaseNotifier
+
 RUNNER = Path(__file__).resolve().with_name("lag_airflow_run.py")
 
 
@@ -59,3 +61,19 @@ class WebhookReceiver:
     def __exit__(self, *exc) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+
+class FileNotifier(BaseNotifier):
+    """A notifier of the test's own (any Airflow notifier works in place of the webhook): appends one
+    rendered line per call to a file. Configured by dotted path `lag_support.FileNotifier`."""
+
+    template_fields = ("path", "line")
+
+    def __init__(self, *, path: str, line: str = "{{ memwal_alert.state }} {{ memwal_alert.table }}") -> None:
+        super().__init__()
+        self.path, self.line = path, line
+
+    def notify(self, context) -> None:
+        with open(self.path, "a") as f:
+            f.write(self.line + "\n")

@@ -1,6 +1,7 @@
-"""memwal_lag_monitor under `dag.test()` (a child process per run, SQLite metadata DB): it alerts through the
-webhook once when the table crosses a threshold, not again while it stays behind, once when it is back
-under (the alert state survives each process), and its history is readable outside any task."""
+"""memwal_lag_monitor under `dag.test()` (runs in a child process, SQLite metadata DB): it alerts through the
+webhook and the table's other notifier (both from its `alerts` entry in the tables file) once when the
+table crosses a threshold, not again while it stays behind, once when it is back under, and its history
+and alert state are readable outside any task."""
 
 from __future__ import annotations
 
@@ -21,12 +22,15 @@ def test_alerts_once_on_crossing_and_once_when_resolved(airflow_home, local_loca
     loc = local_location
     (region,) = lance_core_table(loc, regions=1, generations=3)
     table = "lagmon_orders"
+    notes = tmp_path / "file_notifier.txt"  # the table's second notifier, configured by dotted path
     env = {
         **airflow_home,
         "MEMWAL_TABLES_FILE": str(tables_file(tmp_path / "tables.yaml", {table: {
             "uri": loc.uri, "engine": "in_process", "schedule": None,
-            "thresholds": {"max_unmerged_generations": 2}}})),
-        "AIRFLOW_CONN_MEMWAL_ALERTS": json.dumps({"conn_type": "http", "host": receiver.url()}),
+            "thresholds": {"max_unmerged_generations": 2},
+            "alerts": {"webhook_conn_id": "lagmon_hook", "notifiers": [
+                {"class": "lag_support.FileNotifier", "kwargs": {"path": str(notes)}}]}}})),
+        "AIRFLOW_CONN_LAGMON_HOOK": json.dumps({"conn_type": "http", "host": receiver.url()}),
     }
 
     # three runs in one Airflow process: behind, still behind, merged (then back within)
@@ -41,6 +45,8 @@ def test_alerts_once_on_crossing_and_once_when_resolved(airflow_home, local_loca
     assert [p["text"].split()[0] for p in receiver.posts] == ["[FIRING]", "[RESOLVED]"], "one alert each way"
     assert receiver.posts[0]["memwal"]["breaches"][0]["region_id"] == region
     assert "s3cr3t" not in json.dumps(runs), "the webhook URL is not in XCom"
+    assert notes.read_text().splitlines() == ["firing lagmon_orders", "resolved lagmon_orders"], (
+        "the table's other notifier got the same two alerts")
 
     outside = lag_run(env, "read", table)  # another process, outside any task: what the UI page reads
     assert [s["unmerged_generations"] for s in outside["history"]] == [3, 3, 0]

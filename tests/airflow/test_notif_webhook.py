@@ -100,3 +100,14 @@ def test_async_notify_posts_the_same_payload(receiver, monkeypatch):
     asyncio.run(main())
     (body,) = receiver.posts
     assert body["text"] == "orders: firing" and body["memwal"]["table"] == "orders"
+
+
+def test_a_bad_alerts_entry_names_the_table_and_key():
+    from types import SimpleNamespace
+
+    from memwal.airflow.alerts import notifiers_for
+
+    with pytest.raises(ValueError, match=r"table 'orders': unknown key alerts\.webhook_con_id"):
+        notifiers_for(SimpleNamespace(name="orders", alerts={"webhook_con_id": "x"}))
+    with pytest.raises(ValueError, match=r"table 'orders': alerts\.notifiers must be a list"):
+        notifiers_for(SimpleNamespace(name="orders", alerts={"notifiers": "mycompany.Notifier"}))

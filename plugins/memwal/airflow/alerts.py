@@ -5,12 +5,11 @@ breach keys (`<region>:<metric>`, `table:snapshot_age_s`) that were already aler
 ("firing") when a breach appears that was not alerted yet, and "resolved" when no breach is left; a run
 whose breaches were all alerted already, or a partial recovery, sends nothing.
 
-`notifiers_for(cfg)` builds the notifiers of a table: the webhook notifier on the table's
-`alerts.webhook_conn_id` (unset: `memwal_alerts` when that connection exists; "" or false: no webhook)
-and each entry of
-`alerts.notifiers` (a dotted path to a BaseNotifier class or to a callable/instance, or
-`{class: path, kwargs: {...}}`). A notifier is called like an Airflow callback, with the task context
-plus `memwal_alert` (the alert below).
+`notifiers_for(cfg)` builds the notifiers of a table from its `alerts` entry in the tables file: the
+webhook notifier on `alerts.webhook_conn_id` (unset: `memwal_alerts` when that connection exists; "" or
+false: no webhook) and each entry of `alerts.notifiers` (a dotted path to a BaseNotifier class or to a
+callable/instance, or `{class: path, kwargs: {...}}`). A notifier is called like an Airflow callback,
+with the task context plus `memwal_alert` (what `transition` returns).
 """
 
 from __future__ import annotations
@@ -21,7 +20,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, is_dataclass
 from typing import Any
 
-__all__ = ["AlertDeliveryError", "alert_settings", "build_notifier", "notifiers_for", "send", "transition"]
+__all__ = [
+    "ALERT_KEYS", "AlertDeliveryError", "alert_settings", "build_notifier", "notifiers_for", "send", "transition",
+]
 
 log = logging.getLogger(__name__)
 Notifier = Callable[[Any], Any]
@@ -59,12 +60,27 @@ def transition(table: str, found: Sequence[Mapping[str, Any]], state: Mapping[st
     return alert, new_state
 
 
+ALERT_KEYS = ("webhook_conn_id", "notifiers")
+
+
 def alert_settings(cfg: Any) -> dict[str, Any]:
-    """The table's `alerts` settings (mapping or dataclass; absent: defaults)."""
+    """The table's `alerts` settings (mapping or dataclass; absent: defaults); ValueError naming the table
+    and the key for an unknown key or a wrong type."""
     raw = getattr(cfg, "alerts", None)
     if raw is None:
         return {}
-    return asdict(raw) if is_dataclass(raw) else dict(raw)
+    settings = asdict(raw) if is_dataclass(raw) else dict(raw)
+    name = getattr(cfg, "name", "?")
+    for key in settings:
+        if key not in ALERT_KEYS:
+            raise ValueError(f"table {name!r}: unknown key alerts.{key} (known: {', '.join(ALERT_KEYS)})")
+    conn_id = settings.get("webhook_conn_id")
+    if conn_id not in (None, False) and not isinstance(conn_id, str):
+        raise ValueError(f"table {name!r}: alerts.webhook_conn_id must be a connection id, \"\" or false")
+    notifiers = settings.get("notifiers")
+    if notifiers is not None and not isinstance(notifiers, list | tuple):
+        raise ValueError(f"table {name!r}: alerts.notifiers must be a list of dotted paths or {{class, kwargs}}")
+    return settings
 
 
 def _import(path: str, table: str) -> Any:
