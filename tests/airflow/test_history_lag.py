@@ -103,3 +103,15 @@ def test_configured_notifier_entries_are_built():
         assert "orders" in str(exc) and "no.such.Notifier" in str(exc)
     else:
         raise AssertionError("an unimportable notifier must be one clear error")
+
+
+def test_a_sample_keeps_the_regions_furthest_behind():
+    from datetime import UTC, datetime
+
+    from memwal.airflow.history import MAX_REGIONS_PER_SAMPLE
+
+    regions = [{"region_id": f"r{i}", "unmerged_generations": i} for i in range(100)]
+    regions.append({"region_id": "broken", "unmerged_generations": 0, "error": "manifest unreadable"})
+    s = sample_of("t", {"num_regions": 101, "regions": regions}, datetime(2026, 1, 1, tzinfo=UTC))
+    assert len(s["regions"]) == MAX_REGIONS_PER_SAMPLE and "broken" in s["regions"], "unreadable ones first"
+    assert "r99" in s["regions"] and "r0" not in s["regions"] and s["num_regions"] == 101

@@ -8,9 +8,11 @@ write it; the asset state store is reachable from a task (Execution API), from t
 api-server (the UI page reads it), and honours a custom `[state_store] backend`.
 
 Layout under the lag asset: `lag_history/index` lists the buckets ([key, first sample time, samples]);
-each bucket `lag_history/<first sample time>` holds up to BUCKET_SAMPLES samples (so no value grows past
-the store's `max_value_storage_bytes`); `lag_alert_state` is the alert state. Retention: samples older
-than `retention_days` and any beyond `max_samples` (whole buckets, oldest first) are deleted on record.
+each bucket `lag_history/<first sample time>` holds up to BUCKET_SAMPLES samples and BUCKET_BYTES (so no
+value grows past the store's `max_value_storage_bytes`, 64 KiB by default); a sample keeps the per-region
+detail of the MAX_REGIONS_PER_SAMPLE regions furthest behind (the table-wide values cover all regions).
+`lag_alert_state` is the alert state. Retention: samples older than `retention_days` and any beyond
+`max_samples` (whole buckets, oldest first) are deleted on record.
 
 A sample (what `read` returns, oldest first):
     {"at": ISO-8601 UTC, "table", "table_version", "num_regions", "unmerged_generations", "unmerged_rows",
@@ -30,9 +32,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 __all__ = [
+    "BUCKET_BYTES",
     "BUCKET_SAMPLES",
     "DEFAULT_MAX_SAMPLES",
     "DEFAULT_RETENTION_DAYS",
+    "MAX_REGIONS_PER_SAMPLE",
     "HistoryError",
     "load_alert_state",
     "read",
@@ -43,6 +47,8 @@ __all__ = [
 DEFAULT_RETENTION_DAYS = float(os.environ.get("MEMWAL_LAG_HISTORY_DAYS", "7"))
 DEFAULT_MAX_SAMPLES = int(os.environ.get("MEMWAL_LAG_HISTORY_MAX_SAMPLES", "5000"))
 BUCKET_SAMPLES = 12
+MAX_REGIONS_PER_SAMPLE = 25  # per-region detail kept per sample (keeps a bucket near the store's 64 KiB)
+BUCKET_BYTES = 48 * 1024  # a bucket is closed early when it would grow past this
 INDEX_KEY = "lag_history/index"
 ALERT_KEY = "lag_alert_state"
 _TABLE_KEYS = ("table_version", "num_regions", "unmerged_generations", "unmerged_rows", "unmerged_bytes",
@@ -159,13 +165,16 @@ def _iso(at: datetime) -> str:
 
 
 def sample_of(table: str, status_summary: Mapping[str, Any], at: datetime) -> dict[str, Any]:
-    """The compact sample kept for one measurement (see the module docstring)."""
+    """The compact sample kept for one measurement (see the module docstring): the table-wide values and
+    the MAX_REGIONS_PER_SAMPLE regions furthest behind (unreadable ones first)."""
+    regions = sorted(status_summary.get("regions", []), key=lambda r: (
+        not r.get("error"), -(r.get("unmerged_generations") or 0), -(r.get("index_lag_generations") or 0)))
     return {
         "at": _iso(at),
         "table": table,
         **{k: status_summary.get(k) for k in _TABLE_KEYS},
         "breaches": [b["message"] if isinstance(b, Mapping) else str(b) for b in status_summary.get("breaches", [])],
-        "regions": {r["region_id"]: {k: r.get(k) for k in _REGION_KEYS} for r in status_summary.get("regions", [])},
+        "regions": {r["region_id"]: {k: r.get(k) for k in _REGION_KEYS} for r in regions[:MAX_REGIONS_PER_SAMPLE]},
     }
 
 
@@ -181,9 +190,9 @@ def record(table: str, status_summary: Mapping[str, Any], at: datetime, *,
     store = _store(table)
     sample = sample_of(table, status_summary, at)
     index: list[list[Any]] = store.get(INDEX_KEY) or []
-    if index and index[-1][2] < BUCKET_SAMPLES and index[-1][1] <= sample["at"]:
+    bucket = (store.get(index[-1][0]) or []) if index and index[-1][2] < BUCKET_SAMPLES else []
+    if bucket and index[-1][1] <= sample["at"] and len(json.dumps([*bucket, sample])) <= BUCKET_BYTES:
         key = index[-1][0]
-        bucket = store.get(key) or []
         bucket.append(sample)
         index[-1][2] = len(bucket)
     else:
