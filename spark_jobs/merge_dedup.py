@@ -104,7 +104,9 @@ def _warm(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
 
     import memwal.merge  # noqa: F401
 
-    yield from batches
+    for _ in batches:
+        pass
+    return iter(())
 
 
 def warm_up(spark) -> float:
@@ -114,7 +116,7 @@ def warm_up(spark) -> float:
     n = _task_count(spark, 1 << 30) // 2
     _set_job_description(spark, "memwal merge: start the executors' Python workers")
     try:
-        spark.range(0, n, 1, n).mapInArrow(_warm, "id long").toArrow()
+        spark.range(0, n, 1, n).mapInArrow(_warm, _units_struct()).toArrow()  # the dedup job's own plan
     finally:
         _set_job_description(spark, None)
     return time.monotonic() - started
