@@ -153,7 +153,7 @@ def deployment(s3_endpoint, tmp_path_factory):
         yield dep
     finally:
         writer.join()
-        af.stop()
+        af.stop(timeout=5)
         sampler.stop()
         webhook.stop()
         spark.stop()

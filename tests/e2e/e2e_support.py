@@ -272,10 +272,30 @@ class WebhookServer:
 # -- spark-submit argv recorders ------------------------------------------------------------------------
 
 
+RECORD_SPARK_SUBMIT = """\
+import hashlib, json, sys
+
+log, argv = sys.argv[1], sys.argv[2:]
+secret_sha256 = None
+for i, arg in enumerate(argv[:-1]):
+    if arg == "--storage-options-json" and argv[i + 1].startswith("@"):
+        try:
+            with open(argv[i + 1][1:]) as f:
+                secret = json.load(f).get("aws_secret_access_key")
+            secret_sha256 = hashlib.sha256(secret.encode()).hexdigest() if secret else None
+        except (OSError, ValueError):
+            secret_sha256 = "unreadable"
+with open(log, "a") as f:
+    f.write(json.dumps({"argv": argv, "secret_sha256": secret_sha256}) + "\\n")
+"""
+
+
 class SparkSubmitRecorder:
-    """A SPARK_HOME of symlinks to pyspark's whose bin/spark-submit appends its argv (one JSON list a line)
-    to a file and then runs the real one. Put `bin` first on PATH and point SPARK_HOME here: both the Spark
-    provider's hook (spark-submit from PATH) and spark_jobs.submit (SPARK_HOME/bin) then go through it."""
+    """A SPARK_HOME of symlinks to pyspark's whose bin/spark-submit records its argv and then runs the real one.
+    Put `bin` first on PATH and point SPARK_HOME here: both the Spark provider's hook (spark-submit from PATH)
+    and spark_jobs.submit (SPARK_HOME/bin) then go through it. Besides the argv it records the SHA-256 of the
+    S3 secret in the `--storage-options-json @FILE` it was given (the file exists only while the job runs):
+    proof that the connection's secret reached the job by file, without recording the secret."""
 
     def __init__(self, root: Path):
         self.root = root
@@ -291,12 +311,12 @@ class SparkSubmitRecorder:
         for entry in (real / "bin").iterdir():
             if entry.name != "spark-submit":
                 (home / "bin" / entry.name).symlink_to(entry)
+        recorder = self.root / "record_spark_submit.py"
+        recorder.write_text(RECORD_SPARK_SUBMIT)
         wrapper = home / "bin" / "spark-submit"
         wrapper.write_text(
             "#!/bin/sh\n"
-            f"\"{sys.executable}\" -c 'import json, sys; f = open(sys.argv[1], \"a\"); "
-            "f.write(json.dumps(sys.argv[2:]) + \"\\n\"); f.close()' "
-            f"\"{self.log}\" \"$@\"\n"
+            f"\"{sys.executable}\" \"{recorder}\" \"{self.log}\" \"$@\"\n"
             f"exec \"{real / 'bin' / 'spark-submit'}\" \"$@\"\n"
         )
         wrapper.chmod(0o755)
@@ -305,8 +325,12 @@ class SparkSubmitRecorder:
         self.bin = str(home / "bin")
         return self
 
-    def argvs(self) -> list[list[str]]:
+    def records(self) -> list[dict]:
+        """One per spark-submit run: argv, secret_sha256 (of the options file's secret key, or None)."""
         return [json.loads(line) for line in self.log.read_text().splitlines() if line.strip()]
+
+    def argvs(self) -> list[list[str]]:
+        return [r["argv"] for r in self.records()]
 
 
 class ProcSampler:

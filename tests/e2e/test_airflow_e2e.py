@@ -8,6 +8,7 @@ the earlier runs left (task logs, XComs, rendered fields, component logs, the me
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from pathlib import Path
@@ -237,16 +238,20 @@ def places_containing(dep: Deployment, needle: str) -> dict[str, list[str]]:
 
 def test_canary_secret_appears_nowhere(deployment: Deployment):
     """The storage connection's secret key is a unique canary, used by every DAG run above (Spark and
-    in-process). Rule: it appears in no task log (as the UI reads them and on disk), XCom value, rendered
-    template field, asset event, DAG file, spark-submit argv (recorded by a wrapper and sampled from /proc),
-    component log (scheduler, api-server, dag-processor, triggerer) or row of the metadata database.
-    Control: the same search finds the tables' bucket name (which is no secret) in each of those places that
-    the runs write it to, so an empty result means absent, not unsearched."""
+    in-process; every Spark job received it in its storage options file, recorded by hash). Rule: it appears
+    in no task log (as the UI reads them and on disk), XCom value, rendered template field, asset event, DAG
+    file, spark-submit argv (recorded by a wrapper and sampled from /proc), component log (scheduler,
+    api-server, dag-processor, triggerer) or row of the metadata database. Control: the same search finds the
+    tables' bucket name (which is no secret) in each of those places that the runs write it to, so an empty
+    result means absent, not unsearched."""
     af = deployment.af
     argvs = deployment.recorder.argvs()
     assert len(argvs) >= 3, f"the earlier tests ran spark-submit through the recorder: {argvs}"
     assert all(any(a.startswith("--storage-options-json") for a in argv) for argv in argvs), (
         "on Spark the storage options go by file")
+    canary_sha256 = hashlib.sha256(deployment.canary.encode()).hexdigest()
+    assert {r["secret_sha256"] for r in deployment.recorder.records()} == {canary_sha256}, (
+        "the connection's secret (the canary) reached every Spark job, in its storage options file")
     runs = sum(len(af.dag_runs(d["dag_id"])) for d in af.request("GET", "/api/v2/dags")["dags"])
     assert runs >= 6, "the earlier tests' DAG runs are there to search"
     for name in ("scheduler", "api-server", "dag-processor", "triggerer"):
