@@ -7,8 +7,9 @@
 What `start()` does:
 - makes an AIRFLOW_HOME (a temporary directory unless given); all configuration goes through `AIRFLOW__...`
   environment variables of the child processes, connections through `AIRFLOW_CONN_...` (never argv);
-- metadata on PostgreSQL (a fresh database `airflow_local_<hex>` on 127.0.0.1:5432, dropped by `stop()`)
-  when one answers, else SQLite in AIRFLOW_HOME (logged, and `self.database` says which);
+- metadata on PostgreSQL (a fresh database `airflow_local_<pid>_<hex>` on 127.0.0.1:5432, dropped by
+  `stop()`, or by the next start once its launcher's pid is gone) when one answers, else SQLite in
+  AIRFLOW_HOME (logged, and `self.backend` says which);
 - `airflow db migrate`, the Simple auth manager with an `admin` (Admin) and a `viewer` (Viewer) user whose
   random passwords are written to the passwords file Airflow reads (mode 0600);
 - the repository's `dags/` and `plugins/`, `MEMWAL_TABLES_FILE` when a tables file is given;
@@ -26,6 +27,7 @@ import base64
 import json
 import logging
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -50,6 +52,7 @@ REPO = Path(__file__).resolve().parents[1]
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 TERMINAL_RUN_STATES = ("success", "failed")
 PG_HOST, PG_PORT, PG_USER = "127.0.0.1", 5432, "postgres"
+PG_DB_PREFIX = "airflow_local_"  # + <pid of the launcher>_<instance>: one fresh database per start
 DEFAULT_POOLS = {"memwal_spark": 4}  # the pool the MemWAL DAGs bound Spark applications with
 MARKER = "LOCAL_AIRFLOW_INSTANCE"  # environment marker of every process started by one LocalAirflow
 
@@ -87,6 +90,28 @@ def _pg_admin(sql: str) -> None:
             cur.execute(sql)
     finally:
         conn.close()
+
+
+def _drop_orphaned_databases() -> None:
+    """Drop the fresh databases of launchers that died without stop() (named after their pid, now gone)."""
+    import psycopg2
+
+    conn = psycopg2.connect(host=PG_HOST, port=PG_PORT, user=PG_USER, dbname="postgres", connect_timeout=5)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT datname FROM pg_database WHERE datname LIKE %s", (PG_DB_PREFIX + "%",))
+            names = [r[0] for r in cur.fetchall()]
+    finally:
+        conn.close()
+    for name in names:
+        match = re.fullmatch(rf"{PG_DB_PREFIX}(\d+)_[0-9a-f]{{12}}", name)
+        pid = match.group(1) if match else None
+        if pid and not os.path.exists(f"/proc/{pid}"):
+            log.info("dropping database %s of a launcher (pid %s) that is gone", name, pid)
+            try:
+                _pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            except Exception as exc:  # another launcher dropped it first, or it is in use: leave it
+                log.warning("could not drop orphaned database %s: %s", name, exc)
 
 
 def _airflow_bin() -> str:
@@ -161,7 +186,8 @@ class LocalAirflow:
             self.backend = "sqlite"
             log.warning("no PostgreSQL answers on %s:%s: the Airflow metadata database is SQLite", PG_HOST, PG_PORT)
         if self.backend == "postgresql":
-            self._pg_db = f"airflow_local_{self.instance}"
+            _drop_orphaned_databases()
+            self._pg_db = f"{PG_DB_PREFIX}{os.getpid()}_{self.instance}"
             _pg_admin(f'CREATE DATABASE "{self._pg_db}"')
             log.info("metadata database: PostgreSQL %s:%s/%s (fresh)", PG_HOST, PG_PORT, self._pg_db)
             return f"postgresql+psycopg2://{PG_USER}@{PG_HOST}:{PG_PORT}/{self._pg_db}"
