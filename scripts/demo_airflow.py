@@ -115,7 +115,7 @@ def _run() -> int:
         "tasks": [{"task_id": t.task_id, "map_index": t.map_index, "state": str(t.state),
                    "label": t.rendered_map_index} for t in sorted(tis, key=lambda t: (order.get(t.task_id, 9),
                                                                                       t.map_index))],
-        "merges": [XComModel.deserialize_value(x) for x in merges],
+        "merges": [XComModel.deserialize_value(x) for x in sorted(merges, key=lambda x: x.map_index)],
     }, default=str))
     return 0
 

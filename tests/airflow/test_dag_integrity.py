@@ -15,8 +15,9 @@ from airflow_support import REPO, tables_file
 
 PROBE = Path(__file__).resolve().with_name("dag_probe.py")
 REGION = "8b19c123-b7b0-4108-9e62-5eacb1d7087c"
-# Per-file parse time bound (DagBag's own measurement; Airflow's default dagbag_import_timeout is 30 s).
-MAX_PARSE_S = 5.0
+# Per-file parse time bound (DagBag's own measurement; measured 0.01-2.4 s on the loaded 2-core machine, the
+# first file paying for the imports; Airflow's default dagbag_import_timeout is 30 s).
+MAX_PARSE_S = 10.0
 UNREACHABLE = {"uri": "s3://nowhere/t", "conn_id": "no_such_connection", "engine": "spark",
                "spark_conn_id": "no_such_spark"}
 
