@@ -121,6 +121,9 @@ def test_merge_and_maintenance_at_once_apply_every_generation_once(deployment: D
             f"(merge {mine}, maintenance {theirs}, flushed {flushed[region]})")
     assert t.base() == t.model, "nothing applied twice, nothing lost"
     assert t.merged_generations() == {r: max(g) for r, g in flushed.items()}
+    events = af.asset_events(source_dag_id=maintenance("clicks"), source_run_id=maint_run)
+    assert bool(events) == bool(by_maintenance), "the maintenance merges emit the table's asset event when they merge"
+    assert all(e["name"] == "memwal__clicks" for e in events), events
     states = af.task_states(maintenance("clicks"), maint_run)
     for task in ("index_catchup", "snapshot_refresh", "gc"):
         assert states[task] == "success", states
