@@ -17,6 +17,9 @@ import pytest
 from e2e_support import REPO, Deployment
 from local_airflow import postgres_available
 
+from memwal.lock import index_lock
+from memwal.storage import ObjectStore
+
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.s3]
 
 log = logging.getLogger("e2e")
@@ -88,9 +91,10 @@ def test_merge_triggered_through_rest_api_merges_and_emits_asset_event(deploymen
 
 
 def test_merge_and_maintenance_at_once_apply_every_generation_once(deployment: Deployment):
-    """clicks: 2 regions x 4 generations. memwal_merge (both regions, engine spark: a Spark application) and
-    memwal_maintenance__clicks (the table's engine, in_process) are triggered together. Rule: both succeed,
-    every generation is merged by exactly one of them (their summaries partition the generations), and the base
+    """clicks: 2 regions x 8 generations. memwal_merge (both regions) and memwal_maintenance__clicks are
+    triggered together, in-process (the table's engine); the test holds the MemWAL index lock (which every
+    merge commit takes) until both merge tasks run, so their commits contend. Rule: both succeed, every
+    generation is merged by exactly one of them (their summaries partition the generations), and the base
     table equals the model (nothing applied twice)."""
     af, t = deployment.af, deployment.tables["clicks"]
     flushed = t.flushed()
@@ -98,21 +102,30 @@ def test_merge_and_maintenance_at_once_apply_every_generation_once(deployment: D
     for dag_id in (MERGE, maintenance("clicks")):
         af.wait_for_dag(dag_id)
         af.set_paused(dag_id, False)
-    merge_run = af.trigger_dag(MERGE, conf={"table": "clicks", "regions": regions, "engine": "spark"},
-                               unpause=False)
-    maint_run = af.trigger_dag(maintenance("clicks"), unpause=False)
+
+    def merging(dag_id: str, run_id: str) -> bool:
+        return any(ti["task_id"] == "merge" and ti["state"] == "running" for ti in af.task_instances(dag_id, run_id))
+
+    with index_lock(ObjectStore(t.uri, t.storage_options)):
+        merge_run = af.trigger_dag(MERGE, conf={"table": "clicks", "regions": regions}, unpause=False)
+        maint_run = af.trigger_dag(maintenance("clicks"), unpause=False)
+        af.wait_until(lambda: merging(MERGE, merge_run) and merging(maintenance("clicks"), maint_run), RUN_TIMEOUT,
+                      lambda: f"{af.task_states(MERGE, merge_run)} {af.task_states(maintenance('clicks'), maint_run)}",
+                      interval=0.5)
     expect_success(deployment, MERGE, merge_run)
     expect_success(deployment, maintenance("clicks"), maint_run)
 
     merge_summary = af.xcom(MERGE, merge_run, "merge")
-    assert merge_summary.get("spark_application_id"), "memwal_merge ran on Spark"
+    assert merge_summary["failed_regions"] == []
     by_merge = region_generations(merge_summary)
     by_maintenance: dict[str, list[int]] = {}
     for summary in mapped_xcoms(deployment, maintenance("clicks"), maint_run, "merge"):
         assert summary["failed_regions"] == []
         for region, gens in region_generations(summary).items():
             by_maintenance.setdefault(region, []).extend(gens)
-    log.info("clicks: memwal_merge merged %s; the maintenance DAG merged %s", by_merge, by_maintenance)
+    conflicts = sum(r.get("conflicts", 0) for r in merge_summary.get("regions", []))
+    log.info("clicks: memwal_merge merged %s (%d commits refused: another merger got there first); the "
+             "maintenance DAG merged %s", by_merge, conflicts, by_maintenance)
     for region in regions:
         mine, theirs = by_merge.get(region, []), by_maintenance.get(region, [])
         assert not set(mine) & set(theirs), f"region {region}: generations {set(mine) & set(theirs)} merged twice"
