@@ -7,7 +7,7 @@ every spark-submit argv.
 
 Tables (the tables file given through MEMWAL_TABLES_FILE), one per scenario so they do not interfere:
 - `orders`  (spark)       a merge through the REST API;
-- `clicks`  (in_process)  memwal_merge (asked for engine spark) and the maintenance DAG at once;
+- `clicks`  (in_process)  memwal_merge and the maintenance DAG at once;
 - `events`  (in_process)  held behind its threshold: alert, event-driven maintenance, resolved alert;
 - `crashy`  (spark)       its Spark driver is SIGKILLed inside a merge commit once (memwal.faults).
 No table has a clock schedule (`schedule: null`): runs start only from the tests and from lag assets.
@@ -130,7 +130,7 @@ def deployment(s3_endpoint, tmp_path_factory):
             for name in ("orders", "clicks", "events", "crashy"):
                 t = LanceCoreTable(f"s3://{bucket}/{name}", storage).create()
                 for k in range(2):
-                    t.write_generations(None, generations=4 if name != "events" else 3, offset=100 * (k + 1),
+                    t.write_generations(None, rounds=4 if name != "events" else 3, offset=100 * (k + 1),
                                         tag=f"{name}{k}-")
                 tables[name] = t
         except BaseException as exc:

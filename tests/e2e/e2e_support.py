@@ -185,15 +185,16 @@ class LanceCoreTable:
         self.model = {i: (f"base{i}", i / 2) for i in base_ids}
         return self
 
-    def write_generations(self, region: str | None, generations: int, offset: int, tag: str) -> str:
-        """Through Lance core's ShardWriter: `generations` flushed generations in `region` (new if None), each
-        8 upserts (overlapping the previous one, and base rows for offset 0) and a delete; returns the id."""
+    def write_generations(self, region: str | None, rounds: int, offset: int, tag: str) -> str:
+        """Through Lance core's ShardWriter (max 8 rows per MemTable) in `region` (new if None): `rounds` of 8
+        upserts (overlapping the previous round) and a delete; Lance core flushes each put and each delete
+        as a generation of its own (2 per round). Returns the region id."""
         region = region or str(uuid.uuid4())
         if region not in self.regions:
             self.regions.append(region)
         ds = lance.dataset(self.uri, storage_options=self._opts())
         with ds.mem_wal_writer(region, max_memtable_rows=8) as w:
-            for g in range(generations):
+            for g in range(rounds):
                 ids = [offset + 4 * g + i for i in range(8)]
                 w.put(rows(ids, f"{tag}{g}-"))
                 self.model.update({i: (f"{tag}{g}-{i}", i / 2) for i in ids})

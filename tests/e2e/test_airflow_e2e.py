@@ -61,8 +61,8 @@ def test_metadata_database_is_postgresql_when_one_answers(deployment: Deployment
 
 
 def test_merge_triggered_through_rest_api_merges_and_emits_asset_event(deployment: Deployment):
-    """orders: 2 regions x 4 generations written by Lance core (upserts over base rows and each other, a delete
-    each). memwal_merge triggered as the UI does: POST dagRuns with a token; it runs a Spark application.
+    """orders: 2 regions x 8 generations written by Lance core's writer (upserts over each other, deletes).
+    memwal_merge triggered as the UI does: POST dagRuns with a token; it runs a Spark application.
     Rule: the base table equals the model, merged_generations is each region's last generation, the XCom
     summary and the table's asset event say which generations were merged."""
     af, t = deployment.af, deployment.tables["orders"]
@@ -143,7 +143,7 @@ def test_merge_and_maintenance_at_once_apply_every_generation_once(deployment: D
 
 
 def test_lagging_table_alerts_starts_maintenance_from_its_asset_and_resolves(deployment: Deployment):
-    """events: 2 regions x 3 unmerged generations, threshold max_unmerged_generations 2. Rule: the lag monitor
+    """events: 2 regions x 6 unmerged generations, threshold max_unmerged_generations 2. Rule: the lag monitor
     sends one firing alert to the webhook; the lag asset's watcher (the event trigger in the triggerer) starts
     memwal_maintenance__events, which merges the backlog; the next monitor run sends one resolved alert."""
     af, t, hook = deployment.af, deployment.tables["events"], deployment.webhook
@@ -194,7 +194,7 @@ def test_lagging_table_alerts_starts_maintenance_from_its_asset_and_resolves(dep
 
 
 def test_spark_driver_killed_mid_merge_is_finished_by_the_task_retry(deployment: Deployment):
-    """crashy: 2 regions x 4 generations, at most 2 generations per commit. The Spark driver of the first
+    """crashy: 2 regions x 8 generations, at most 2 generations per commit. The Spark driver of the first
     attempt is SIGKILLed inside its second merge commit (MEMWAL_FAULT=merge.before_commit, SKIP=1). Rule: the
     task fails that try, its retry resumes from merged_generations and finishes; the table equals the model."""
     af, t = deployment.af, deployment.tables["crashy"]
