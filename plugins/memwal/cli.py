@@ -102,7 +102,8 @@ def print_status(status: dict[str, Any]) -> None:
 def _summary_line(s: dict[str, Any]) -> str:
     job = s.get("job")
     if job == "merge":
-        return (f"merge: {s['generations_merged']} generations in {s['commits']} commits, "
+        return (f"merge: {s['generations_merged']} generations in {s.get('table_commits', s['commits'])} commits "
+                f"({s['commits']} region batches), "
                 f"{s['rows_upserted']} upserts, {s['rows_deleted']} deletes, table version "
                 f"{s['table_version_before']} -> {s['table_version_after']} ({s['duration_s']:.1f}s)")
     if job == "catchup":
