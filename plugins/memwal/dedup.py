@@ -28,7 +28,7 @@ def newest_per_key(rows: pa.Table, pk: Sequence[str]) -> pa.Table:
     for c in pk:
         col = rows.column(c).combine_chunks()
         after, before = col.slice(1), col.slice(0, n - 1)
-        eq = pc.or_(pc.equal(after, before), pc.and_(pc.is_null(after), pc.is_null(before)))
+        eq = pc.or_kleene(pc.equal(after, before), pc.and_(pc.is_null(after), pc.is_null(before)))
         same &= pc.fill_null(eq, False).to_numpy(zero_copy_only=False)
     first = np.ones(n, bool)
     first[1:] = ~same
