@@ -23,27 +23,12 @@ DAG_ID = "memwal_maintenance__demo"
 
 def write_more(table: str, batches: int = 2, batch_rows: int = 1_000, seed: int = 11) -> None:
     import numpy as np
-    import pyarrow as pa
 
-    from memwal.demo import _rows
-    from memwal.table_writer import TableWriter
-    from memwal.writer import WriterConfig
+    from memwal.demo import write_batches
 
     model_path = Path(table).resolve().parent / "model.json"
     model = {int(k): v for k, v in json.loads(model_path.read_text()).items()}
-    rng = np.random.default_rng(seed)
-    config = WriterConfig(max_memtable_rows=batch_rows // 2, max_flush_interval_s=None)
-    with TableWriter(table, config=config) as writer:
-        for b in range(batches):
-            ids = rng.choice(40_000, size=batch_rows, replace=False)
-            t = _rows(ids, 100 + b)
-            writer.put(t)
-            model.update(zip(t.column("id").to_pylist(), t.column("amount").to_pylist(), strict=True))
-            dead = rng.choice(ids, size=batch_rows // 20, replace=False)
-            writer.delete(pa.table({"id": dead}))
-            for i in dead.tolist():
-                model.pop(int(i), None)
-            print(f"demo: batch {b + 1}/{batches}: {batch_rows} upserts, {len(dead)} deletes")
+    write_batches(table, model, np.random.default_rng(seed), batches, batch_rows, first_version=100, id_space=40_000)
     model_path.write_text(json.dumps(model))
 
 

@@ -586,6 +586,12 @@ def main(argv: list[str] | None = None) -> int:
     af = LocalAirflow(home=args.home, tables_file=args.tables_file, database=args.database,
                       port=args.port or None, dags_folder=args.dags_folder, paused_at_creation=not args.unpause,
                       statsd=statsd)
+    return serve(af, "local_airflow")
+
+
+def serve(af: LocalAirflow, name: str, after_start: Callable[[LocalAirflow], list[str]] | None = None) -> int:
+    """Start `af`, print its URL, logins and `after_start`'s lines, and keep it up until Ctrl-C or SIGTERM;
+    every process it started is stopped on the way out (the command line of `local_airflow` and `make airflow`)."""
     stopping = False
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -600,9 +606,12 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     try:
         af.start()
+        lines = after_start(af) if after_start else []
         print(f"\nAirflow is up: {af.url}  (metadata: {af.backend}; AIRFLOW_HOME={af.home})")
         for user, password in af.passwords.items():
             print(f"  login: {user} / {password}  (role {af.roles[user]})")
+        for line in lines:
+            print(f"  {line}")
         print("Ctrl-C stops every process started here.\n", flush=True)
         while True:
             af.check_alive()
@@ -610,12 +619,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("stopping ...", file=sys.stderr)
     except AirflowError as exc:
-        print(f"local_airflow: error: {exc}", file=sys.stderr)
+        print(f"{name}: error: {exc}", file=sys.stderr)
         return 1
     finally:
         af.stop()
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -13,16 +13,14 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from local_airflow import AirflowError, LocalAirflow  # noqa: E402
+from local_airflow import LocalAirflow, serve  # noqa: E402
 
 DEMO_TABLE = REPO / "demo" / "table.lance"
 UNPAUSE = ("memwal_merge", "memwal_lag_monitor")
@@ -62,33 +60,14 @@ def main(argv: list[str] | None = None) -> int:
         env={"MEMWAL_LAG_MONITOR_SCHEDULE": "* * * * *"},
     )
 
-    def on_sigterm(_signum: int, _frame: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_sigterm)
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C, even when started with SIGINT ignored
-    try:
-        af.start()
+    def unpause(af: LocalAirflow) -> list[str]:
         for dag_id in UNPAUSE:
             af.wait_for_dag(dag_id, timeout=180)
             af.set_paused(dag_id, False)
-        print(f"\nAirflow is up: {af.url}  (metadata: {af.backend}; AIRFLOW_HOME={af.home})")
-        print(f"  MemWAL page: {af.url}/plugin/memwal  (MemWAL in the navigation)")
-        for user, password in af.passwords.items():
-            print(f"  login: {user} / {password}  (role {af.roles[user]})")
-        print("  memwal_merge and memwal_lag_monitor are unpaused; the maintenance DAGs are paused.")
-        print("Ctrl-C stops every process started here.\n", flush=True)
-        while True:
-            af.check_alive()
-            time.sleep(1)
-    except KeyboardInterrupt:
-        print("stopping ...", file=sys.stderr)
-    except AirflowError as exc:
-        print(f"make airflow: error: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        af.stop()
-    return 0
+        return [f"MemWAL page: {af.url}/plugin/memwal  (MemWAL in the navigation)",
+                "memwal_merge and memwal_lag_monitor are unpaused; the maintenance DAGs are paused."]
+
+    return serve(af, "make airflow", unpause)
 
 
 if __name__ == "__main__":

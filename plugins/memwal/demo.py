@@ -34,24 +34,30 @@ def _rows(ids: np.ndarray, version: int) -> pa.Table:
                      "amount": (ids % 1000).astype(np.float64) + version / 10}, schema=SCHEMA)
 
 
-def write(table: str, base_rows: int, batches: int, batch_rows: int, seed: int) -> dict[int, float]:
-    rng = np.random.default_rng(seed)
-    model = {int(i): float(i % 1000) for i in range(base_rows)}
-    ds = lance.write_dataset(_rows(np.arange(base_rows), 0), table, mode="create")
-    ds.initialize_mem_wal(bucket_column="id", num_buckets=4)
-    ds.create_scalar_index("user", "BTREE", name="user_idx")
+def write_batches(table: str, model: dict[int, float], rng: np.random.Generator, batches: int, batch_rows: int,
+                  first_version: int, id_space: int) -> None:
+    """Upsert batches of random ids (and delete a twentieth of each) through the writer; the model follows."""
     config = WriterConfig(max_memtable_rows=batch_rows // 2, max_flush_interval_s=None)
     with TableWriter(table, config=config) as writer:
-        for b in range(1, batches + 1):
-            ids = rng.choice(base_rows * 2, size=batch_rows, replace=False)
-            t = _rows(ids, b)
+        for b in range(batches):
+            ids = rng.choice(id_space, size=batch_rows, replace=False)
+            t = _rows(ids, first_version + b)
             writer.put(t)
             model.update(zip(t.column("id").to_pylist(), t.column("amount").to_pylist(), strict=True))
             dead = rng.choice(ids, size=batch_rows // 20, replace=False)
             writer.delete(pa.table({"id": dead}))
             for i in dead.tolist():
                 model.pop(int(i), None)
-            print(f"demo: batch {b}/{batches}: {batch_rows} upserts, {len(dead)} deletes", file=sys.stderr)
+            print(f"demo: batch {b + 1}/{batches}: {batch_rows} upserts, {len(dead)} deletes", file=sys.stderr)
+
+
+def write(table: str, base_rows: int, batches: int, batch_rows: int, seed: int) -> dict[int, float]:
+    rng = np.random.default_rng(seed)
+    model = {int(i): float(i % 1000) for i in range(base_rows)}
+    ds = lance.write_dataset(_rows(np.arange(base_rows), 0), table, mode="create")
+    ds.initialize_mem_wal(bucket_column="id", num_buckets=4)
+    ds.create_scalar_index("user", "BTREE", name="user_idx")
+    write_batches(table, model, rng, batches, batch_rows, first_version=1, id_space=base_rows * 2)
     return model
 
 
