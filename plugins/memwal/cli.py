@@ -127,19 +127,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         if args.command == "status":
-            from memwal.status import LagThresholds, lag_alerts, table_status
+            from memwal.lag import breaches
+            from memwal.status import table_status
 
-            status = table_status(args.table, job_options(args), args.region)
-            summary = status.to_dict()
-            alerts = lag_alerts(status, LagThresholds(args.max_unmerged_generations, args.max_age_s,
-                                                      args.max_index_lag))
-            summary["alerts"] = [a.message() for a in alerts]
+            summary = table_status(args.table, job_options(args), args.region).to_dict()
+            alerts = [b["message"] for b in breaches(summary, {
+                "max_unmerged_generations": args.max_unmerged_generations,
+                "max_oldest_unmerged_age_s": args.max_age_s, "max_index_lag": args.max_index_lag})]
+            summary["alerts"] = alerts
             if args.json:
                 print(json.dumps(summary, default=str))
             else:
                 print_status(summary)
             for alert in alerts:
-                print(f"ALERT {alert.message()}", file=sys.stderr)
+                print(f"ALERT {alert}", file=sys.stderr)
             if any(r["error"] for r in summary["regions"]):
                 return EXIT_FAILED
             return EXIT_LAG_ALERT if alerts else EXIT_OK

@@ -23,11 +23,8 @@ from memwal.region_manifest import list_regions, load_latest_manifest
 from memwal.storage import ObjectStore, lance_storage_options
 
 __all__ = [
-    "LagAlert",
-    "LagThresholds",
     "RegionStatus",
     "TableStatus",
-    "lag_alerts",
     "maintained_indexes",
     "region_status",
     "table_status",
@@ -150,40 +147,3 @@ def table_status(
         regions=statuses,
         maintained_indexes=indexes,
     )
-
-
-@dataclass(frozen=True)
-class LagThresholds:
-    """Lag limits per region; None disables a check."""
-
-    max_unmerged_generations: int | None = None
-    max_oldest_unmerged_age_s: float | None = None
-    max_index_lag_generations: int | None = None
-
-
-@dataclass(frozen=True)
-class LagAlert:
-    region_id: str
-    metric: str
-    value: float
-    threshold: float
-
-    def message(self) -> str:
-        return f"region {self.region_id}: {self.metric} {self.value:g} > {self.threshold:g}"
-
-
-def lag_alerts(status: TableStatus, thresholds: LagThresholds) -> list[LagAlert]:
-    """Every region metric above its threshold, plus regions whose status could not be read."""
-    alerts = []
-    for r in status.regions:
-        checks = [
-            ("unmerged_generations", r.unmerged_generations, thresholds.max_unmerged_generations),
-            ("oldest_unmerged_age_s", r.oldest_unmerged_age_s, thresholds.max_oldest_unmerged_age_s),
-            ("index_lag_generations", r.index_lag_generations, thresholds.max_index_lag_generations),
-        ]
-        for metric, value, limit in checks:
-            if limit is not None and value is not None and value > limit:
-                alerts.append(LagAlert(r.region_id, metric, float(value), float(limit)))
-        if r.error:
-            alerts.append(LagAlert(r.region_id, "unreadable", 1.0, 0.0))
-    return alerts

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from airflow_support import lance_core_table
 
-from memwal.airflow.lag import measure
 from memwal.airflow.metrics import emit_lag_metrics, metric_table_name
+from memwal.lag import measure
 
 MEMWAL = str(Path(sys.executable).with_name("memwal"))
 

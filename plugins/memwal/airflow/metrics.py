@@ -42,7 +42,7 @@ def metric_table_name(table: str) -> str:
 
 
 def lag_metrics(table: str, summary: Mapping[str, Any], breaches: int = 0) -> list[tuple[str, float, dict[str, str]]]:
-    """(name, value, tags) of every gauge for one measurement (`memwal.airflow.lag.measure`)."""
+    """(name, value, tags) of every gauge for one measurement (`memwal.lag.measure`)."""
     t = metric_table_name(table)
     out: list[tuple[str, float, dict[str, str]]] = []
     for r in summary.get("regions", []):

@@ -14,9 +14,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from memwal.airflow import alerts, history
-from memwal.airflow.lag import breaches, measure
 from memwal.airflow.metrics import emit_lag_metrics
 from memwal.airflow.triggers.memwal import thresholds_of
+from memwal.lag import breaches, measure
 
 __all__ = ["check_table_lag"]
 

@@ -14,8 +14,8 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException
 
-from memwal.airflow.lag import breaches, measure, validate_thresholds
 from memwal.airflow.triggers.memwal import WAIT_FOR, MemWalLagTrigger, lag_event_payload, thresholds_of
+from memwal.lag import breaches, measure, validate_thresholds
 
 __all__ = ["MemWalLagSensor"]
 

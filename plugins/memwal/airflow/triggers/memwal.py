@@ -22,7 +22,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent
 
-from memwal.airflow.lag import breaches, measure, validate_thresholds
+from memwal.lag import breaches, measure, validate_thresholds
 
 __all__ = ["MemWalLagEventTrigger", "MemWalLagTrigger", "lag_event_payload", "resolve_connection", "thresholds_of"]
 

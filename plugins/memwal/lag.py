@@ -1,9 +1,9 @@
-"""Lag of a MemWAL table as the Airflow side sees it: one measurement, the thresholds, the breaches.
+"""Lag of a MemWAL table: one measurement, the thresholds, the breaches (the one definition of "behind").
 
 `measure` is `memwal.status` (per region: unmerged generations, rows, bytes, age of the oldest unmerged
 generation, index lag) plus the age of the MemWAL index snapshot (a table-wide value). `breaches` holds a
-measurement against a table's thresholds; the monitor, the event trigger and the sensor all use it, so
-they agree on what "behind" means. No Airflow imports: safe in the triggerer, a worker and a test.
+measurement against a table's thresholds; `memwal status` (exit 4), the Airflow lag monitor, event trigger
+and sensor all use it, so they agree on what "behind" means.
 """
 
 from __future__ import annotations
