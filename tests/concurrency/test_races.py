@@ -162,7 +162,7 @@ class Observer:
         version (Lance's cleanup_old_versions removed that version): the caller retries. Failing on a
         generation that is still unmerged means GC deleted something a reader needs."""
         text = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-        base_file = re.search(r"Not found: [^ ,]*?/?(table/)?(data|_versions|_indices)/", str(exc))
+        base_file = re.search(r"Not found: [^ ,]*?/?(table/)?(data|_deletions|_versions|_indices)/", str(exc))
         if base_file and "_mem_wal/" not in str(exc):
             # A base-table file of the version being read was removed by Lance's own version cleanup,
             # which the GC worker runs with older_than=0 (no grace for in-flight readers): retry.
