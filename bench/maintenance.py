@@ -41,24 +41,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "plugins"))
 sys.path.insert(0, REPO)
 
+from merge import _rows, log  # noqa: E402  (bench/merge.py: the same table, rows and log)
+
 from spark_jobs import submit  # noqa: E402
-
-SCHEMA = pa.schema([
-    pa.field("id", pa.int64(), nullable=False, metadata={"lance-schema:unenforced-primary-key": "true"}),
-    pa.field("name", pa.string()),
-    pa.field("value", pa.float64()),
-    pa.field("ts", pa.timestamp("us")),
-])
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def _rows(ids: np.ndarray, tag: int) -> pa.Table:
-    return pa.table({"id": ids, "name": pa.array([f"n{tag}-{i}" for i in ids.tolist()]),
-                     "value": ids.astype(np.float64) * 0.5 + tag,
-                     "ts": pa.array(np.full(len(ids), 1_700_000_000_000_000 + tag, "datetime64[us]"))}, schema=SCHEMA)
 
 
 def build(path: str, regions: int, base_rows: int, generations: int, gen_rows: int, seed: int = 1) -> None:
