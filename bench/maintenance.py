@@ -75,8 +75,10 @@ def _generations(path: str) -> int:
 def child(table: str) -> None:
     """In-process merge in this fresh process: import time and merge time apart."""
     t0 = time.perf_counter()
+    from memwal.memory import limit_malloc_arenas
     from memwal.merge import merge_table
 
+    limit_malloc_arenas()  # as `memwal merge` does (memwal.jobs.run_job)
     t1 = time.perf_counter()
     summary = merge_table(table)
     t2 = time.perf_counter()
@@ -299,6 +301,17 @@ def main() -> None:
         d1, d2 = sc["local[1]"]["timings"].get("dedup", 0), sc["local[2]"]["timings"].get("dedup", 0)
         if d2:
             print(f"  speedup of the dedup job alone: {d1 / d2:.2f}")
+        one = sc["local[1]"]
+        work = sum(one.get("dedup", {}).get(k, 0.0) for k in ("task_read_s", "task_dedup_s", "task_stage_s"))
+        t = one["timings"]
+        overhead = max(0.0, t.get("dedup", 0.0) - work)
+        serial = one["merge_s"] - work
+        rest = max(0.0, serial - overhead - t.get("commit", 0.0))
+        print(f"  where local[1]'s merge ({one['merge_s']:.2f} s) goes: task work (read, dedup, stage; what more "
+              f"cores can share) {work:.2f} s; not shared: Spark's job and task overhead {overhead:.2f} s, "
+              f"commits {t.get('commit', 0):.2f} s, plan and the rest {rest:.2f} s")
+        print(f"  speedup ceiling with 2 cores for this merge (Amdahl, from that breakdown): "
+              f"{one['merge_s'] / (serial + work / 2):.2f}")
     if "local[1]" in sc and "standalone 2x1" in sc:
         r = sc["local[1]"]["merge_s"] / sc["standalone 2x1"]["merge_s"]
         print(f"  speedup local[1] -> standalone, 2 one-core workers (merge): {r:.2f} (reported)")

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -32,7 +31,17 @@ sys.path.insert(0, os.path.join(REPO, "plugins"))
 sys.path.insert(0, REPO)
 
 from memwal.dedup import newest_per_key  # noqa: E402
-from memwal.merge import MergeConfig, local_dedup, merge_table, pending_generations, read_generation, split_winners  # noqa: E402
+from memwal.memory import limit_malloc_arenas, release_unused  # noqa: E402
+from memwal.merge import (  # noqa: E402
+    MergeConfig,
+    dedup_generations,
+    local_dedup,
+    merge_table,
+    pending_generations,
+    plan_commits,
+    read_generation,
+    split_winners,
+)
 from memwal.sql import keys_predicate  # noqa: E402
 from memwal.storage import ObjectStore  # noqa: E402
 from memwal.writer import RegionWriter, WriterConfig  # noqa: E402
@@ -122,6 +131,7 @@ def ours(path: str, engine: str, per_commit: int) -> dict:
     # per_commit 0: the default budgets (8 generations, 512 MiB per commit)
     config = (MergeConfig(max_generations_per_commit=per_commit, max_bytes_per_commit=1 << 40) if per_commit
               else MergeConfig())
+    limit_malloc_arenas()  # as memwal.jobs.run_job does for `memwal merge` and the Spark job
     sampler = _RssSampler()
     t = time.perf_counter()
     with sampler:
@@ -131,16 +141,16 @@ def ours(path: str, engine: str, per_commit: int) -> dict:
     out["timings_s"] = summary.timings_s
     out["spark_dedup"] = dict(getattr(dedup, "stats", {}))
     out["rss_growth_mb"] = sampler.growth_mb
-    out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    out["peak_rss_mb"] = _rss_mb("VmHWM:")  # this process's peak (ru_maxrss would count the parent's too)
     if summary.failed_regions:
         raise SystemExit(f"merge failed: {summary.to_dict()}")
     return out
 
 
-def _rss_mb() -> float:
+def _rss_mb(field: str = "VmRSS:") -> float:
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field):
                 return int(line.split()[1]) / 1024
     return 0.0
 
@@ -172,14 +182,48 @@ class _RssSampler:
         return self.peak - self.before
 
 
+def stage_commits(path: str, region: str, out_dir: str) -> int:
+    """The default plan's commits, deduplicated ahead (one Arrow IPC file of upserts and one of deleted keys
+    per commit), for `lance_alone`; number of commits."""
+    store = ObjectStore(path)
+    commits = plan_commits([pending_generations(store, region, 0)], MergeConfig())
+    os.makedirs(out_dir)
+    for i, commit in enumerate(commits):
+        upserts, deletes, _ = dedup_generations([read_generation(r, store) for r in commit[0]], ["id"], SCHEMA)
+        for name, t in (("upserts", upserts), ("deletes", deletes)):
+            with pa.ipc.new_file(os.path.join(out_dir, f"{i:04d}-{name}.arrow"), t.schema) as w:
+                w.write_table(t)
+    return len(commits)
+
+
+def lance_alone(path: str, staged: str) -> dict:
+    """The baseline of the memory series: pylance's merge_insert alone, the same commits (deduplicated ahead,
+    read one at a time), in this fresh process; its peak is the floor for any merge by merge-insert."""
+    limit_malloc_arenas()
+    sampler = _RssSampler()
+    n = len([f for f in os.listdir(staged) if f.endswith("-upserts.arrow")])
+    with sampler:
+        for i in range(n):
+            upserts, deletes = (pa.ipc.open_file(os.path.join(staged, f"{i:04d}-{name}.arrow")).read_all()
+                                for name in ("upserts", "deletes"))
+            _commit_one(path, upserts, deletes)
+            del upserts, deletes
+            release_unused()
+    return {"rss_growth_mb": sampler.growth_mb, "peak_rss_mb": _rss_mb("VmHWM:"), "commits": n}
+
+
 def child(args: argparse.Namespace) -> None:
-    print(json.dumps(ours(args.table, args.engine, args.per_commit)))
+    if args.engine == "lance":
+        print(json.dumps(lance_alone(args.table, args.staged)))
+    else:
+        print(json.dumps(ours(args.table, args.engine, args.per_commit)))
 
 
-def run_ours(path: str, engine: str, per_commit: int) -> dict:
-    """Our merge in a fresh process, so its peak RSS is the merge's own."""
+def run_ours(path: str, engine: str, per_commit: int, staged: str = "") -> dict:
+    """Our merge (or, engine "lance", `lance_alone` over `staged`) in a fresh process, so its peak RSS is
+    the merge's own."""
     done = subprocess.run([sys.executable, __file__, "--child", "--table", path, "--engine", engine,
-                           "--per-commit", str(per_commit)], capture_output=True, text=True)
+                           "--per-commit", str(per_commit), "--staged", staged], capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"our merge ({engine}) failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -199,6 +243,8 @@ def main() -> None:
     p.add_argument("--engines", default="local,spark")
     p.add_argument("--per-commit", type=int, default=64, help="generations per commit for our merge")
     p.add_argument("--memory-generations", default="10,20,40")
+    p.add_argument("--memory-base-rows", type=int, default=2_000_000,
+                   help="base rows of the memory series' tables (the same 2M as the timed merge by default)")
     p.add_argument("--memory-per-commit", type=int, default=0,
                    help="generations per commit for the memory series (0: the default budgets)")
     p.add_argument("--dir", default=None)
@@ -206,6 +252,7 @@ def main() -> None:
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--table", help=argparse.SUPPRESS)
     p.add_argument("--engine", help=argparse.SUPPRESS)
+    p.add_argument("--staged", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
         return child(args)
@@ -227,18 +274,27 @@ def main() -> None:
             log(f"(a) ours, {engine} dedup")
             results[engine] = run_ours(copies[engine], engine, args.per_commit)
             results[engine]["equal_to_naive"] = same_table(copies[engine], copies["naive"])
-        memory = {}
+        memory: dict = {}
         for workload in ("mixed", "updates-only"):
             for n in [int(x) for x in args.memory_generations.split(",") if x]:
-                for engine in engines:
+                src = os.path.join(work, f"mem-src-{n}")
+                log(f"driver memory: {n} generations, {workload}: building")
+                region = build(src, args.memory_base_rows, n, args.gen_rows, seed=n,
+                               updates_only=workload == "updates-only")
+                staged = os.path.join(work, f"mem-staged-{n}")
+                if not args.memory_per_commit:
+                    stage_commits(src, region, staged)
+                for engine in [*engines, "lance"] if not args.memory_per_commit else engines:
                     path = os.path.join(work, f"mem-{engine}-{n}")
+                    shutil.copytree(src, path)
                     log(f"driver memory: {engine}, {n} generations, {workload}")
-                    build(path, min(args.base_rows, 200_000), n, args.gen_rows, seed=n,
-                          updates_only=workload == "updates-only")
-                    memory.setdefault(f"{engine}, {workload}", {})[n] = run_ours(
-                        path, engine, args.memory_per_commit)["rss_growth_mb"]
+                    r = run_ours(path, engine, args.memory_per_commit, staged)
+                    memory.setdefault(workload, {}).setdefault(engine, {})[n] = {
+                        "peak_mb": r["peak_rss_mb"], "growth_mb": r["rss_growth_mb"], "commits": r["commits"]}
                     shutil.rmtree(path)
-        results["rss_growth_mb"] = memory
+                shutil.rmtree(src)
+                shutil.rmtree(staged, ignore_errors=True)
+        results["driver_memory"] = memory
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"\nmerge of {args.generations} generations x {args.gen_rows} rows into {args.base_rows} rows")
@@ -253,7 +309,7 @@ def main() -> None:
         inside = ", ".join(f"{k[5:]} {d[k]:.2f} s" for k in ("task_read_s", "task_dedup_s", "task_stage_s") if k in d)
         print(f"      breakdown: plan {t.get('plan', 0):.2f} s, dedup {t.get('dedup', 0):.2f} s"
               + (f" (Spark job; inside its tasks: {inside})" if inside else "")
-              + f", commit {t.get('commit', 0):.2f} s (streams the staged upserts into merge-insert)")
+              + f", commit {t.get('commit', 0):.2f} s (one commit's upserts in memory, then merge-insert)")
     for engine in engines:
         r = results[engine]
         target = 4 if engine == "spark" else 1.5
@@ -261,16 +317,24 @@ def main() -> None:
         print(f"ratio a/c ({engine}): {r['merge_s'] / results['floor_s']:.2f}   (target <= {target}"
               + (", start-up excluded)" if engine == "spark" else ")"))
     budget = f"{args.memory_per_commit} generations per commit" if args.memory_per_commit else "the default budgets"
-    for engine, series in results.get("rss_growth_mb", {}).items():
-        values = list(series.values())
-        spread = (max(values) - min(values)) / max(min(values), 1e-9) if values else 0.0
-        print(f"driver RSS growth during the merge ({engine}, {budget}): "
-              + ", ".join(f"{n} gens {mb:.0f} MiB" for n, mb in series.items())
-              + f"; growth spread {spread:.0%} (target <= 15%)")
-    if results.get("rss_growth_mb"):
-        print("  (mixed: 65% of each generation are inserts, so the table grows with the backlog, and Lance's\n"
-              "   merge-insert join, which also scans the table for the deletes, grows with the table;\n"
-              "   updates-only: the same backlog over a table of constant size)")
+    for workload, engines_mem in results.get("driver_memory", {}).items():
+        print(f"driver memory, {workload} ({budget}; peak RSS of the driver process, and its growth during the merge):")
+        floor_series = engines_mem.get("lance")
+        for engine, series in engines_mem.items():
+            peaks = [v["peak_mb"] for v in series.values()]
+            spread = (max(peaks) - min(peaks)) / min(peaks)
+            label = "pylance merge_insert alone (same commits)" if engine == "lance" else f"ours, {engine}"
+            print(f"  {label:42s} " + ", ".join(
+                f"{n} gens {v['peak_mb']:.0f} MiB (+{v['growth_mb']:.0f})" for n, v in series.items())
+                + (f"; spread {spread:.0%}" + ("" if engine == "lance" else
+                                              f" (target <= 15%: {'met' if spread <= 0.15 else 'NOT met'})")))
+            if floor_series and engine != "lance":
+                over = [v["peak_mb"] - floor_series[n]["peak_mb"] for n, v in series.items()]
+                print(f"  {'':42s} above pylance alone: " + ", ".join(f"{o:+.0f}" for o in over) + " MiB")
+    if results.get("driver_memory"):
+        print("  (mixed: 65% of each generation are inserts, so the table grows with the backlog; updates-only:\n"
+              "   the same backlog over a table of constant row count. pylance alone: merge_insert of the same\n"
+              "   commits, deduplicated ahead and read one at a time: the floor of any merge by merge-insert)")
     if args.out:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=2, default=str)

@@ -19,9 +19,12 @@ once, and gets back one `MergeInput` per batch:
    winners; values cross Spark in a wider Spark type there (uint64 as DECIMAL(20,0), fixed-size lists as
    arrays) and are cast back on the executors; a cast that would lose data fails the batch.
 
-The driver never holds the upserts: `open_upserts()` streams the staged files one batch at a time and
-can be called again for a retried commit; `cleanup()` deletes the batch's staging prefix (the library
-calls it after the commit attempt, or at the end of the round); a failed Spark job cleans up before raising.
+The driver holds no more than one commit's upserts: `open_upserts()` reads the region batch's staged files
+into one table when its commit is made (the commit's byte budget bounds it; a table rather than a stream,
+because Lance's merge-insert with a by-source delete holds more of the base table when its source is a
+stream: measured in `bench/merge.py`), and can be called again for a retried commit; `cleanup()` deletes the
+batch's staging prefix (the library calls it after the commit attempt, or at the end of the round); a
+failed Spark job cleans up before raising.
 """
 
 from __future__ import annotations
@@ -73,8 +76,8 @@ def spark_dedup(spark, *, file_bytes: int = DEFAULT_FILE_BYTES, task_bytes: int 
     """A `memwal.merge.Dedup` that dedups on Spark and stages the upserts as Arrow IPC files.
 
     Called with one region batch it runs one Spark job for it; its `.batch` runs one job for a whole
-    planning round. file_bytes: an executor starts a new staged file after about this many bytes, which
-    also bounds what the driver holds while streaming them into the commit. task_bytes: a region batch
+    planning round. file_bytes: an executor starts a new staged file after about this many bytes.
+    task_bytes: a region batch
     with more generation bytes than this is deduplicated by a shuffle across the cluster, not by one task.
     inline_bytes: a region batch with at most this many generation bytes (and at most file_bytes) returns
     its upserts in the job's result instead of staging them (INLINE_ROUND_BYTES per job at most): no
@@ -113,7 +116,7 @@ def warm_up(spark) -> float:
     """Start the executors' Python workers (one task per core, importing pyarrow, lance and memwal) before
     the merge plans, so that the merge's own job does not pay for it. Seconds taken."""
     started = time.monotonic()
-    n = _task_count(spark, 1 << 30) // 2
+    n = _task_count(spark, 1 << 30)
     _set_job_description(spark, "memwal merge: start the executors' Python workers")
     try:
         spark.range(0, n, 1, n).mapInArrow(_warm, _units_struct()).toArrow()  # the dedup job's own plan
@@ -290,16 +293,10 @@ def _writer(uri: str, storage_options: dict, prefix: str, schema: pa.Schema, pk:
 # --- driver -------------------------------------------------------------------------------------------
 
 
-def _open_staged(store: ObjectStore, paths: Sequence[str], schema: pa.Schema) -> pa.RecordBatchReader:
-    """A fresh reader over the staged files: one file in memory at a time, one batch out at a time."""
-
-    def batches() -> Iterator[pa.RecordBatch]:
-        for path in paths:
-            reader = pa.ipc.open_file(pa.py_buffer(store.get(path)))
-            for i in range(reader.num_record_batches):
-                yield reader.get_batch(i)
-
-    return pa.RecordBatchReader.from_batches(schema, batches())
+def _open_staged(store: ObjectStore, paths: Sequence[str], schema: pa.Schema) -> pa.Table:
+    """The staged upserts of one region batch as one table (files read one after another, zero-copy)."""
+    tables = [pa.ipc.open_file(pa.py_buffer(store.get(path))).read_all() for path in paths]
+    return pa.concat_tables(tables) if tables else schema.empty_table()
 
 
 def _set_job_description(spark, text: str | None) -> None:
@@ -489,11 +486,13 @@ def _deal(units: Sequence[Sequence[GenerationRef]], tasks: int) -> list[list[int
 
 
 def _task_count(spark, n_units: int) -> int:
+    """One task per core: the deal balances the bytes, and on a small round every extra wave of tasks costs
+    more in Spark's task overhead (about 0.1 s a wave, measured) than it could balance."""
     try:
         cores = int(spark.sparkContext.defaultParallelism)
     except Exception:  # Spark Connect
         cores = 2
-    return max(1, min(n_units, 2 * cores))
+    return max(1, min(n_units, cores))
 
 
 def _dedup_batches(spark, batches: Sequence[Sequence[GenerationRef]], pk: list[str], schema: pa.Schema,

@@ -165,6 +165,9 @@ def run_job(job: str, args: argparse.Namespace, *, dedup: Callable | None = None
             read_manifests: Callable | None = None) -> dict[str, Any]:
     """Run one job in this process; returns its JSON-ready summary. Spark passes its own hooks."""
     validate_job_arguments(job, args)
+    from memwal.memory import limit_malloc_arenas
+
+    limit_malloc_arenas()  # before the job's first Lance work: memory follows one commit, not their number
     options = job_options(args)
     regions = list(dict.fromkeys(args.region)) if args.region else None
     if job == "merge":

@@ -36,6 +36,7 @@ from memwal.faults import fault_point
 from memwal.generation import open_generation
 from memwal.lock import index_lock
 from memwal.mem_wal_index import load_index
+from memwal.memory import release_unused
 from memwal.region_manifest import canonical_region_id, load_latest_manifest, select_regions
 from memwal.schema import primary_key_columns
 from memwal.sql import keys_predicate
@@ -319,31 +320,6 @@ def _commit_locked(uri: str, storage_options, markers: Sequence[tuple[str, int]]
 # --- the merge loop ---------------------------------------------------------------------------------
 
 
-def _release_memory() -> None:
-    """Give the memory freed by a commit back to the OS (Arrow's pool, glibc's arenas), so that the
-    process's footprint follows one commit, not the number of commits (glibc keeps freed blocks)."""
-    try:
-        pa.default_memory_pool().release_unused()
-        if _LIBC is not None:
-            _LIBC.malloc_trim(0)
-    except Exception:  # only an optimisation
-        pass
-
-
-def _load_libc():
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6")
-        libc.malloc_trim  # noqa: B018 - glibc only
-        return libc
-    except (OSError, AttributeError):
-        return None
-
-
-_LIBC = _load_libc()
-
-
 class _Once:
     """A MergeInput's cleanup, run at most once."""
 
@@ -578,7 +554,7 @@ def _merge_regions(
                     log.info("region %s: merged generations %d..%d (%d upserts, %d deletes)",
                              res.region_id, gens[0], gens[-1], n, x.deleted_keys.num_rows)
                 inputs = data = combined = None  # this commit's upserts are not needed for the next one
-                _release_memory()
+                release_unused()
         finally:
             rnd.cleanup()
         if not replan and not capped:

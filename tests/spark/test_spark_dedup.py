@@ -55,7 +55,7 @@ def test_spark_dedup_commits_what_local_dedup_commits(spark, tmp_path, monkeypat
         on_spark = merge_table(b.uri, config=config, dedup=spark_dedup(spark, file_bytes=1))
     finally:
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
-    assert max(staged_files) > 3, "the commit must stream its upserts from several staged files"
+    assert max(staged_files) > 3, "the commit must read its upserts from several staged files"
 
     assert not on_spark.failed_regions
     assert [r.generations for r in on_spark.regions] == [[1, 2, 3, 4, 5]] * 2
@@ -126,7 +126,7 @@ def test_staging_is_removed_after_failed_commits(spark, tmp_path, monkeypatch):
 
     def failing_commit(uri, so, region_id, last_gen, data, pk, schema):
         staged = loc.store().list(STAGING_DIR)
-        first, again = data.open_upserts().read_all(), data.open_upserts().read_all()
+        first, again = data.open_upserts(), data.open_upserts()
         attempts.append((len(staged), first.num_rows, data.deleted_keys.num_rows))
         assert staged and first.equals(again), "the staged upserts must be re-readable for a retry"
         assert first.schema == schema
