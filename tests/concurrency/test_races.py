@@ -41,6 +41,7 @@ from memwal.writer import RegionWriter, WriterConfig
 WORKER = Path(__file__).with_name("worker.py")
 NEVER = WriterConfig(max_memtable_rows=10**9, max_memtable_bytes=10**12, max_flush_interval_s=None)
 STARTUP_S = 5.0  # every worker imports lance before the common start time
+SPARK_STARTUP_S = 10.0  # and the Spark merger starts its JVM and Python workers
 RACE_S = 10.0
 WRITER_KEYS = list(range(1000, 1030))
 STABLE_KEYS = list(range(500, 520))
@@ -206,11 +207,12 @@ def run_race(loc, record_property, capsys, label: str, race_s: float = RACE_S) -
     regions, model = _setup(loc)
     stable = dict(model)
     tmp = Path(tempfile.mkdtemp(prefix="memwal-race-"))
-    start_at = time.time() + STARTUP_S
+    start_at = time.time() + STARTUP_S + SPARK_STARTUP_S
     stop_at = start_at + race_s
     common = {"start_at": start_at, "stop_at": stop_at}
     workers = [spawn(tmp, loc, "writer", regions=regions, keys=WRITER_KEYS, seed=1, **common)]
-    workers += [spawn(tmp, loc, "merger", seed=10 + i, **common) for i in range(3)]
+    # the third merger deduplicates on Spark (the multi-region batch job, staged files) against the other two
+    workers += [spawn(tmp, loc, "merger", seed=10 + i, spark=i == 2, **common) for i in range(3)]
     workers += [spawn(tmp, loc, "snapshot", seed=20, **common)]
     workers += [spawn(tmp, loc, "gc", seed=30, cleanup_s=2.0, grace_period_s=30.0, **common)]
     time.sleep(max(0.0, start_at - time.time()))
@@ -261,11 +263,14 @@ def run_race(loc, record_property, capsys, label: str, race_s: float = RACE_S) -
     def count(job: str, key: str) -> int:
         return sum(r.get(key, 0) for r in jobs if r.get("job") == job)
 
+    spark_runs = [r for r in records["merger3"] if r.get("job") == "merge"]
+    assert spark_runs and all(r.get("engine") == "spark" for r in spark_runs), "the Spark merger must have run"
     gc_deleted = sum(r.get("deleted", {}).get("generation", 0) for r in jobs if r.get("job") == "gc")
     flushes = sum(r.get("op") == "flush" for r in writer_records)
     line = (f"[memwal race {label}] {race_s:.0f}s: writer {len(writer_records) - 1} acked ops ({flushes} flushes); "
             f"merges {sum(r.get('job') == 'merge' for r in jobs)} runs / {count('merge', 'commits')} commits / "
-            f"{count('merge', 'conflicts')} conflicts; "
+            f"{count('merge', 'conflicts')} conflicts (on Spark: {len(spark_runs)} runs / "
+            f"{sum(r['commits'] for r in spark_runs)} commits); "
             f"snapshot+catch-up {sum(r.get('job') in ('snapshot', 'catchup') for r in jobs)}; "
             f"gc {sum(r.get('job') == 'gc' for r in jobs)} runs / {gc_deleted} generations deleted; "
             f"reads {obs.reads} (+{len(obs.transient)} retried: files of the read version cleaned up mid-read); "

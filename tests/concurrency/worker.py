@@ -6,7 +6,8 @@ and prints one JSON line (flushed) per acknowledged write or finished job run.
 Roles:
 - writer: puts/deletes on `keys` (routed to `regions` by key % len(regions)) and flushes; every
   acknowledged operation is printed before the next one starts; closes its writers at the end.
-- merger: merge_table in a loop (random generations per commit).
+- merger: merge_table in a loop (random generations per commit); with "spark": true, deduplicated on Spark
+  (local[1], the session started before the common start time).
 - snapshot: refresh_snapshot (inline) alternating with catchup_table.
 - gc: Lance cleanup_old_versions(older_than=cleanup_s) then gc_table in a loop.
 - fighter: claims `region`, writes and flushes; when fenced, claims again (two fighters steal the region
@@ -76,17 +77,32 @@ def _guarded(job: str, fn) -> None:
 
 
 def merger(spec: dict, rng: random.Random) -> None:
-    from memwal.merge import MergeConfig, merge_table
+    from memwal.merge import MergeConfig, local_dedup, merge_table
+
+    dedup = PREPARED.get("dedup", local_dedup)
+    engine = "spark" if "dedup" in PREPARED else "local"
 
     def once() -> None:
         summary = merge_table(spec["uri"], spec.get("storage_options"),
-                              config=MergeConfig(max_generations_per_commit=rng.randint(1, 3)))
-        emit({"job": "merge", "commits": summary.commits, "conflicts": sum(r.conflicts for r in summary.regions),
+                              config=MergeConfig(max_generations_per_commit=rng.randint(1, 3)), dedup=dedup)
+        emit({"job": "merge", "engine": engine, "commits": summary.commits,
+              "conflicts": sum(r.conflicts for r in summary.regions),
               "errors": [r.error for r in summary.regions if r.error]})
 
-    while time.time() < spec["stop_at"]:
+    runs = 0
+    while runs == 0 or time.time() < spec["stop_at"]:  # at least one run, even when it started late
+        runs += 1
         _guarded("merge", once)
         time.sleep(rng.uniform(0, 0.05))
+
+
+def prepare_spark_merger(spec: dict) -> None:
+    """Before the common start: a local[1] SparkSession; the merger then deduplicates every round on Spark
+    and stages every region batch as files (on S3 in the S3 race)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "spark"))
+    from spark_helpers import staging_spark_dedup
+
+    PREPARED["dedup"] = staging_spark_dedup("race-merger")
 
 
 def snapshot(spec: dict, rng: random.Random) -> None:
@@ -173,9 +189,14 @@ def fighter(spec: dict, rng: random.Random) -> None:
 ROLES = {"writer": writer, "merger": merger, "snapshot": snapshot, "gc": gc, "fighter": fighter}
 
 
+PREPARED: dict = {}
+
+
 def main() -> None:
     spec = json.loads(sys.argv[1])
     rng = random.Random(spec.get("seed"))
+    if spec.get("spark"):
+        prepare_spark_merger(spec)
     delay = spec["start_at"] - time.time()
     if delay > 0:
         time.sleep(delay)

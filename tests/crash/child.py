@@ -5,7 +5,8 @@ in its environment the library SIGKILLs this process at that point (memwal.fault
     python child.py '{"scenario": "write", "uri": ..., "storage_options": ..., "ops": [...]}'
 
 Scenarios: write (ops: {"op": put|delete|flush|close, "region": id, "rows": [[id, name, score], ...],
-"keys": [id, ...]}), merge, snapshot (inline_threshold), catchup, gc (keep).
+"keys": [id, ...]}), merge ("spark": true: deduplicated on Spark, local[1], staged as files),
+snapshot (inline_threshold), catchup, gc (keep).
 """
 
 from __future__ import annotations
@@ -48,9 +49,15 @@ def run(spec: dict) -> None:
                 writers.pop(region).close()
             emit({"ack": op})
     elif scenario == "merge":
-        from memwal.merge import MergeConfig, merge_table
+        from memwal.merge import MergeConfig, local_dedup, merge_table
 
-        summary = merge_table(uri, so, config=MergeConfig(max_generations_per_commit=1))
+        dedup = local_dedup
+        if spec.get("spark"):
+            sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "spark"))
+            from spark_helpers import staging_spark_dedup
+
+            dedup = staging_spark_dedup("crash-merge")
+        summary = merge_table(uri, so, config=MergeConfig(max_generations_per_commit=1), dedup=dedup)
         emit({"merge": summary.to_dict()["failed_regions"]})
     elif scenario == "snapshot":
         from memwal.snapshot import refresh_snapshot

@@ -27,7 +27,7 @@ from tables import SCHEMA, create_base, lance_core_scan, open_base, view
 from memwal import naming
 from memwal.catchup import catchup_table
 from memwal.faults import FAULT_POINTS
-from memwal.gc import GcConfig, gc_table
+from memwal.gc import STAGING_DIR, GcConfig, gc_table
 from memwal.mem_wal_index import load_index, read_details_at
 from memwal.merge import MergeConfig, merge_table
 from memwal.reader import LsmReader
@@ -164,6 +164,7 @@ def final_check(loc, model: Model) -> None:
     assert lsm(loc) == model, "a final GC changed the LSM view"
     for region in list_regions(store):
         assert gen_dirs(loc, region) == [], f"GC left generation directories in {region}"
+    assert store.list(STAGING_DIR) == [], "GC left merge staging files behind"
 
 
 # -- scenarios, one or more per fault point ------------------------------------------------------------
@@ -225,10 +226,13 @@ def crash_after_manifest_commit(loc) -> None:
     final_check(loc, apply(model, [put(r, [(11, "again", 5.0)])]))
 
 
-def _merge_crash(loc, fault: str) -> None:
+def _merge_crash(loc, fault: str, spark: bool = False) -> None:
     regions = new_table(loc, 2)
     model = three_generations(loc, regions)
-    run_child(loc, {"scenario": "merge"}, fault, skip=1)  # the first commit passes, the second dies
+    # the first commit passes, the second dies; on Spark one job deduplicated and staged the whole round first
+    run_child(loc, {"scenario": "merge", "spark": spark}, fault, skip=1)
+    if spark:
+        assert loc.store().list(STAGING_DIR), "the dead driver's staged upserts are left behind"
     expected_first = 1 if fault == "merge.before_commit" else 2
     merged = load_index(loc.uri).merged_generations
     assert merged.get(regions[0], 0) == expected_first and merged.get(regions[1], 0) == 0, merged
@@ -250,6 +254,14 @@ def crash_before_merge_commit(loc) -> None:
 
 def crash_after_merge_commit(loc) -> None:
     _merge_crash(loc, "merge.after_commit")
+
+
+def crash_before_merge_commit_spark(loc) -> None:
+    _merge_crash(loc, "merge.before_commit", spark=True)
+
+
+def crash_after_merge_commit_spark(loc) -> None:
+    _merge_crash(loc, "merge.after_commit", spark=True)
 
 
 def crash_after_snapshot_details_commit(loc) -> None:
@@ -328,8 +340,8 @@ SCENARIOS: dict[str, list[Callable]] = {
     "writer.after_wal_write": [crash_in_put],
     "writer.after_generation_write": [crash_after_generation_write],
     "writer.after_manifest_commit": [crash_after_manifest_commit],
-    "merge.before_commit": [crash_before_merge_commit],
-    "merge.after_commit": [crash_after_merge_commit],
+    "merge.before_commit": [crash_before_merge_commit, crash_before_merge_commit_spark],
+    "merge.after_commit": [crash_after_merge_commit, crash_after_merge_commit_spark],
     "details.after_commit": [crash_after_snapshot_details_commit, crash_after_catchup_details_commit],
     "gc.after_manifest_prune": [crash_after_gc_prune],
     "gc.mid_delete": [crash_mid_gc_delete],

@@ -20,6 +20,17 @@ ONE_GEN_PER_FLUSH = WriterConfig(max_memtable_rows=10**9, max_flush_interval_s=N
 FAST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 FAST_JVM = {"spark.driver.extraJavaOptions": FAST_JVM_OPTIONS, "spark.executor.extraJavaOptions": FAST_JVM_OPTIONS}
 
+
+def staging_spark_dedup(app: str, master: str = "local[1]"):
+    """For the child processes of the crash and race tests: a SparkSession on `master` with its Python
+    workers started, and the Spark dedup hook with every region batch staged as files (none inline)."""
+    from spark_jobs.common import build_spark
+    from spark_jobs.merge_dedup import spark_dedup, warm_up
+
+    spark, _ = build_spark(app, master=master, conf=FAST_JVM)
+    warm_up(spark)
+    return spark_dedup(spark, inline_bytes=0)
+
 # (put ids, tag, delete ids), one flushed generation each; ids are offset per region.
 GENS = [
     ([1, 2, 11, 12, 13], "g1", [3]),
