@@ -422,10 +422,11 @@ def _unit_runner(units: list[list[GenerationRef]], bins: list[list[int]], inline
         attempt = f"{ctx.attemptNumber()}-{uuid.uuid4().hex[:8]}" if ctx else uuid.uuid4().hex
         store = ObjectStore(uri, storage_options)
 
+        results: list[dict] = []  # one Arrow batch per task at the end: each batch costs a round trip
+
         def row(unit, file=None, rows=0, read=0, deleted=None, error=None, times=(0.0, 0.0, 0.0), upserts=None):
-            return pa.RecordBatch.from_pylist(
-                [{_UNIT: unit, _FILE: file, _ROWS: rows, _READ: read, _DELETED: deleted, _UPSERTS: upserts,
-                  _ERROR: error, **dict(zip(_TIMES, times, strict=True))}], schema=out)
+            results.append({_UNIT: unit, _FILE: file, _ROWS: rows, _READ: read, _DELETED: deleted,
+                            _UPSERTS: upserts, _ERROR: error, **dict(zip(_TIMES, times, strict=True))})
 
         for ids in batches:
             for b in ids.column(0).to_pylist():
@@ -448,12 +449,14 @@ def _unit_runner(units: list[list[GenerationRef]], bins: list[list[int]], inline
                             staged.finish()
                         times = (t1 - t0, t2 - t1, time.perf_counter() - t2)
                     except Exception as exc:  # reported as this region's failure; the other batches go on
-                        yield row(unit, error=one_line(exc))
+                        row(unit, error=one_line(exc))
                         continue
                     for path, rows in staged.written:
-                        yield row(unit, file=path, rows=rows)
-                    yield row(unit, rows=upserts.num_rows, read=n,
-                              deleted=_ipc_bytes(deletes) if deletes.num_rows else None, times=times, upserts=blob)
+                        row(unit, file=path, rows=rows)
+                    row(unit, rows=upserts.num_rows, read=n,
+                        deleted=_ipc_bytes(deletes) if deletes.num_rows else None, times=times, upserts=blob)
+        if results:
+            yield pa.RecordBatch.from_pylist(results, schema=out)
 
     return run
 
