@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -40,8 +39,10 @@ import pyarrow as pa
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "plugins"))
 sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.join(REPO, "scripts"))
 
 from merge import _rows, log  # noqa: E402  (bench/merge.py: the same table, rows and log)
+from ports import free_port  # noqa: E402  (scripts/ports.py)
 
 from spark_jobs import submit  # noqa: E402
 
@@ -119,12 +120,6 @@ def same_table(a: str, b: str) -> bool:
 # -- standalone cluster ----------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Standalone:
     """A standalone master and `workers` one-core workers on 127.0.0.1 (the pyspark distribution); stopped
     on exit (only the processes started here)."""
@@ -137,7 +132,7 @@ class Standalone:
         spark_class = str(Path(submit.spark_home()) / "bin" / "spark-class")
         env = {**os.environ, "SPARK_HOME": submit.spark_home(), "SPARK_LOCAL_IP": "127.0.0.1",
                "SPARK_NO_DAEMONIZE": "1"}
-        port, ui = _free_port(), _free_port()
+        port, ui = free_port(), free_port()
         self.workdir.mkdir(parents=True, exist_ok=True)
 
         def start(name: str, args: list[str]) -> None:
@@ -150,7 +145,7 @@ class Standalone:
         url = f"spark://127.0.0.1:{port}"
         for i in range(self.workers):
             start(f"worker{i}", ["org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1", "--cores", "1",
-                                 "--memory", self.memory, "--webui-port", str(_free_port()),
+                                 "--memory", self.memory, "--webui-port", str(free_port()),
                                  "--work-dir", str(self.workdir / f"work{i}")])
         deadline = time.monotonic() + 180
         while True:

@@ -31,7 +31,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -43,6 +42,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/, when imported from elsewhere
+from ports import free_port
 
 __all__ = ["COMPONENTS", "AirflowError", "LocalAirflow", "postgres_available"]
 
@@ -59,12 +61,6 @@ MARKER = "LOCAL_AIRFLOW_INSTANCE"  # environment marker of every process started
 
 class AirflowError(RuntimeError):
     """The local Airflow did not start, or a REST call failed; the message names the call and the log to read."""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def postgres_available(host: str = PG_HOST, port: int = PG_PORT, user: str = PG_USER) -> bool:
@@ -220,8 +216,8 @@ class LocalAirflow:
             "API_AUTH__JWT_SECRET": self._jwt_secret,
             "API__EXPOSE_CONFIG": "False",
             "LOGGING__BASE_LOG_FOLDER": str(self.logs_dir),
-            "LOGGING__WORKER_LOG_SERVER_PORT": str(_free_port()),
-            "LOGGING__TRIGGER_LOG_SERVER_PORT": str(_free_port()),
+            "LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+            "LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
             "LOGGING__COLORED_CONSOLE_LOG": "False",
             # Start and react fast: short parse and heartbeat intervals, one parsing process (2 cores).
             "DAG_PROCESSOR__REFRESH_INTERVAL": "5",
@@ -263,7 +259,7 @@ class LocalAirflow:
             self._own_home = True
         Path(self.home).mkdir(parents=True, exist_ok=True)
         self.logs_dir.mkdir(parents=True, exist_ok=True)
-        self.port = self.port or _free_port()
+        self.port = self.port or free_port()
         self._fernet_key = _fernet_key()
         self._secret_key = secrets.token_urlsafe(24)
         self._jwt_secret = secrets.token_urlsafe(32)

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -18,12 +17,8 @@ import pytest
 from memwal.storage import ObjectStore
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, str(REPO / "scripts"))
+from ports import free_port  # noqa: E402  (re-exported for the tests)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import lance
 import pyarrow as pa
+from ports import free_port  # scripts/ (tests/e2e/conftest.py)
 
 from memwal.region_manifest import list_regions, load_latest_manifest
 from memwal.storage import ObjectStore, lance_storage_options
@@ -32,12 +32,6 @@ REPO = Path(__file__).resolve().parents[2]
 
 # Test-only JVM flags (as tests/spark): C1-only JIT starts the short-lived JVMs much faster on 2 cores.
 FAST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # -- Spark standalone ----------------------------------------------------------------------------------

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -13,6 +12,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from ports import free_port  # scripts/ (tests/conftest.py)
 from spark_helpers import FAST_JVM, FAST_JVM_OPTIONS
 
 from spark_jobs import common, submit
@@ -20,12 +20,6 @@ from spark_jobs import common, submit
 # Workers must run this interpreter (the venv), not whatever python3 is on PATH.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
@@ -42,7 +36,7 @@ def standalone_master(tmp_path_factory):
     home = submit.spark_home()
     spark_class = str(Path(home) / "bin" / "spark-class")
     logs = tmp_path_factory.mktemp("standalone")
-    port, ui, worker_ui = _free_port(), _free_port(), _free_port()
+    port, ui, worker_ui = free_port(), free_port(), free_port()
     env = {**os.environ, "SPARK_HOME": home, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_NO_DAEMONIZE": "1",
            "SPARK_DAEMON_JAVA_OPTS": FAST_JVM_OPTIONS}
     procs = []
