@@ -7,6 +7,7 @@ import pytest
 from tables import create_base, open_base, rows, sorted_rows
 
 from memwal import merge as merge_mod
+from memwal import naming
 from memwal.mem_wal_index import load_index, read_details_at
 from memwal.merge import MergeConfig, merge_region, merge_table
 from memwal.reader import LsmReader
@@ -120,6 +121,51 @@ def test_appendix_2_crash_after_table_commit(local_location, monkeypatch):
     assert load_index(loc.uri).merged_generations[region] == 1
     b = merge_region(loc.uri, None, region)
     assert b.merged_generation_before == 1 and b.generations == [2]
+
+
+def test_generations_merged_and_collected_by_another_merger_while_we_read_them(local_location):
+    """
+    B plans generations 1..2; before B reads them, merger A merges 1..3 and GC collects their directories,
+    so B's read fails (found by the race test with a Spark merger, whose job widens that window). B was
+    overtaken, as with a stale marker: it reloads and finds nothing left; the region does not fail.
+    """
+    loc = local_location
+    region = str(uuid.uuid4())
+    _table_with_generations(loc, region, GENS[:3])
+    expected = sorted_rows(LsmReader(loc.uri).scan())
+    store = loc.store()
+    raced = []
+
+    def dedup(refs, pk, schema, store_):
+        if not raced:
+            raced.append([r.generation for r in refs])
+            merge_region(loc.uri, None, region)  # merger A
+            for r in refs:  # GC collects what A merged
+                store.delete_prefix(naming.generation_dir(region, r.path))
+        return merge_mod.local_dedup(refs, pk, schema, store_)
+
+    b = merge_table(loc.uri, config=MergeConfig(max_generations_per_commit=2), dedup=dedup)
+    assert raced == [[1, 2]]
+    assert not b.failed_regions, [r.error for r in b.regions]
+    (res,) = b.regions
+    assert res.conflicts == 1 and res.generations == [] and res.generations_merged_by_others == 3
+    assert sorted_rows(open_base(loc).to_table()) == expected
+
+
+def test_a_missing_generation_nobody_merged_still_fails_the_region(local_location):
+    loc = local_location
+    region = str(uuid.uuid4())
+    _table_with_generations(loc, region, GENS[:2])
+    store = loc.store()
+
+    def dedup(refs, pk, schema, store_):
+        store.delete_prefix(naming.generation_dir(region, refs[0].path))  # lost, not merged
+        return merge_mod.local_dedup(refs, pk, schema, store_)
+
+    summary = merge_table(loc.uri, dedup=dedup)
+    (res,) = summary.regions
+    assert summary.failed_regions == [region] and "generation 1" in res.error and res.conflicts == 0
+    assert load_index(loc.uri).merged_generations.get(region, 0) == 0
 
 
 def test_merge_refuses_a_gap_in_the_region_manifest(local_location):

@@ -497,8 +497,22 @@ def _merge_regions(
                 inputs = rnd.inputs(c)
                 failed = [(refs, x) for refs, x in zip(batches, inputs, strict=True) if isinstance(x, BaseException)]
                 if failed:
+                    now = load_index(store.uri, storage_options).details
                     for refs, exc in failed:
-                        fail(refs[0].region_id, exc)
+                        region_id, gens = refs[0].region_id, [r.generation for r in refs]
+                        if now.merged_generation(region_id) < gens[0]:
+                            fail(region_id, exc)
+                            continue
+                        # Overtaken: another merger merged these generations since we planned them (and GC may
+                        # have collected them, which is why the read failed). Like a stale marker: plan again.
+                        results[region_id].conflicts += 1
+                        attempts[region_id] += 1
+                        log.info("region %s: generations %s were merged by another merger while we read them (%s); "
+                                 "reloading", region_id, gens, exc)
+                        if attempts[region_id] >= config.max_attempts:
+                            fail(region_id, CommitConflictError(
+                                f"region {region_id}: merge of generations {gens} overtaken "
+                                f"{attempts[region_id]} times: {exc}"))
                     replan = True
                     break
                 markers = [(refs[0].region_id, refs[-1].generation) for refs in batches]
