@@ -621,5 +621,6 @@ def serve(af: LocalAirflow, name: str, after_start: Callable[[LocalAirflow], lis
         af.stop()
     return 0
 
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -323,7 +323,7 @@ def _dedup_shuffle(spark, refs: Sequence[GenerationRef], pk: list[str], schema: 
             rows_read += fragment.count_rows()
     if not tasks:  # nothing planned, or only empty generations
         empty = schema.empty_table()
-        return MergeInput(lambda: pa.RecordBatchReader.from_batches(schema, iter(())), empty.select(pk))
+        return MergeInput(lambda: empty, empty.select(pk))
     region = refs[0].region_id
     gens = [r.generation for r in refs]
 

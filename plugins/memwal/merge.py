@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
@@ -91,11 +91,12 @@ class GenerationRef:
 class MergeInput:
     """What one region batch contributes to a commit: upserts and deleted keys.
 
-    open_upserts() is called once per commit attempt; it returns a table when the upserts are in memory
-    (Lance then plans the merge-insert join with exact statistics) or a stream when they are not.
+    open_upserts() is called once per commit attempt and returns the upserts as a table, never a stream:
+    Lance then plans the merge-insert join with exact statistics, and with a by-source delete its memory
+    over a stream grows with the base table (spark_jobs/merge_dedup.py has the measurement).
     """
 
-    open_upserts: Callable[[], pa.Table | pa.RecordBatchReader]
+    open_upserts: Callable[[], pa.Table]
     deleted_keys: pa.Table
     rows_read: int = 0
     cleanup: Callable[[], None] = lambda: None
@@ -272,16 +273,6 @@ def local_dedup(refs: Sequence[GenerationRef], pk: list[str], schema: pa.Schema,
     return MergeInput(lambda: upserts, deletes, n)
 
 
-class _Counter:
-    def __init__(self, reader: pa.RecordBatchReader):
-        self.reader, self.rows = reader, 0
-
-    def __iter__(self) -> Iterator[pa.RecordBatch]:
-        for batch in self.reader:
-            self.rows += batch.num_rows
-            yield batch
-
-
 def _is_stale_marker(exc: BaseException) -> bool:
     return "Stale SSTable compaction" in str(exc)
 
@@ -309,12 +300,8 @@ def _commit_locked(uri: str, storage_options, markers: Sequence[tuple[str, int]]
         builder = builder.when_not_matched_by_source_delete(predicate)
     builder = builder.mark_sstables_as_compacted([CompactedSsTable(r, g) for r, g in markers])
     upserts = data.open_upserts()
-    if isinstance(upserts, pa.Table):
-        builder.execute(upserts)
-        return upserts.num_rows
-    counter = _Counter(upserts)
-    builder.execute(pa.RecordBatchReader.from_batches(schema, iter(counter)))
-    return counter.rows
+    builder.execute(upserts)
+    return upserts.num_rows
 
 
 # --- the merge loop ---------------------------------------------------------------------------------
@@ -336,26 +323,16 @@ class _Combined:
     """Several regions' MergeInputs as one commit's input; counts the upserts of each region."""
 
     def __init__(self, parts: Sequence[MergeInput], schema: pa.Schema, pk: list[str]):
-        self.parts, self.schema = list(parts), schema
+        self.parts = list(parts)
         self.upserted = [0] * len(self.parts)
         keys = [p.deleted_keys for p in self.parts]
         self.input = MergeInput(self.open, pa.concat_tables(keys, promote_options="permissive") if keys
                                 else schema.empty_table().select(pk), sum(p.rows_read for p in self.parts))
 
-    def open(self) -> pa.Table | pa.RecordBatchReader:
+    def open(self) -> pa.Table:
         opened = [p.open_upserts() for p in self.parts]
-        if all(isinstance(o, pa.Table) for o in opened):
-            self.upserted = [o.num_rows for o in opened]
-            return pa.concat_tables(opened, promote_options="permissive")
-        self.upserted = [0] * len(opened)
-
-        def batches() -> Iterator[pa.RecordBatch]:
-            for i, o in enumerate(opened):
-                for b in (o.to_batches() if isinstance(o, pa.Table) else o):
-                    self.upserted[i] += b.num_rows
-                    yield b
-
-        return pa.RecordBatchReader.from_batches(self.schema, batches())
+        self.upserted = [o.num_rows for o in opened]
+        return pa.concat_tables(opened, promote_options="permissive")
 
 
 class _Round:
@@ -468,6 +445,14 @@ def _merge_regions(
         errors[region_id] = exc
         active.remove(region_id)
 
+    def retry(region_id: str, gens: list[int], exc: BaseException, what: str) -> None:
+        """Count a refused or overtaken attempt at these generations; the region fails at max_attempts."""
+        results[region_id].conflicts += 1
+        attempts[region_id] += 1
+        if attempts[region_id] >= config.max_attempts:
+            fail(region_id, CommitConflictError(
+                f"region {region_id}: merge of generations {gens} {what} {attempts[region_id]} times: {exc}"))
+
     def add(key: str, since: float) -> None:
         timings[key] = timings.get(key, 0.0) + time.monotonic() - since
 
@@ -505,14 +490,9 @@ def _merge_regions(
                             continue
                         # Overtaken: another merger merged these generations since we planned them (and GC may
                         # have collected them, which is why the read failed). Like a stale marker: plan again.
-                        results[region_id].conflicts += 1
-                        attempts[region_id] += 1
                         log.info("region %s: generations %s were merged by another merger while we read them (%s); "
                                  "reloading", region_id, gens, exc)
-                        if attempts[region_id] >= config.max_attempts:
-                            fail(region_id, CommitConflictError(
-                                f"region {region_id}: merge of generations {gens} overtaken "
-                                f"{attempts[region_id]} times: {exc}"))
+                        retry(region_id, gens, exc, "overtaken")
                     replan = True
                     break
                 markers = [(refs[0].region_id, refs[-1].generation) for refs in batches]
@@ -533,14 +513,8 @@ def _merge_regions(
                     stale = _is_stale_marker(exc)
                     if not stale and len(batches) > 1:
                         regions_per_commit = 1  # retry region by region, so one region's failure stays its own
-                    for region_id, last in markers:
-                        results[region_id].conflicts += 1
-                        attempts[region_id] += 1
-                        gens = [r.generation for r in batches[markers.index((region_id, last))]]
-                        if attempts[region_id] >= config.max_attempts:
-                            fail(region_id, CommitConflictError(
-                                f"region {region_id}: merge of generations {gens} failed "
-                                f"{attempts[region_id]} times: {exc}"))
+                    for refs in batches:
+                        retry(refs[0].region_id, [r.generation for r in refs], exc, "failed")
                     regions = ", ".join(r for r, _ in markers)
                     if stale:
                         log.info("merge commit for region(s) %s refused: another merger got there first; "

@@ -96,7 +96,7 @@ def merger(spec: dict, rng: random.Random) -> None:
         time.sleep(rng.uniform(0, 0.05))
 
 
-def prepare_spark_merger(spec: dict) -> None:
+def prepare_spark_merger() -> None:
     """Before the common start: a local[1] SparkSession; the merger then deduplicates every round on Spark
     and stages every region batch as files (on S3 in the S3 race)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "spark"))
@@ -196,7 +196,7 @@ def main() -> None:
     spec = json.loads(sys.argv[1])
     rng = random.Random(spec.get("seed"))
     if spec.get("spark"):
-        prepare_spark_merger(spec)
+        prepare_spark_merger()
     delay = spec["start_at"] - time.time()
     if delay > 0:
         time.sleep(delay)
