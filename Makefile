@@ -1,30 +1,32 @@
 # The two front-door commands: `make demo` and `make test`. Both build .venv from requirements.txt
-# when it is missing or stale and generate the protobuf code from protos/.
+# when it is missing or stale. The protobuf code (plugins/memwal/_proto) is checked in, so a wheel needs no
+# protoc: `make proto` regenerates it after a change to protos/ (tests/test_proto_code.py checks it matches).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PROTO_OUT := plugins/memwal/_proto
 PROTOS := $(wildcard protos/*.proto)
-PROTO_GEN := $(patsubst protos/%.proto,$(PROTO_OUT)/%_pb2.py,$(PROTOS))
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: setup proto test lint demo bench bench-merge clean
+.PHONY: setup proto dist test lint demo bench bench-merge clean
 
-setup: $(STAMP) $(PROTO_GEN)
+setup: $(STAMP)
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet -r requirements.txt 'moto[server]'
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
-$(PROTO_OUT)/%_pb2.py: protos/%.proto $(STAMP)
-	$(BIN)/python -m grpc_tools.protoc -Iprotos --python_out=$(PROTO_OUT) --pyi_out=$(PROTO_OUT) $<
+proto: $(STAMP)
+	$(BIN)/python -m grpc_tools.protoc -Iprotos --python_out=$(PROTO_OUT) --pyi_out=$(PROTO_OUT) $(PROTOS)
 
-proto: $(PROTO_GEN)
+# The wheel and sdist of "Install into your Airflow" (README), in dist/.
+dist: $(STAMP)
+	$(BIN)/python -m build --outdir dist .
 
 lint: setup
 	$(BIN)/ruff check .
@@ -47,7 +49,7 @@ bench-maintenance: setup
 	$(BIN)/python bench/maintenance.py
 
 clean:
-	rm -rf $(VENV) $(PROTO_GEN) demo
+	rm -rf $(VENV) demo dist build
 
 # --- Operators' view (issue 9): the browser the MemWAL page test drives, and a local Airflow in one command.
 .PHONY: browser airflow

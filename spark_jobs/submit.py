@@ -5,11 +5,12 @@
     -> [".../spark-submit", "--master", "spark://host:7077", "--name", "memwal-merge",
         "--conf", "spark.pyspark.python=...", ..., "/abs/spark_jobs/merge.py", "s3://bucket/table", ...]
 
-Code on the executors: the jobs import `memwal` and `spark_jobs`. On this machine (local or standalone
-mode) the editable install makes both importable by the venv interpreter, which the command pins with
-`spark.pyspark.python` / `spark.pyspark.driver.python`; nothing is shipped. For a cluster whose Python has
-the dependencies (pylance, pyarrow, obstore, protobuf, mmh3) but not this repository, pass
-`py_files=[package_code()]` to ship both packages as a zip with `--py-files`.
+Code on the executors: the jobs import `memwal` and `spark_jobs`, and every command ships both as a zip
+with `--py-files` (`package_code()`, built from the installed packages, content-addressed), so a cluster
+whose Python has the dependencies (pylance, pyarrow, numpy, obstore, protobuf, mmh3) but not this project
+runs the jobs; an installed copy on the workers is shadowed by the shipped one (the same code). The
+command pins the driver's and executors' Python with `spark.pyspark.driver.python` / `spark.pyspark.python`
+(default: this interpreter; a `conf` entry overrides it, e.g. the workers' own python3).
 
 Storage options go on the command line as `--storage-option KEY=VALUE` (the logged command redacts
 secret-looking values); `storage_options_file=` passes them as `--storage-options-json @FILE` instead,
@@ -33,6 +34,7 @@ import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import memwal
 from memwal.jobs import JOBS
 
 __all__ = [
@@ -116,9 +118,11 @@ def spark_submit_command(
     py_files: Sequence[str] = (),
     storage_options_file: str | None = None,
     spark_submit: str | None = None,
+    ship_code: bool = True,
 ) -> list[str]:
     """The exact spark-submit argv of a job. `python` (default: this interpreter) runs the driver and the
-    executors' Python workers; `conf` entries override the defaults set here."""
+    executors' Python workers; `conf` entries override the defaults set here. `ship_code`: the zip of
+    `package_code()` goes first in `--py-files`, ahead of `py_files`."""
     from memwal.storage import normalize_uri
 
     python = python or sys.executable
@@ -130,6 +134,7 @@ def spark_submit_command(
     cmd = [spark_submit or spark_submit_executable(), "--master", master, "--name", f"memwal-{job}"]
     for key, value in settings.items():
         cmd += ["--conf", f"{key}={value}"]
+    py_files = [package_code(), *py_files] if ship_code else list(py_files)
     if py_files:
         cmd += ["--py-files", ",".join(str(p) for p in py_files)]
     cmd += [str(job_script(job)), normalize_uri(table)]
@@ -250,8 +255,9 @@ def _last_json_line(stdout: str) -> dict | None:
 
 
 def package_code(dest_dir: str | None = None) -> str:
-    """A zip of the `memwal` and `spark_jobs` packages for `--py-files` (content-addressed, reused)."""
-    roots = {"memwal": JOBS_DIR.parent / "plugins" / "memwal", "spark_jobs": JOBS_DIR}
+    """A zip of the `memwal` and `spark_jobs` packages for `--py-files` (content-addressed, reused), taken
+    from where they are imported from: a wheel in site-packages, or this repository (editable install)."""
+    roots = {"memwal": Path(memwal.__file__).resolve().parent, "spark_jobs": JOBS_DIR}
     files = sorted(
         (f"{name}/{p.relative_to(root).as_posix()}", p)
         for name, root in roots.items()

@@ -57,8 +57,19 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--json", action="store_true", help="print the JSON summary to stdout")
         p.add_argument("--spark", action="store_true", help="run the job through spark-submit")
         p.add_argument("--master", default="local[*]", help="Spark master for --spark (default local[*])")
+        p.add_argument("--conf", action="append", type=_conf_pair, default=[], metavar="KEY=VALUE",
+                       help="Spark configuration for --spark (repeatable), e.g. spark.pyspark.python=python3: the "
+                            "executors' Python (it needs the dependencies; the code is shipped with --py-files)")
         p.add_argument("-v", "--verbose", action="store_true")
     return parser
+
+
+def _conf_pair(text: str) -> tuple[str, str]:
+    """A `--conf KEY=VALUE` argument."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    return key.strip(), value
 
 
 def _age(seconds: float | None) -> str:
@@ -162,7 +173,7 @@ def _run_with_spark(args: argparse.Namespace) -> dict[str, Any]:
 
     try:
         return run_spark_job(args.command, args.table, master=args.master, storage_options=job_options(args),
-                             regions=args.region, extra_args=job_argv(args.command, args))
+                             regions=args.region, extra_args=job_argv(args.command, args), conf=dict(args.conf))
     except SparkJobError as exc:
         if exc.summary is not None:
             return exc.summary  # the job ran; failure_reason() reports which regions failed

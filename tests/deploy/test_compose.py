@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -97,6 +99,33 @@ def test_the_airflow_image_is_built_from_this_project(compose):
         service = compose["services"][name]
         assert service["build"] == {"context": ".", "dockerfile": "docker/Dockerfile"}
         assert service["image"] == project_image(compose)
+
+
+def test_the_image_installs_the_project_from_what_it_copies(tmp_path):
+    """The Dockerfile's `pip install -e /opt/airflow` builds from the files its COPY lines put there (the
+    editable build of the same backend, on a copy of exactly those files)."""
+    from build import ProjectBuilder
+
+    opt = tmp_path / "opt"
+    for line in DOCKERFILE.read_text().splitlines():
+        words = [w for w in line.split()[1:] if not w.startswith("--")] if line.startswith("COPY ") else []
+        if not words or not words[-1].startswith("/opt/airflow"):
+            continue
+        *sources, dest = words
+        for src in sources:
+            target = opt / dest.lstrip("/") / Path(src).name if dest.endswith("/") or len(sources) > 1 \
+                else opt / dest.lstrip("/")
+            if (REPO / src).is_dir():
+                shutil.copytree(REPO / src, target, ignore=shutil.ignore_patterns("__pycache__"))
+            else:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy(REPO / src, target)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        built = ProjectBuilder(opt / "opt" / "airflow").build("editable", tmp_path / "out")
+    assert Path(built).name.startswith("memwal_platform-"), built
+    missing = [str(w.message) for w in caught if "cannot be found" in str(w.message)]
+    assert not missing, f"the image does not copy what pyproject.toml names: {missing}"
 
 
 def test_spark_is_the_pinned_pyspark(compose):

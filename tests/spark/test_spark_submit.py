@@ -130,7 +130,7 @@ def test_spark_submit_command_is_exact(tmp_path, monkeypatch):
         "merge", "rel/table", master="spark://h:7077",
         storage_options={"aws_endpoint": "http://x", "aws_secret_access_key": "s3cr3t"}, regions=["r1", "r2"],
         extra_args=["--max-generations-per-commit", 4], conf={"spark.executor.memory": "2g"},
-        python="/py", spark_submit="/ss", py_files=["/code.zip"],
+        python="/py", spark_submit="/ss", py_files=["/code.zip"], ship_code=False,
     )
     assert cmd == [
         "/ss", "--master", "spark://h:7077", "--name", "memwal-merge",

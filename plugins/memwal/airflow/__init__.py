@@ -9,18 +9,21 @@ imports nothing from Airflow.
 
 from __future__ import annotations
 
+from importlib import metadata
 from typing import Any
 
-__all__ = ["get_provider_info"]
+__all__ = ["DISTRIBUTION", "get_provider_info"]
+
+DISTRIBUTION = "memwal-platform"  # pyproject.toml's [project] name (a third-party provider's own name)
 
 
 def get_provider_info() -> dict[str, Any]:
-    """Provider metadata: the `memwal` connection type, its hook and its form fields."""
+    """Provider metadata: the distribution, its version, the `memwal` connection type, its hook and form fields."""
     return {
-        "package-name": "memwal-platform",
+        "package-name": DISTRIBUTION,
         "name": "MemWAL",
         "description": "Maintenance (merge, index catch-up, snapshot refresh, GC) of Lance MemWAL tables.",
-        "versions": ["0.1.0"],
+        "versions": [metadata.version(DISTRIBUTION)],
         "connection-types": [
             {
                 "hook-class-name": "memwal.airflow.hooks.memwal.MemWalHook",

@@ -337,8 +337,17 @@ def parse_tables(
 
 
 def tables_file() -> Path:
-    """$MEMWAL_TABLES_FILE, else dags/memwal_tables.yaml next to this repository's plugins/."""
-    return Path(os.environ.get(TABLES_FILE_ENV) or DEFAULT_TABLES_FILE).expanduser().resolve()
+    """$MEMWAL_TABLES_FILE, else dags/memwal_tables.yaml next to this repository's plugins/, else (installed
+    from the wheel) memwal_tables.yaml in Airflow's DAG folder."""
+    if os.environ.get(TABLES_FILE_ENV):
+        return Path(os.environ[TABLES_FILE_ENV]).expanduser().resolve()
+    if DEFAULT_TABLES_FILE.is_file():
+        return DEFAULT_TABLES_FILE
+    try:
+        from airflow.configuration import conf
+    except ImportError:
+        return DEFAULT_TABLES_FILE
+    return (Path(conf.get("core", "dags_folder")).expanduser() / DEFAULT_TABLES_FILE.name).resolve()
 
 
 def _read_file(path: Path) -> Any:

@@ -323,13 +323,20 @@ class MemWalHook(BaseHook):
         from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
         from memwal import jobs
-        from spark_jobs.submit import job_script, spark_submit_command, spark_submit_env, spark_submit_executable
+        from spark_jobs.submit import (
+            job_script,
+            package_code,
+            spark_submit_command,
+            spark_submit_env,
+            spark_submit_executable,
+        )
 
         master = self._spark_master(spark_conn_id, what)
         _check_master_reachable(master, spark_conn_id, what)
         args = _job_namespace(job, uri, regions, options)  # validates the options before anything starts
         # The provider builds the command; take our defaults (Python, log4j) from the existing builder.
-        reference = spark_submit_command(job, uri, master=master, conf=dict(spark_conf), spark_submit="spark-submit")
+        reference = spark_submit_command(job, uri, master=master, conf=dict(spark_conf), spark_submit="spark-submit",
+                                         ship_code=False)
         conf = {k: v for k, v in (reference[i + 1].split("=", 1) for i, a in enumerate(reference) if a == "--conf")}
         submit_bin = spark_submit_executable()
         env = spark_submit_env()
@@ -349,7 +356,8 @@ class MemWalHook(BaseHook):
                 with os.fdopen(fd, "w") as f:
                     json.dump(self.storage_options, f)
                 app_args += ["--storage-options-json", f"@{opts_file}"]
-            spark = SparkSubmitHook(conf=conf, conn_id=spark_conn_id, name=f"memwal-{job}",
+            # py_files: the executors import memwal and spark_jobs from this zip, installed on the workers or not.
+            spark = SparkSubmitHook(conf=conf, conn_id=spark_conn_id, name=f"memwal-{job}", py_files=package_code(),
                                     application_args=app_args, env_vars=env_vars)
             self._spark_hook = spark
             if on_spark_hook:
