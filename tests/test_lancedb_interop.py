@@ -1,0 +1,102 @@
+"""LanceDB 0.40 as a peer: tables it makes and writes through its LSM path (key marked by position only),
+merged, caught up, snapshotted and collected by our jobs, locally and on S3 (moto), while LanceDB's own
+query() and count_rows() equal a model after every round and LanceDB goes on writing to the same table."""
+
+from __future__ import annotations
+
+import pytest
+from lancedb_peer import INDEX, LanceDbTable, rows
+
+from memwal.catchup import catchup_table
+from memwal.gc import GcConfig, gc_table
+from memwal.mem_wal_index import load_index
+from memwal.merge import merge_table
+from memwal.naming import MEM_WAL_DIR
+from memwal.region_manifest import load_latest_manifest
+from memwal.snapshot import read_snapshot, refresh_snapshot
+from memwal.writer import RegionWriter, WriterConfig
+
+
+def round_batches(r: int) -> list:
+    """Round r: new keys and updates of base keys, then a second upsert of some of the same keys, which
+    LanceDB writes into the same generation (the older row masked through the generation's _deletions/)."""
+    new = list(range(100 * (r + 1), 100 * (r + 1) + 12))
+    return [rows([*new, r, r + 5], f"r{r}a"), rows([*new[:5], r], f"r{r}b")]
+
+
+def deletion_files(t: LanceDbTable) -> list[str]:
+    return [m.path for m in t.table.store().list(MEM_WAL_DIR) if "/_deletions/" in m.path]
+
+
+def generation_dirs(t: LanceDbTable) -> set[str]:
+    return {m.path.split("/")[2] for m in t.table.store().list(MEM_WAL_DIR) if "_gen_" in m.path}
+
+
+def merge_and_maintain(t: LanceDbTable, merge=merge_table) -> dict:
+    """memwal merge -> catch-up -> snapshot -> GC (after the owner expired old table versions)."""
+    uri, opts = t.table.uri, t.table.storage_options
+    summary = merge(uri, opts)
+    assert not summary.failed_regions, summary.to_dict()
+    assert t.base_rows() == t.expected(), "the merged base table must equal the model"
+    assert load_index(uri, opts).merged_generations == t.flushed_max(), "every flushed generation merged"
+    catchup = catchup_table(uri, opts).to_dict()
+    assert not catchup["failed_indexes"], catchup
+    refresh_snapshot(uri, opts)
+    assert read_snapshot(uri, opts).num_rows == len(t.flushed_max())
+    t.expire_old_versions()
+    gc = gc_table(uri, opts, config=GcConfig(keep_manifest_versions=2)).to_dict()
+    assert not gc["failed_regions"], gc
+    return {"merge": summary.to_dict(), "catchup": catchup, "gc": gc}
+
+
+@pytest.mark.parametrize(("spec", "indexed"), [("bucket", True), ("identity", False), ("unsharded", False)])
+def test_lancedb_lsm_rounds_merged_by_memwal_and_lancedb_writes_on(location, spec, indexed):
+    """Three rounds of LanceDB LSM writes (each with keys written twice in one generation), each merged,
+    caught up, snapshotted and collected; LanceDB reads the model before and after, and writes on."""
+    t = LanceDbTable(location)
+    t.create(spec, maintained_index=indexed)
+    collected = 0
+    for r in range(3):
+        before = generation_dirs(t)
+        t.write_round(round_batches(r))
+        assert t.query() == t.expected(), f"round {r}: LanceDB's LSM read must equal the model before merging"
+        assert deletion_files(t), "a key written twice in one generation is masked by a deletion file"
+        assert len(generation_dirs(t) - before) == len(t.flushed_max()), "one new generation per shard"
+        jobs = merge_and_maintain(t)
+        assert t.query() == t.expected(), f"round {r}: LanceDB's read after the merge must equal the model"
+        assert t.count_rows() == len(t.model), "LanceDB's count_rows (base table only) counts every key"
+        if indexed:
+            [index] = [i for i in jobs["catchup"]["indexes"] if i["index_name"] == INDEX]
+            assert index["covered"], f"{INDEX} covers the merged rows after catch-up: {index}"
+            assert t.query(f"val = 'r{r}b-{r}'") == [t.model[r]], "LanceDB's indexed filter finds the row"
+        collected += jobs["gc"]["deleted"].get("generation", 0)
+    assert collected >= len(t.flushed_max()), "GC collected merged generations, LanceDB's included"
+    manifests = {r: load_latest_manifest(t.table.store(), r) for r in t.flushed_max()}
+    assert all(m.writer_epoch >= 2 for m in manifests.values()), "LanceDB re-claimed its shards each round"
+
+
+def test_lancedb_reads_what_our_writer_flushes_into_its_table(location):
+    """LanceDB writes keys of one bucket (one shard); our RegionWriter then flushes into that shard (a key
+    updated, a new key, a base key deleted); LanceDB's query sees our generation; LanceDB writes on (its
+    newer rows win), and the merge of both writers' generations equals the model."""
+    t = LanceDbTable(location)
+    t.create("bucket")
+    [bucket] = t.shard_groups(rows([7], "x"))
+    same = [i for i in [*range(20), *range(1000, 1100)] if list(t.shard_groups(rows([i], "x"))) == [bucket]]
+    base_key, new_keys = same[0] if same[0] != 7 else same[1], [i for i in same if i >= 1000][:3]
+    t.write_round([rows([7, *new_keys[:2]], "lancedb")])
+    [shard] = t.flushed_max()
+
+    ours = rows([7, new_keys[2]], "ours")
+    config = WriterConfig(max_memtable_rows=10**9, max_flush_interval_s=None)
+    with RegionWriter(t.table.uri, shard, storage_options=t.table.storage_options, config=config) as w:
+        w.put(ours)
+        w.delete(rows([base_key], "gone").select(["id"]))
+    t._note(ours)
+    del t.model[base_key]
+    assert t.query() == t.expected(), "LanceDB's LSM read must see the generation our writer flushed"
+
+    t.write_round([*round_batches(0), rows([7, new_keys[2]], "lancedb-again")])
+    assert t.query() == t.expected(), "LanceDB writes on after our writer; its newer rows win"
+    merge_and_maintain(t)
+    assert t.query() == t.expected() and t.count_rows() == len(t.model)
