@@ -18,9 +18,14 @@ import lancedb
 import pyarrow as pa
 from lancedb import LsmWriteSpec
 
+from memwal.catchup import catchup_table
+from memwal.gc import GcConfig, gc_table
 from memwal.mem_wal_index import load_index
+from memwal.merge import Dedup, local_dedup, merge_table
+from memwal.naming import MEM_WAL_DIR
 from memwal.region_manifest import list_regions, load_latest_manifest
 from memwal.region_spec import route, source_names_from_schema
+from memwal.snapshot import read_snapshot, refresh_snapshot
 from memwal.storage import lance_storage_options
 
 SCHEMA = pa.schema([
@@ -144,3 +149,36 @@ class LanceDbTable:
         """What a table owner's cleanup does; GC keeps generations that a retained version still needs."""
         ds = lance.dataset(self.table.uri, storage_options=lance_storage_options(self.table.storage_options))
         ds.cleanup_old_versions(older_than=timedelta(0))
+
+
+def round_batches(r: int) -> list:
+    """Round r: new keys and updates of base keys, then a second upsert of some of the same keys, which
+    LanceDB writes into the same generation (the older row masked through the generation's _deletions/)."""
+    new = list(range(100 * (r + 1), 100 * (r + 1) + 12))
+    return [rows([*new, r, r + 5], f"r{r}a"), rows([*new[:5], r], f"r{r}b")]
+
+
+def deletion_files(t: LanceDbTable) -> list[str]:
+    return [m.path for m in t.table.store().list(MEM_WAL_DIR) if "/_deletions/" in m.path]
+
+
+def generation_dirs(t: LanceDbTable) -> set[str]:
+    return {m.path.split("/")[2] for m in t.table.store().list(MEM_WAL_DIR) if "_gen_" in m.path}
+
+
+def merge_and_maintain(t: LanceDbTable, dedup: Dedup = local_dedup) -> dict:
+    """memwal merge (in process, or with a Spark dedup hook) -> catch-up -> snapshot -> GC (after the
+    owner expired old table versions); each job's summary."""
+    uri, opts = t.table.uri, t.table.storage_options
+    summary = merge_table(uri, opts, dedup=dedup)
+    assert not summary.failed_regions, summary.to_dict()
+    assert t.base_rows() == t.expected(), "the merged base table must equal the model"
+    assert load_index(uri, opts).merged_generations == t.flushed_max(), "every flushed generation merged"
+    catchup = catchup_table(uri, opts).to_dict()
+    assert not catchup["failed_indexes"], catchup
+    refresh_snapshot(uri, opts)
+    assert read_snapshot(uri, opts).num_rows == len(t.flushed_max())
+    t.expire_old_versions()
+    gc = gc_table(uri, opts, config=GcConfig(keep_manifest_versions=2)).to_dict()
+    assert not gc["failed_regions"], gc
+    return {"merge": summary.to_dict(), "catchup": catchup, "gc": gc}

@@ -5,48 +5,10 @@ query() and count_rows() equal a model after every round and LanceDB goes on wri
 from __future__ import annotations
 
 import pytest
-from lancedb_peer import INDEX, LanceDbTable, rows
+from lancedb_peer import INDEX, LanceDbTable, deletion_files, generation_dirs, merge_and_maintain, round_batches, rows
 
-from memwal.catchup import catchup_table
-from memwal.gc import GcConfig, gc_table
-from memwal.mem_wal_index import load_index
-from memwal.merge import merge_table
-from memwal.naming import MEM_WAL_DIR
 from memwal.region_manifest import load_latest_manifest
-from memwal.snapshot import read_snapshot, refresh_snapshot
 from memwal.writer import RegionWriter, WriterConfig
-
-
-def round_batches(r: int) -> list:
-    """Round r: new keys and updates of base keys, then a second upsert of some of the same keys, which
-    LanceDB writes into the same generation (the older row masked through the generation's _deletions/)."""
-    new = list(range(100 * (r + 1), 100 * (r + 1) + 12))
-    return [rows([*new, r, r + 5], f"r{r}a"), rows([*new[:5], r], f"r{r}b")]
-
-
-def deletion_files(t: LanceDbTable) -> list[str]:
-    return [m.path for m in t.table.store().list(MEM_WAL_DIR) if "/_deletions/" in m.path]
-
-
-def generation_dirs(t: LanceDbTable) -> set[str]:
-    return {m.path.split("/")[2] for m in t.table.store().list(MEM_WAL_DIR) if "_gen_" in m.path}
-
-
-def merge_and_maintain(t: LanceDbTable, merge=merge_table) -> dict:
-    """memwal merge -> catch-up -> snapshot -> GC (after the owner expired old table versions)."""
-    uri, opts = t.table.uri, t.table.storage_options
-    summary = merge(uri, opts)
-    assert not summary.failed_regions, summary.to_dict()
-    assert t.base_rows() == t.expected(), "the merged base table must equal the model"
-    assert load_index(uri, opts).merged_generations == t.flushed_max(), "every flushed generation merged"
-    catchup = catchup_table(uri, opts).to_dict()
-    assert not catchup["failed_indexes"], catchup
-    refresh_snapshot(uri, opts)
-    assert read_snapshot(uri, opts).num_rows == len(t.flushed_max())
-    t.expire_old_versions()
-    gc = gc_table(uri, opts, config=GcConfig(keep_manifest_versions=2)).to_dict()
-    assert not gc["failed_regions"], gc
-    return {"merge": summary.to_dict(), "catchup": catchup, "gc": gc}
 
 
 @pytest.mark.parametrize(("spec", "indexed"), [("bucket", True), ("identity", False), ("unsharded", False)])
