@@ -4,11 +4,20 @@ query() and count_rows() equal a model after every round and LanceDB goes on wri
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
 from lancedb_peer import INDEX, LanceDbTable, deletion_files, generation_dirs, merge_and_maintain, round_batches, rows
+from tables import create_base
+from tables import rows as base_rows
 
-from memwal.region_manifest import load_latest_manifest
+from memwal.mem_wal_index import initialize_mem_wal, load_index
+from memwal.region_manifest import list_regions, load_latest_manifest
+from memwal.region_spec import RegionField, RegionSpec, route
+from memwal.storage import ObjectStore
+from memwal.table_writer import TableWriter, lancedb_shard_id, region_id_for, writer_region_id
 from memwal.writer import RegionWriter, WriterConfig
+
+NEVER = WriterConfig(max_memtable_rows=10**9, max_flush_interval_s=None)
 
 
 @pytest.mark.parametrize(("spec", "indexed"), [("bucket", True), ("identity", False), ("unsharded", False)])
@@ -50,8 +59,7 @@ def test_lancedb_reads_what_our_writer_flushes_into_its_table(location):
     [shard] = t.flushed_max()
 
     ours = rows([7, new_keys[2]], "ours")
-    config = WriterConfig(max_memtable_rows=10**9, max_flush_interval_s=None)
-    with RegionWriter(t.table.uri, shard, storage_options=t.table.storage_options, config=config) as w:
+    with RegionWriter(t.table.uri, shard, storage_options=t.table.storage_options, config=NEVER) as w:
         w.put(ours)
         w.delete(rows([base_key], "gone").select(["id"]))
     t._note(ours)
@@ -62,3 +70,69 @@ def test_lancedb_reads_what_our_writer_flushes_into_its_table(location):
     assert t.query() == t.expected(), "LanceDB writes on after our writer; its newer rows win"
     merge_and_maintain(t)
     assert t.query() == t.expected() and t.count_rows() == len(t.model)
+
+
+@pytest.mark.parametrize("spec", ["bucket", "identity", "unsharded"])
+def test_our_table_writer_writes_into_lancedbs_shards(local_location, spec):
+    """LanceDB writes a round; our TableWriter then updates some of those keys and adds others: it must
+    write into LanceDB's shards (no second region for the same bucket, where a key would live twice and
+    which version wins would depend on region order); LanceDB reads our rows, writes on, and the merge
+    equals the model."""
+    t = LanceDbTable(local_location)
+    t.create(spec)
+    t.write_round(round_batches(0))
+    shards = set(t.flushed_max())
+    ours = rows([*range(100, 106), *range(500, 506)], "ours")
+    with TableWriter(t.table.uri, config=NEVER) as w:
+        w.put(ours)
+    t._note(ours)
+    assert set(w.writers) <= shards, f"our writer opened regions LanceDB does not use: {set(w.writers) - shards}"
+    assert t.query() == t.expected(), "LanceDB's LSM read sees what our TableWriter flushed"
+    t.write_round([rows(range(100, 103), "lancedb-again")])
+    assert t.query() == t.expected(), "LanceDB's newer rows win over ours"
+    merge_and_maintain(t)
+    assert t.query() == t.expected() and t.count_rows() == len(t.model)
+
+
+@pytest.mark.parametrize(("typ", "values"), [(pa.string(), ["a", "bc"]), (pa.int32(), [1, -2])])
+def test_lancedb_shard_ids_of_identity_values(tmp_path, typ, values):
+    """LanceDB names an identity shard by the value's bytes (UTF-8, little-endian at the integer's width)."""
+    import asyncio
+
+    import lancedb
+    from lancedb import LsmWriteSpec
+
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("g", typ)])
+
+    async def write(db_dir):
+        db = await lancedb.connect_async(db_dir)
+        t = await db.create_table("t", pa.table({"id": [0], "g": pa.array(values[:1], typ)}, schema=schema))
+        await t.set_unenforced_primary_key("id")
+        await t.set_lsm_write_spec(LsmWriteSpec.identity("g"))
+        for i, v in enumerate(values):
+            h = await db.open_table("t")
+            await (h.merge_insert("id").when_matched_update_all().when_not_matched_insert_all()
+                   .execute(pa.table({"id": [i + 1], "g": pa.array([v], typ)}, schema=schema)))
+            await h.close_lsm_writers()
+
+    asyncio.run(write(str(tmp_path)))
+    details = load_index(str(tmp_path / "t.lance"), None).details
+    spec = details.region_spec(details.newest_region_spec_id)
+    assert set(list_regions(ObjectStore(str(tmp_path / "t.lance")))) == {
+        lancedb_shard_id(spec, [v]) for v in values}
+
+
+def test_a_table_with_regions_of_the_older_form_keeps_them(local_location):
+    """A region our writer made before it used LanceDB's shard ids (region_id_for) keeps its keys: the
+    TableWriter writes there, not into a second region of the same bucket."""
+    create_base(local_location, ids=range(4))
+    spec = RegionSpec(1, (RegionField("b", (0,), "bucket", None, "int32", {"num_buckets": "2"}),))
+    initialize_mem_wal(local_location.uri, None, spec)
+    [(bucket, _)] = route(spec, base_rows([7], "x"), {0: "id"}).items()
+    older = region_id_for(1, bucket)
+    with RegionWriter(local_location.uri, older, config=NEVER) as w:
+        w.put(base_rows([7], "old"))
+    with TableWriter(local_location.uri, config=NEVER) as tw:
+        tw.put(base_rows([7, 8, 9], "new"))
+    assert older in tw.writers, "key 7's bucket still goes to the region that already holds key 7"
+    assert writer_region_id(spec, bucket) != older
