@@ -13,6 +13,7 @@ from tables import rows as base_rows
 from memwal.mem_wal_index import initialize_mem_wal, load_index
 from memwal.region_manifest import list_regions, load_latest_manifest
 from memwal.region_spec import RegionField, RegionSpec, route
+from memwal.status import table_status
 from memwal.storage import ObjectStore
 from memwal.table_writer import TableWriter, lancedb_shard_id, region_id_for, writer_region_id
 from memwal.writer import RegionWriter, WriterConfig
@@ -29,10 +30,16 @@ def test_lancedb_lsm_rounds_merged_by_memwal_and_lancedb_writes_on(location, spe
     collected = 0
     for r in range(3):
         before = generation_dirs(t)
-        t.write_round(round_batches(r))
+        batches = round_batches(r)
+        t.write_round(batches)
         assert t.query() == t.expected(), f"round {r}: LanceDB's LSM read must equal the model before merging"
         assert deletion_files(t), "a key written twice in one generation is masked by a deletion file"
         assert len(generation_dirs(t) - before) == len(t.flushed_max()), "one new generation per shard"
+        status = table_status(t.table.uri, t.table.storage_options).to_dict()
+        assert {r["region_id"]: r["unmerged_generations"] for r in status["regions"]} == \
+            {shard: 1 for shard in t.flushed_max()}, "memwal status shows each shard's new generation"
+        assert status["unmerged_rows"] == len({i for b in batches for i in b.column("id").to_pylist()}), \
+            "unmerged rows count live rows (not the rows LanceDB masked with a deletion file)"
         jobs = merge_and_maintain(t)
         assert t.query() == t.expected(), f"round {r}: LanceDB's read after the merge must equal the model"
         assert t.count_rows() == len(t.model), "LanceDB's count_rows (base table only) counts every key"
@@ -41,9 +48,14 @@ def test_lancedb_lsm_rounds_merged_by_memwal_and_lancedb_writes_on(location, spe
             assert index["covered"], f"{INDEX} covers the merged rows after catch-up: {index}"
             assert t.query(f"val = 'r{r}b-{r}'") == [t.model[r]], "LanceDB's indexed filter finds the row"
         collected += jobs["gc"]["deleted"].get("generation", 0)
+        listed = {fg.path for m in manifests(t).values() for fg in m.flushed_generations}
+        assert generation_dirs(t) <= listed, "GC leaves no part of a collected generation (_deletions/, _indices/)"
     assert collected >= len(t.flushed_max()), "GC collected merged generations, LanceDB's included"
-    manifests = {r: load_latest_manifest(t.table.store(), r) for r in t.flushed_max()}
-    assert all(m.writer_epoch >= 2 for m in manifests.values()), "LanceDB re-claimed its shards each round"
+    assert all(m.writer_epoch >= 2 for m in manifests(t).values()), "LanceDB re-claimed its shards each round"
+
+
+def manifests(t: LanceDbTable) -> dict:
+    return {r: load_latest_manifest(t.table.store(), r) for r in t.flushed_max()}
 
 
 def test_lancedb_reads_what_our_writer_flushes_into_its_table(location):
