@@ -10,6 +10,7 @@ from lancedb_peer import INDEX, LanceDbTable, deletion_files, generation_dirs, m
 from tables import create_base
 from tables import rows as base_rows
 
+from memwal.cli import main
 from memwal.mem_wal_index import initialize_mem_wal, load_index
 from memwal.region_manifest import list_regions, load_latest_manifest
 from memwal.region_spec import RegionField, RegionSpec, route
@@ -152,3 +153,13 @@ def test_a_table_with_regions_of_the_older_form_keeps_them(local_location):
         tw.put(base_rows([7, 8, 9], "new"))
     assert older in tw.writers, "key 7's bucket still goes to the region that already holds key 7"
     assert writer_region_id(spec, bucket) != older
+
+
+def test_memwal_merge_command_on_the_issue_table(local_location, capsys):
+    """The reported case: LanceDB's bucket("id", 4) table, one round, then `memwal merge TABLE` (it used to
+    fail every region with "has no primary key")."""
+    t = LanceDbTable(local_location)
+    t.create("bucket")
+    t.write_round(round_batches(0))
+    assert main(["merge", t.table.uri, "--json"]) == 0, capsys.readouterr()
+    assert t.count_rows() == len(t.model) and t.query() == t.expected()
