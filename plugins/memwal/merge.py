@@ -37,8 +37,8 @@ from memwal.generation import open_generation
 from memwal.lock import index_lock
 from memwal.mem_wal_index import load_index
 from memwal.memory import release_unused
+from memwal.primary_key import primary_key_columns
 from memwal.region_manifest import canonical_region_id, load_latest_manifest, select_regions
-from memwal.schema import primary_key_columns
 from memwal.sql import keys_predicate
 from memwal.storage import ObjectStore, lance_storage_options
 

@@ -25,9 +25,9 @@ from memwal.dedup import GEN_COLUMN, ROWADDR_COLUMN, newest_per_key
 from memwal.errors import MemWalError, MemWalNotInitializedError, MissingGenerationError
 from memwal.generation import open_generation
 from memwal.mem_wal_index import load_index
+from memwal.primary_key import primary_key_columns
 from memwal.region_manifest import RegionManifest, list_regions, load_latest_manifest
 from memwal.region_spec import parse_simple_predicates, prune, source_names_from_schema
-from memwal.schema import primary_key_columns
 from memwal.storage import ObjectStore, lance_storage_options
 
 __all__ = ["LsmReader", "Source"]

@@ -176,6 +176,23 @@ class MemWalHook(BaseHook):
         except Exception as exc:
             raise _storage_problem(exc, what, self.memwal_conn_id) from exc
 
+    def primary_key(self, uri: str, what: str | None = None) -> list[str]:
+        """The table's key columns by memwal.primary_key's rule (LanceDB's position-only marker included);
+        AirflowFailException naming the columns when there is none or its metadata contradicts itself."""
+        from memwal.errors import InvalidPrimaryKeyError, NoPrimaryKeyError
+        from memwal.mem_wal_index import open_table
+        from memwal.primary_key import primary_key_columns
+
+        what = what or f"table at {uri}"
+        try:
+            schema = open_table(uri, self.storage_options).schema
+        except Exception as exc:
+            raise _storage_problem(exc, what, self.memwal_conn_id) from exc
+        try:
+            return primary_key_columns(schema, where=what)
+        except (NoPrimaryKeyError, InvalidPrimaryKeyError) as exc:  # a retry cannot fix field metadata
+            raise AirflowFailException(_one_line(exc)) from exc
+
     def list_regions(self, uri: str, what: str | None = None) -> list[str]:
         from memwal.region_manifest import list_regions
         from memwal.storage import ObjectStore
@@ -300,6 +317,8 @@ class MemWalHook(BaseHook):
             raise AirflowFailException(f"unknown job {job!r} (one of {', '.join(JOBS)})")
         uri, what = _uri_and_name(table)
         self.open_index(uri, what)  # a missing table, no MemWAL or unreachable storage: one line, nothing run
+        if job == "merge":
+            self.primary_key(uri, what)  # a merge needs the key: a bad one fails once, not once per region
         if engine == "in_process":
             return self._run_in_process(job, uri, what, regions, options or {})
         if engine == "spark":
