@@ -24,7 +24,7 @@ import lance
 
 from memwal import naming
 from memwal.errors import MemWalError
-from memwal.mem_wal_index import _LOOKBACK_VERSIONS, open_table
+from memwal.mem_wal_index import _LOOKBACK_VERSIONS, open_table, recent_transactions
 from memwal.storage import ObjectStore
 
 __all__ = ["RetentionConfig", "RetentionPlan", "RetentionSummary", "VersionEntry", "plan_retention",
@@ -109,16 +109,15 @@ def repair_window(ds: lance.LanceDataset) -> set[int]:
     version and its own version (empty when no rewrite in the lookback was rebased)."""
     latest = ds.version
     out: set[int] = set()
-    for offset in range(min(_LOOKBACK_VERSIONS, latest)):
-        version = latest - offset
-        try:
-            txn = ds.read_transaction(version)
-        except (OSError, ValueError, TypeError):
-            continue  # removed already, or a transaction pylance cannot convert (a compaction's rewrite)
+    try:
+        recent = recent_transactions(ds, _LOOKBACK_VERSIONS)
+    except (OSError, ValueError):
+        recent = []
+    for offset, txn in enumerate(recent):
         if txn is None or type(txn.operation).__name__ != "CreateIndex":
             continue
         if any(i.name == naming.MEM_WAL_INDEX_NAME for i in txn.operation.new_indices):
-            out.update(range(txn.read_version + 1, version))
+            out.update(range(txn.read_version + 1, latest - offset))
     return out
 
 
