@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import http.server
 import os
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 import uuid
@@ -36,9 +38,53 @@ class Location:
         return Location(self.kind, f"{self.uri.rstrip('/')}/{name}", self.storage_options)
 
 
+DECOY_MESSAGE = "decoy S3 endpoint of the test environment: the code under test did not pass its own endpoint"
+
+
+class _Decoy(http.server.BaseHTTPRequestHandler):
+    """Answers every request at once with an S3 error naming itself, so a client that fell back to the
+    environment fails fast and says why (a closed port would be retried for minutes)."""
+
+    def _refuse(self) -> None:
+        body = f"<Error><Code>InvalidAccessKeyId</Code><Message>{DECOY_MESSAGE}</Message></Error>".encode()
+        self.send_response(403)
+        self.send_header("Content-Type", "application/xml")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _refuse
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def _start_decoy() -> str:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Decoy)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}"
+
+
+# S3 tests see S3 only through what the code under test passes. The environment of this process and of
+# every child (Airflow, spark-submit, Spark workers, the CLI) points S3 at a loopback decoy that refuses
+# everything and carries no keys, so a connection, hook or job that drops its endpoint or keys fails.
+# Instance metadata is off (boto3, Lance) or at the decoy (obstore), never a real address.
+DECOY_ENDPOINT = _start_decoy()
+for _k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ALLOW_HTTP", "AWS_PROFILE"):
+    os.environ.pop(_k, None)
+os.environ.update({
+    "AWS_ENDPOINT": DECOY_ENDPOINT, "AWS_ENDPOINT_URL": DECOY_ENDPOINT, "AWS_REGION": "us-east-1",
+    "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
+    "AWS_METADATA_ENDPOINT": DECOY_ENDPOINT, "AWS_CONFIG_FILE": os.devnull,
+    "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+})
+
+
 @pytest.fixture(scope="session")
 def s3_endpoint():
-    """A moto S3 server on 127.0.0.1 for this test session; yields its endpoint URL."""
+    """A moto S3 server on 127.0.0.1 for this test session; yields its endpoint URL. Nothing reaches it
+    unless the code under test passes this endpoint (see the decoy above)."""
     port = free_port()
     moto = Path(sys.executable).with_name("moto_server")
     proc = subprocess.Popen(
@@ -47,15 +93,6 @@ def s3_endpoint():
         stderr=subprocess.DEVNULL,
     )
     endpoint = f"http://127.0.0.1:{port}"
-    # Some Lance core code paths (the LSM point-lookup planner) drop storage options and fall back to the
-    # environment: point that at moto too, and never at an instance-metadata service.
-    env = {
-        "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1",
-        "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT": endpoint, "AWS_ENDPOINT_URL": endpoint,
-        "AWS_ALLOW_HTTP": "true", "AWS_EC2_METADATA_DISABLED": "true",
-    }
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
     deadline = time.monotonic() + 30
     while True:
         try:
@@ -69,11 +106,6 @@ def s3_endpoint():
     yield endpoint
     proc.terminate()
     proc.wait(timeout=10)
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
 
 
 def s3_options(endpoint: str) -> dict[str, str]:

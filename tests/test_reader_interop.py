@@ -6,7 +6,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from lance.mem_wal import LsmPointLookupPlanner, LsmScanner
-from tables import create_base, lance_core_scan, lance_core_snapshots, open_base, rows, sorted_rows
+from tables import (
+    create_base,
+    lance_core_env,
+    lance_core_scan,
+    lance_core_snapshots,
+    open_base,
+    rows,
+    sorted_rows,
+)
 
 from memwal.reader import LsmReader
 from memwal.writer import RegionWriter, WriterConfig
@@ -60,7 +68,7 @@ def test_our_reader_matches_lance_core_on_lance_core_writes(location):
 
 
 def test_lance_core_reader_matches_ours_on_our_writes(location):
-    """On S3, Lance core's point lookup needs the environment the s3_endpoint fixture sets (see there)."""
+    """On S3, Lance core's point lookup drops storage options: only it runs inside lance_core_env."""
     create_base(location, ids=range(10))
     open_base(location).initialize_mem_wal(unsharded=True)
     region = str(uuid.uuid4())
@@ -73,7 +81,8 @@ def test_lance_core_reader_matches_ours_on_our_writes(location):
 
     planner = LsmPointLookupPlanner(open_base(location), lance_core_snapshots(location), ["id"])
     for key in [0, 1, 3, 5, 9, 12, 14, 20, 99]:
-        theirs = planner.plan_lookup(pa.array([key], pa.int64())).to_table()
+        with lance_core_env(location):
+            theirs = planner.plan_lookup(pa.array([key], pa.int64())).to_table()
         theirs = theirs.select(["id", "name", "score"]).to_pylist()
         mine = ours.get(key)
         assert (theirs[0] if theirs else None) == mine, f"point lookup of {key} differs from Lance core"
