@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.server
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -70,7 +71,8 @@ def _start_decoy() -> str:
 # every child (Airflow, spark-submit, Spark workers, the CLI) points S3 at a loopback decoy that refuses
 # everything and carries no keys, so a connection, hook or job that drops its endpoint or keys fails.
 # Instance metadata is off (boto3, Lance) or at the decoy (obstore), never a real address.
-DECOY_ENDPOINT = _start_decoy()
+DECOY_ENDPOINT = os.environ.get("MEMWAL_TEST_S3_DECOY") or _start_decoy()  # once, if imported twice
+os.environ["MEMWAL_TEST_S3_DECOY"] = DECOY_ENDPOINT
 for _k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ALLOW_HTTP", "AWS_PROFILE"):
     os.environ.pop(_k, None)
 os.environ.update({
@@ -116,6 +118,17 @@ def s3_options(endpoint: str) -> dict[str, str]:
         "aws_region": "us-east-1",
         "allow_http": "true",
     }
+
+
+#: What a positive control removes from S3 storage options (or from a connection: host, login/password).
+S3_REMOVALS = {"endpoint": ("aws_endpoint",), "keys": ("aws_access_key_id", "aws_secret_access_key")}
+#: How S3 access without the removed part fails: the decoy refuses it, or no credentials are found.
+NOT_REACHED = re.compile(r"decoy S3 endpoint|credential", re.IGNORECASE)
+
+
+def s3_options_without(options: dict[str, str], removed: str) -> dict[str, str]:
+    """The storage options with the endpoint or the keys removed (for a positive control)."""
+    return {k: v for k, v in options.items() if k not in S3_REMOVALS[removed]}
 
 
 def new_bucket(endpoint: str) -> str:

@@ -545,7 +545,8 @@ class LsmMachine(RuleBasedStateMachine):
         summary = gc_table(self.uri, self.so, config=GcConfig(grace_period_s=0, keep_manifest_versions=1))
         assert not [r for r in summary.regions if r.error], [r.error for r in summary.regions]
         deleted = {a.region_id for a in summary.actions if a.kind == "generation"}
-        assert deleted == set(self.regions), f"the final GC deleted no merged generation in {set(self.regions) - deleted}"
+        assert deleted == set(self.regions), (
+            f"the final GC deleted no merged generation in {set(self.regions) - deleted}")
         type(self).stats["final_gc_deleted_generations"] += sum(a.kind == "generation" for a in summary.actions)
         assert self._lsm(False) == self.model, "after the final GC the LSM view differs from the model"
         self._check_merged_monotonic()
