@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from conftest import DECOY_MESSAGE, NOT_REACHED, S3_REMOVALS, Location, s3_options_without
 from lance.mem_wal import LsmPointLookupPlanner
+from s3_decoy import DECOY_MESSAGE, NOT_REACHED, S3_REMOVALS, s3_options_without
 from tables import create_base, lance_core_env, lance_core_snapshots, open_base, rows
 
 from memwal.merge import merge_table
@@ -28,7 +28,7 @@ MEMWAL = str(Path(sys.executable).with_name("memwal"))
 NEVER = WriterConfig(max_memtable_rows=10**9, max_flush_interval_s=None)
 
 
-def _table(loc: Location) -> str:
+def _table(loc) -> str:
     """Base ids 0..9, MemWAL (unsharded) and one flushed generation: everything through loc's options."""
     create_base(loc, ids=range(10))
     open_base(loc).initialize_mem_wal(unsharded=True)
