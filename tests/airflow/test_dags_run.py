@@ -4,8 +4,12 @@ merged_generations reach every flushed generation, and the XCom summaries say wh
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import sys
 import uuid
+from pathlib import Path
 
 import pytest
 from airflow_support import (
@@ -23,6 +27,9 @@ from airflow_support import (
 )
 from lancedb_peer import INDEX, LanceDbTable, round_batches
 from tables import open_base
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
+from e2e_support import SparkSubmitRecorder  # the e2e tests' recording spark-submit
 
 SPARK_LOCAL = json.dumps({"conn_type": "spark", "host": "local[2]"})
 FAST_JVM = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
@@ -90,8 +97,9 @@ def test_memwal_merge_on_spark_via_spark_submit_hook_on_s3_keeps_the_secret_out(
     """engine spark (the form overrides the table's in_process): the Spark provider's SparkSubmitHook submits
     spark_jobs/merge.py with the table's Spark connection (local[2]); the storage options come from a
     `memwal` connection whose secret is a canary, passed as --storage-options-json @FILE. The merge is
-    right, the job's own summary is the XCom, and the canary is in no log line, XCom or asset event, and
-    the options file is gone."""
+    right, the job's own summary is the XCom, the canary reached the job (its hash, recorded by a wrapping
+    spark-submit from the options file) and is in no log line, XCom, asset event or argv, and the options
+    file is gone."""
     loc = s3_location
     regions = lance_core_table(loc, regions=2, generations=2)
     expected = lsm_view(loc)
@@ -102,6 +110,11 @@ def test_memwal_merge_on_spark_via_spark_submit_hook_on_s3_keeps_the_secret_out(
     env = _table_env(tmp_path, loc, conn_id="s3_canary", spark_conn_id="spark_local2", spark_conf=FAST_JVM)
     env["AIRFLOW_CONN_S3_CANARY"] = json.dumps(conn)
     env["TMPDIR"] = str(tmp_path)
+    # spark-submit through a recording wrapper: it records the SHA-256 of the secret in the options file the
+    # job was given (the positive control: the canary reached the job, so its absence elsewhere means something)
+    recorder = SparkSubmitRecorder(tmp_path / "recorder").install()
+    env["SPARK_HOME"] = recorder.spark_home
+    env["PATH"] = f"{recorder.bin}{os.pathsep}{airflow_home.get('PATH', '')}"
 
     report = run_dag(airflow_home, "memwal_merge", {"table": "t1", "engine": "spark"}, extra_env=env)
 
@@ -114,7 +127,10 @@ def test_memwal_merge_on_spark_via_spark_submit_hook_on_s3_keeps_the_secret_out(
     assert base_rows(loc) == expected
     assert merged_generations(loc) == {r: 2 for r in regions}
     public = json.dumps({k: v for k, v in report.items() if k != "log"}) + report["log"]
+    assert [r["secret_sha256"] for r in recorder.records()] == [hashlib.sha256(canary.encode()).hexdigest()], \
+        "control: the connection's secret (the canary) reached the Spark job, in its storage options file"
     assert canary not in public, "the connection's secret must not reach logs, XCom or asset events"
+    assert not [a for r in recorder.records() for a in r["argv"] if canary in a], "nor the spark-submit argv"
     assert not list(tmp_path.glob("memwal-merge-*")), "the storage options file is deleted after the job"
 
 
