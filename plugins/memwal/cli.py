@@ -5,6 +5,8 @@
     memwal catchup TABLE                bring maintained indexes up to date
     memwal snapshot TABLE               refresh the region snapshots in the MemWAL index
     memwal gc TABLE [--dry-run]         remove what no reader needs any more
+    memwal compaction TABLE [--force]   compact the base table's fragments when due (--spark: tasks on executors)
+    memwal retention TABLE [--dry-run]  remove base-table versions the retention policy no longer keeps
 
 Progress goes to stderr; `--json` prints the job's JSON summary to stdout. Exit status (memwal.jobs):
 0 done; 1 failed, with a one-line reason; 2 bad arguments; 3 the job ran but some region or index
@@ -127,6 +129,19 @@ def _summary_line(s: dict[str, Any]) -> str:
         key = "would_delete" if s["dry_run"] else "deleted"
         counts = ", ".join(f"{v} {k}" for k, v in sorted(s[key].items())) or "nothing"
         return f"gc{' (dry run)' if s['dry_run'] else ''}: {key.replace('_', ' ')} {counts}, {_bytes(s['bytes'])}"
+    if job == "compaction":
+        if not s["compacted"]:
+            return f"compaction: {'; '.join(s['due']) or 'not due'}; nothing committed" + (
+                f" ({s['error']})" if s.get("error") else "")
+        return (f"compaction: {'; '.join(s['due'])}: {s['tasks_committed']} tasks in {s['rounds']} rounds "
+                f"({s['tasks_preempted']} preempted), fragments {s['health_before']['fragments']} -> "
+                f"{s['health_after']['fragments']}, table version {s['table_version_before']} -> "
+                f"{s['table_version_after']}")
+    if job == "retention":
+        verb = "would remove" if s["dry_run"] else "removed"
+        return (f"retention{' (dry run)' if s['dry_run'] else ''}: {verb} {s['num_versions_removed']} table "
+                f"versions ({_bytes(s['bytes_removed'])}); {s['num_versions_retained']} retained, oldest "
+                f"{s['oldest_retained_version']}")
     return json.dumps(s)
 
 

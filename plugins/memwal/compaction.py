@@ -29,6 +29,7 @@ from lance.optimize import Compaction, CompactionOptions, CompactionTask, Rewrit
 
 from memwal.faults import fault_point
 from memwal.lock import index_lock
+from memwal.maintenance_config import CompactionConfig
 from memwal.mem_wal_index import MemWalIndexDetails, _commit_details_locked, commit_details, load_index, open_table
 from memwal.storage import ObjectStore
 
@@ -39,41 +40,6 @@ log = logging.getLogger(__name__)
 
 # Runs the planned tasks against the table (uri, storage options) and returns their results in task order.
 Execute = Callable[[Sequence[CompactionTask], str, dict[str, str] | None], list[RewriteResult]]
-
-
-@dataclass(frozen=True)
-class CompactionConfig:
-    """Compaction of one table. target_rows_per_fragment / materialize_deletions_threshold: Lance's options
-    (fragments below the target are merged; a fragment with more deleted rows than the threshold is
-    rewritten). max_fragments / max_small_fragments / max_deleted_ratio: when it is due. force: compact
-    even when not due. use_lock: hold the MemWAL index lock for each round. max_tasks_per_round: tasks
-    committed per round (None: all). max_attempts: rounds refused as preempted before giving up."""
-
-    enabled: bool = True
-    target_rows_per_fragment: int = 1_048_576
-    materialize_deletions_threshold: float = 0.1
-    max_fragments: int = 64
-    max_small_fragments: int = 16
-    max_deleted_ratio: float = 0.1
-    force: bool = False
-    use_lock: bool = True
-    max_tasks_per_round: int | None = None
-    max_attempts: int = 5
-
-    def __post_init__(self) -> None:
-        for name in ("target_rows_per_fragment", "max_fragments", "max_small_fragments", "max_attempts"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"compaction {name} {getattr(self, name)} is not >= 1")
-        if self.max_tasks_per_round is not None and self.max_tasks_per_round < 1:
-            raise ValueError(f"compaction max_tasks_per_round {self.max_tasks_per_round} is not >= 1")
-        for name in ("materialize_deletions_threshold", "max_deleted_ratio"):
-            if not 0 <= getattr(self, name) <= 1:
-                raise ValueError(f"compaction {name} {getattr(self, name)} is not between 0 and 1")
-
-    def options(self) -> CompactionOptions:
-        """Lance's options, the same for the plan and the commit (the commit remaps indexes with them)."""
-        return CompactionOptions(target_rows_per_fragment=self.target_rows_per_fragment,
-                                 materialize_deletions_threshold=self.materialize_deletions_threshold)
 
 
 @dataclass
@@ -91,6 +57,12 @@ class FragmentHealth:
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "deleted_ratio": round(self.deleted_ratio, 6)}
+
+
+def lance_options(config: CompactionConfig) -> CompactionOptions:
+    """Lance's options, the same for the plan and the commit (the commit remaps indexes with them)."""
+    return CompactionOptions(target_rows_per_fragment=config.target_rows_per_fragment,
+                             materialize_deletions_threshold=config.materialize_deletions_threshold)
 
 
 def fragment_health(ds: lance.LanceDataset, target_rows_per_fragment: int) -> FragmentHealth:
@@ -174,7 +146,7 @@ class CompactionSummary:
 
 def _commit(ds: lance.LanceDataset, results: list[RewriteResult], config: CompactionConfig,
             summary: CompactionSummary) -> None:
-    metrics = Compaction.commit(ds, results, options=config.options())
+    metrics = Compaction.commit(ds, results, options=lance_options(config))
     summary.fragments_removed += metrics.fragments_removed
     summary.fragments_added += metrics.fragments_added
     summary.files_removed += metrics.files_removed
@@ -213,7 +185,7 @@ def _round(uri: str, storage_options: dict[str, str] | None, config: CompactionC
            summary: CompactionSummary) -> bool:
     """Plan, execute and commit one round; True when there may be more to do."""
     ds = open_table(uri, storage_options)
-    plan = Compaction.plan(ds, config.options())
+    plan = Compaction.plan(ds, lance_options(config))
     tasks = list(plan.tasks)[: config.max_tasks_per_round or None]
     if not tasks:
         return False

@@ -39,7 +39,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-JOBS = ("merge", "catchup", "snapshot", "gc")
+JOBS = ("merge", "catchup", "snapshot", "gc", "compaction", "retention")
 
 # Exit statuses of `memwal` and of every spark_jobs entry point.
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PARTIAL, EXIT_LAG_ALERT = 0, 1, 2, 3, 4
@@ -125,8 +125,58 @@ def add_job_arguments(parser: argparse.ArgumentParser, job: str) -> None:
         parser.add_argument("--keep-manifest-versions", type=positive_int, default=10)
         parser.add_argument("--grace-period-s", type=float, default=3600.0,
                             help="age after which an unlisted generation directory counts as a failed flush")
+    elif job == "compaction":
+        from memwal.maintenance_config import CompactionConfig
+
+        d = CompactionConfig()
+        parser.add_argument("--target-rows-per-fragment", type=positive_int, default=d.target_rows_per_fragment)
+        parser.add_argument("--materialize-deletions-threshold", type=_ratio,
+                            default=d.materialize_deletions_threshold,
+                            help="rewrite a fragment whose deleted-row share exceeds this")
+        parser.add_argument("--max-fragments", type=positive_int, default=d.max_fragments,
+                            help="due when the table has more fragments")
+        parser.add_argument("--max-small-fragments", type=positive_int, default=d.max_small_fragments,
+                            help="due when this many fragments hold under half the target rows")
+        parser.add_argument("--max-deleted-ratio", type=_ratio, default=d.max_deleted_ratio,
+                            help="due when the share of deleted rows reaches this")
+        parser.add_argument("--max-tasks-per-round", type=positive_int, default=d.max_tasks_per_round,
+                            help="commit at most this many tasks per round (bounds how long merges wait)")
+        parser.add_argument("--force", action="store_true", help="compact even when not due")
+        parser.add_argument("--no-lock", dest="use_lock", action="store_false",
+                            help="do not hold the MemWAL index lock (merges may then preempt a round)")
+    elif job == "retention":
+        from memwal.maintenance_config import RetentionConfig
+
+        d = RetentionConfig()
+        parser.add_argument("--older-than-s", type=_seconds, default=d.older_than_s,
+                            help="remove table versions older than this many seconds (default 7 days)")
+        parser.add_argument("--keep-versions", type=positive_int, default=d.keep_versions,
+                            help="always keep the newest N table versions")
+        parser.add_argument("--delete-unverified", action="store_true",
+                            help="also remove unreferenced files younger than 7 days (no other writer running!)")
+        parser.add_argument("--dry-run", action="store_true", help="list versions and bytes, remove nothing")
     else:
         raise ValueError(f"unknown job {job!r}; expected one of {JOBS}")
+
+
+def _ratio(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{value} is not between 0 and 1")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative")
+    return value
 
 
 def job_argv(job: str, values: argparse.Namespace | dict[str, Any]) -> list[str]:
@@ -141,7 +191,7 @@ def job_argv(job: str, values: argparse.Namespace | dict[str, Any]) -> list[str]
         if value is None or value == action.default or not action.option_strings:
             continue
         flag = action.option_strings[0]
-        if isinstance(action, argparse._StoreTrueAction):
+        if isinstance(action, argparse._StoreTrueAction | argparse._StoreFalseAction):
             argv.append(flag)
         elif isinstance(action, argparse._AppendAction):
             for item in value:
@@ -162,8 +212,9 @@ def job_options(args: argparse.Namespace) -> dict[str, str] | None:
 
 
 def run_job(job: str, args: argparse.Namespace, *, dedup: Callable | None = None,
-            read_manifests: Callable | None = None) -> dict[str, Any]:
-    """Run one job in this process; returns its JSON-ready summary. Spark passes its own hooks."""
+            read_manifests: Callable | None = None, execute: Callable | None = None) -> dict[str, Any]:
+    """Run one job in this process; returns its JSON-ready summary. Spark passes its own hooks (dedup,
+    read_manifests, and execute: where compaction tasks run)."""
     validate_job_arguments(job, args)
     from memwal.memory import limit_malloc_arenas
 
@@ -177,7 +228,7 @@ def run_job(job: str, args: argparse.Namespace, *, dedup: Callable | None = None
                              max_bytes_per_commit=args.max_bytes_per_commit)
         return merge_table(args.table, options, regions, config, dedup or local_dedup,
                            up_to_generation=args.up_to_generation).to_dict()
-    if job in ("catchup", "snapshot") and regions:
+    if job in ("catchup", "snapshot", "compaction", "retention") and regions:
         log.warning("--region is ignored: %s always covers the whole table", job)
     if job == "catchup":
         from memwal.catchup import catchup_table
@@ -194,11 +245,31 @@ def run_job(job: str, args: argparse.Namespace, *, dedup: Callable | None = None
         config = GcConfig(keep_manifest_versions=args.keep_manifest_versions,
                           grace_period_s=args.grace_period_s, dry_run=args.dry_run)
         return gc_table(args.table, options, regions, config).to_dict()
+    if job == "compaction":
+        from memwal.compaction import compact_table, execute_in_process
+        from memwal.maintenance_config import CompactionConfig
+
+        config = CompactionConfig(
+            target_rows_per_fragment=args.target_rows_per_fragment,
+            materialize_deletions_threshold=args.materialize_deletions_threshold,
+            max_fragments=args.max_fragments, max_small_fragments=args.max_small_fragments,
+            max_deleted_ratio=args.max_deleted_ratio, max_tasks_per_round=args.max_tasks_per_round,
+            force=args.force, use_lock=args.use_lock)
+        return compact_table(args.table, options, config, execute or execute_in_process).to_dict()
+    if job == "retention":
+        from memwal.maintenance_config import RetentionConfig
+        from memwal.retention import retain_versions
+
+        config = RetentionConfig(older_than_s=args.older_than_s, keep_versions=args.keep_versions,
+                                 delete_unverified=args.delete_unverified, dry_run=args.dry_run)
+        return retain_versions(args.table, options, config).to_dict()
     raise ValueError(f"unknown job {job!r}; expected one of {JOBS}")
 
 
 def failure_reason(summary: dict[str, Any]) -> str | None:
     """One line naming what failed when the summary reports failed regions or indexes, else None."""
+    if summary.get("job") == "compaction" and summary.get("error"):
+        return str(summary["error"])
     for key, items, name_key, noun in (("failed_regions", "regions", "region_id", "region(s)"),
                                        ("failed_indexes", "indexes", "index_name", "index(es)")):
         failed = summary.get(key) or []

@@ -24,6 +24,7 @@ import lance
 
 from memwal import naming
 from memwal.errors import MemWalError
+from memwal.maintenance_config import RetentionConfig
 from memwal.mem_wal_index import _LOOKBACK_VERSIONS, open_table, recent_transactions
 from memwal.storage import ObjectStore
 
@@ -31,26 +32,6 @@ __all__ = ["RetentionConfig", "RetentionPlan", "RetentionSummary", "VersionEntry
            "repair_window", "retain_versions"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class RetentionConfig:
-    """The retention policy of one table: versions older than `older_than_s` are removed, but the newest
-    `keep_versions` always stay (LanceDB's default age is 7 days). `delete_unverified` lets Lance also remove
-    unreferenced files younger than 7 days (left by a preempted compaction or a failed write): only when
-    no other process writes the table. `enabled: false` makes the job report and remove nothing."""
-
-    enabled: bool = True
-    older_than_s: float = 7 * 86400.0
-    keep_versions: int = 10
-    delete_unverified: bool = False
-    dry_run: bool = False
-
-    def __post_init__(self) -> None:
-        if self.keep_versions < 1:
-            raise ValueError(f"retention keep_versions {self.keep_versions} is not >= 1 (the latest always stays)")
-        if self.older_than_s < 0:
-            raise ValueError(f"retention older_than_s {self.older_than_s} is negative")
 
 
 @dataclass
