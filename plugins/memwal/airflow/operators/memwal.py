@@ -31,9 +31,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MemWalCatchupOperator",
+    "MemWalCompactionOperator",
     "MemWalGcOperator",
     "MemWalJobOperator",
     "MemWalMergeOperator",
+    "MemWalRetentionOperator",
     "MemWalSnapshotOperator",
     "merge_event_extra",
     "merged_label",
@@ -301,3 +303,49 @@ class MemWalGcOperator(MemWalJobOperator):
         dry = str(self.dry_run).lower() in ("true", "1", "yes") or not cfg.gc.enabled
         return {"dry_run": dry, "keep_manifest_versions": cfg.gc.keep_manifest_versions,
                 "grace_period_s": cfg.gc.grace_period_s}
+
+
+class MemWalCompactionOperator(MemWalJobOperator):
+    """Compaction of the base table when due (the table's `compaction:` policy); the tasks run on the
+    executors with the spark engine. `force` compacts even when not due; `compaction.enabled: false` skips."""
+
+    job = "compaction"
+    template_fields: Sequence[str] = ("table", "engine", "force")
+
+    def __init__(self, *, force: Any = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.force = force
+
+    def job_options(self, cfg: TableConfig) -> dict[str, Any]:
+        c = cfg.compaction
+        return {"target_rows_per_fragment": c.target_rows_per_fragment,
+                "materialize_deletions_threshold": c.materialize_deletions_threshold,
+                "max_fragments": c.max_fragments, "max_small_fragments": c.max_small_fragments,
+                "max_deleted_ratio": c.max_deleted_ratio, "max_tasks_per_round": c.max_tasks_per_round,
+                "use_lock": c.use_lock, "force": str(self.force).lower() in ("true", "1", "yes")}
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        cfg = self.table_config()
+        if not cfg.compaction.enabled:
+            self.log.info("table %s: compaction.enabled is false; nothing compacted", cfg.name)
+            return {"job": "compaction", "table": cfg.name, "table_uri": cfg.uri, "enabled": False,
+                    "compacted": False, "due": []}
+        return super().execute(context)
+
+
+class MemWalRetentionOperator(MemWalJobOperator):
+    """Version retention under the table's `retention:` policy (older than, keep at least N; tags kept).
+    `dry_run` (or `retention.enabled: false`) lists the versions and bytes and removes nothing."""
+
+    job = "retention"
+    template_fields: Sequence[str] = ("table", "engine", "dry_run")
+
+    def __init__(self, *, dry_run: Any = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.dry_run = dry_run
+
+    def job_options(self, cfg: TableConfig) -> dict[str, Any]:
+        r = cfg.retention
+        dry = str(self.dry_run).lower() in ("true", "1", "yes") or not r.enabled
+        return {"older_than_s": r.older_than_s, "keep_versions": r.keep_versions,
+                "delete_unverified": r.delete_unverified, "dry_run": dry}
