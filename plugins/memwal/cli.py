@@ -1,6 +1,6 @@
 """`memwal`: the operator's command line over the same library the Spark jobs and Airflow run.
 
-    memwal status TABLE                 regions: epoch, generations flushed/merged, backlog, age, index lag
+    memwal status TABLE                 regions (epoch, generations, backlog, age, index lag) and table health
     memwal merge TABLE [--region R]     merge due regions (--spark: through spark-submit)
     memwal catchup TABLE                bring maintained indexes up to date
     memwal snapshot TABLE               refresh the region snapshots in the MemWAL index
@@ -51,6 +51,14 @@ def _parser() -> argparse.ArgumentParser:
                         help="alert (exit 3) when a region's oldest unmerged generation is older")
     status.add_argument("--max-index-lag", type=int, default=None,
                         help="alert (exit 3) when an index lags a region's merges by more generations")
+    status.add_argument("--max-fragments", type=int, default=None,
+                        help="alert (exit 4) when the base table has more fragments")
+    status.add_argument("--max-deleted-ratio", type=float, default=None,
+                        help="alert (exit 4) when the base table's deleted-row ratio is higher")
+    status.add_argument("--max-table-versions", type=int, default=None,
+                        help="alert (exit 4) when Lance keeps more table versions")
+    status.add_argument("--no-health", dest="health", action="store_false",
+                        help="leave out the table's health (fragments, versions, bytes, what GC could free)")
     status.add_argument("-v", "--verbose", action="store_true")
     for job in JOBS:
         p = sub.add_parser(job, help=f"run the {job} job")
@@ -110,6 +118,15 @@ def print_status(status: dict[str, Any]) -> None:
     for r in status["regions"]:
         if r["error"]:
             print(f"! region {r['region_id']}: {r['error']}")
+    h = status.get("health")
+    if h:
+        print(f"health: {h['fragments']} fragments ({h['small_fragments']} small), deleted-row ratio "
+              f"{h['deleted_ratio']:.3f}, {h['table_versions']} table versions (oldest {h['oldest_table_version']}), "
+              f"base {_bytes(h['base_bytes'])}, _mem_wal {_bytes(h['mem_wal_bytes'])} in {h['generation_dirs']} "
+              f"generation directories")
+        held = sorted(set(h["gc_limited_by"].values()))
+        print(f"gc: could free {_bytes(h['gc_reclaimable_bytes'])} now"
+              + (f"; held back by: {', '.join(held)}" if held else ""))
 
 
 def _summary_line(s: dict[str, Any]) -> str:
@@ -157,9 +174,15 @@ def main(argv: list[str] | None = None) -> int:
             from memwal.status import table_status
 
             summary = table_status(args.table, job_options(args), args.region).to_dict()
+            if args.health:
+                from memwal.health import table_health
+
+                summary["health"] = table_health(args.table, job_options(args)).to_dict()
             alerts = [b["message"] for b in breaches(summary, {
                 "max_unmerged_generations": args.max_unmerged_generations,
-                "max_oldest_unmerged_age_s": args.max_age_s, "max_index_lag": args.max_index_lag})]
+                "max_oldest_unmerged_age_s": args.max_age_s, "max_index_lag": args.max_index_lag,
+                "max_fragments": args.max_fragments, "max_deleted_ratio": args.max_deleted_ratio,
+                "max_table_versions": args.max_table_versions})]
             summary["alerts"] = alerts
             if args.json:
                 print(json.dumps(summary, default=str))

@@ -90,6 +90,11 @@ class Thresholds:
     max_oldest_unmerged_age_s: float | None = None
     max_index_lag: int | None = None
     max_snapshot_age_s: float | None = None
+    max_fragments: int | None = None
+    max_small_fragments: int | None = None
+    max_deleted_ratio: float | None = None
+    max_table_versions: int | None = None
+    max_mem_wal_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -243,6 +248,11 @@ _THRESHOLDS = {
     "max_oldest_unmerged_age_s": _opt(_number),
     "max_index_lag": _opt(lambda v: _int(v, 0)),
     "max_snapshot_age_s": _opt(_number),
+    "max_fragments": _opt(lambda v: _int(v, 0)),
+    "max_small_fragments": _opt(lambda v: _int(v, 0)),
+    "max_deleted_ratio": _opt(_number),
+    "max_table_versions": _opt(lambda v: _int(v, 0)),
+    "max_mem_wal_bytes": _opt(lambda v: _size(v)),
 }
 _GC = {"enabled": _bool, "keep_manifest_versions": _int, "grace_period_s": _number}
 _TABLE = {

@@ -31,7 +31,7 @@ def _measure(cfg: Any) -> tuple[dict[str, Any], list[dict[str, Any]], str | None
     try:
         hook = MemWalHook.for_table(cfg)
         hook.open_index(cfg.uri, what)  # one-line errors: missing table, no MemWAL, storage unreachable
-        summary = measure(cfg.uri, hook.storage_options)
+        summary = measure(cfg.uri, hook.storage_options, health=True)
     except Exception as exc:
         error = " ".join(str(exc).split())[:500] or type(exc).__name__
         summary = {"table_uri": cfg.uri, "num_regions": 0, "regions": [], "error": error}
@@ -74,4 +74,5 @@ def check_table_lag(cfg: Any, *, notifiers: Sequence[Any] | None = None, context
         "metrics_sent": len(sent),
         **{k: summary.get(k) for k in ("num_regions", "unmerged_generations", "unmerged_rows", "unmerged_bytes",
                                        "oldest_unmerged_age_s", "max_index_lag_generations", "snapshot_age_s")},
+        "health": {k: v for k, v in (summary.get("health") or {}).items() if k != "gc_limited_by"},
     }
