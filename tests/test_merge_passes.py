@@ -10,6 +10,7 @@ import uuid
 
 import lance
 import pyarrow as pa
+import pytest
 from lance.optimize import Compaction, CompactionOptions
 from maintenance import merge_without_our_lock
 from tables import lance_core_scan, open_base, rows, view
@@ -24,6 +25,13 @@ ONE_GEN_PER_FLUSH = WriterConfig(max_memtable_rows=10**9, max_flush_interval_s=N
 ONE = MergeConfig(max_generations_per_commit=1)
 # gen 1 deletes base keys 3 and 4 and inserts 20, 21; gen 2 re-inserts 3 and deletes 20; gen 3 updates 21
 GENS = [([20, 21], "g1", [3, 4]), ([3], "g2", [20]), ([21], "g3", [])]
+
+
+@pytest.fixture(autouse=True, params=["index", "scan"])
+def join_path(request, monkeypatch) -> str:
+    """Every interleaving on both of the passes' join paths (tiny tables would always scan)."""
+    monkeypatch.setattr(merge_commit, "ROWS_PER_INDEXED_KEY", 0 if request.param == "index" else 10**18)
+    return request.param
 
 
 def _table(loc, gens, fragment_rows: int = 1024) -> str:

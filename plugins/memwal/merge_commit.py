@@ -11,6 +11,10 @@ both upserts and deletes by key, and a hand-combined transaction cannot carry th
    deletes only puts the marker on the delete pass). Progress still moves in the same commit as the last
    data it covers, and a stale marker is still refused.
 
+Cost: each pass joins its source to the table on the key, through the key's scalar index when the
+source is small against the table, else by scanning the key column alone (`ROWS_PER_INDEXED_KEY`, set
+from measurement); never the full outer join over every row and column that a by-source delete plans.
+
 Why it is safe (each case is a test in tests/test_merge_passes.py and tests/crash/):
 - Each pass opens the latest version v and first checks that merged_generations of every region in the
   commit is still where the plan started (`since`); if not, another merger overtook us and the whole
@@ -47,6 +51,10 @@ __all__ = ["CommitPasses", "Overtaken", "commit_passes", "is_conflict"]
 log = logging.getLogger(__name__)
 
 PASS_ATTEMPTS = 5  # conflicts of one pass with non-merge commits (compaction, indexes) before giving up
+# The join's path, set from bench/merge_scale.py (pylance 14, int64 key with a BTREE): through the key's
+# index a pass pays about 50-110 us per source key (BTREE pages loaded per key), scanning the key column
+# about 6-12 ns per table row. So the index only when the table has this many rows per source key.
+ROWS_PER_INDEXED_KEY = 10_000
 
 
 class Overtaken(OSError):
@@ -84,8 +92,9 @@ def _run_pass(uri: str, storage_options, since: Mapping[str, int], build: Callab
     for attempt in range(1, PASS_ATTEMPTS + 1):
         ds = lance.dataset(uri, storage_options=lance_storage_options(storage_options))
         _check_progress(uri, storage_options, ds.version, since)
+        use_index = source.num_rows * ROWS_PER_INDEXED_KEY <= ds.count_rows()
         try:
-            return build(ds).conflict_retries(0).execute(source)
+            return build(ds).use_index(use_index).conflict_retries(0).execute(source)
         except OSError as exc:
             if not is_conflict(exc) or attempt == PASS_ATTEMPTS:
                 raise
