@@ -330,3 +330,17 @@ def test_plan_commits_packs_whole_region_batches_in_order():
         [("a", 1, 2)], [("b", 1, 2)]]
     assert shape(plan_commits([refs(x, 1) for x in "abc"], MergeConfig(), regions_per_commit=1)) == [
         [("a", 1, 1)], [("b", 1, 1)], [("c", 1, 1)]]
+
+
+def test_a_pass_joins_through_the_index_only_for_a_source_small_against_the_table(local_location):
+    import lance
+
+    from memwal.merge_commit import _use_index
+
+    loc = local_location
+    lance.write_dataset(rows(range(30_000)), loc.uri, max_rows_per_file=10_000)
+    ds = open_base(loc)
+    assert _use_index(ds, 3) and not _use_index(ds, 4), "3 keys x 10,000 <= 30,000 rows < 4 x 10,000"
+    ds.delete("id = 7")  # a deletion file: the key scan costs more per row
+    ds = open_base(loc)
+    assert _use_index(ds, 20) and not _use_index(ds, 21), "20 keys x 1,500 <= 30,000 < 21 x 1,500"

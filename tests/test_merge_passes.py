@@ -30,7 +30,7 @@ GENS = [([20, 21], "g1", [3, 4]), ([3], "g2", [20]), ([21], "g3", [])]
 @pytest.fixture(autouse=True, params=["index", "scan"])
 def join_path(request, monkeypatch) -> str:
     """Every interleaving on both of the passes' join paths (tiny tables would always scan)."""
-    monkeypatch.setattr(merge_commit, "ROWS_PER_INDEXED_KEY", 0 if request.param == "index" else 10**18)
+    monkeypatch.setattr(merge_commit, "_use_index", lambda ds, keys: request.param == "index")
     return request.param
 
 
@@ -245,3 +245,4 @@ def test_a_compaction_planned_before_the_passes_and_committed_between_them_is_re
     assert merge_region(loc.uri, None, region, ONE).generations == [1]
     assert len(refused) == 1 and "conflict" in refused[0].lower(), refused
     _exact_everywhere(loc, v0, model)
+

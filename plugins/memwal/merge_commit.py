@@ -51,10 +51,13 @@ __all__ = ["CommitPasses", "Overtaken", "commit_passes", "is_conflict"]
 log = logging.getLogger(__name__)
 
 PASS_ATTEMPTS = 5  # conflicts of one pass with non-merge commits (compaction, indexes) before giving up
-# The join's path, set from bench/merge_scale.py (pylance 14, int64 key with a BTREE): through the key's
-# index a pass pays about 50-110 us per source key (BTREE pages loaded per key), scanning the key column
-# about 6-12 ns per table row. So the index only when the table has this many rows per source key.
+# The join's path, set from bench/merge_scale.py (pylance 14, int64 key with a BTREE, 1M-row fragments):
+# through the key's index a pass pays about 35-110 us per source key (BTREE pages loaded per key);
+# scanning the key column about 6-12 ns per table row, but 25-40 ns once fragments carry deletion files
+# (the scan is cut into ranges around deleted rows: 31 ranges became 2,030 after 12,000 deletions at 32M
+# rows). So the index only when the table has this many rows per source key.
 ROWS_PER_INDEXED_KEY = 10_000
+ROWS_PER_INDEXED_KEY_WITH_DELETIONS = 1_500
 
 
 class Overtaken(OSError):
@@ -85,6 +88,14 @@ def _check_progress(uri: str, storage_options, version: int, since: Mapping[str,
                         + ", ".join(f"{r} {since[r]} -> {g}" for r, g in moved.items()) + ")")
 
 
+def _use_index(ds: lance.LanceDataset, keys: int) -> bool:
+    """Join through the key's index (else scan the key column): the cheaper one by the measured costs."""
+    fragments = ds.get_fragments()
+    deletions = any(f.metadata.deletion_file is not None for f in fragments)
+    rows_per_key = ROWS_PER_INDEXED_KEY_WITH_DELETIONS if deletions else ROWS_PER_INDEXED_KEY
+    return keys * rows_per_key <= sum(f.metadata.physical_rows for f in fragments)
+
+
 def _run_pass(uri: str, storage_options, since: Mapping[str, int], build: Callable, source: pa.Table,
               what: str) -> dict:
     """One pass on the latest version after the progress check, without Lance's retry; a conflict
@@ -92,9 +103,8 @@ def _run_pass(uri: str, storage_options, since: Mapping[str, int], build: Callab
     for attempt in range(1, PASS_ATTEMPTS + 1):
         ds = lance.dataset(uri, storage_options=lance_storage_options(storage_options))
         _check_progress(uri, storage_options, ds.version, since)
-        use_index = source.num_rows * ROWS_PER_INDEXED_KEY <= ds.count_rows()
         try:
-            return build(ds).use_index(use_index).conflict_retries(0).execute(source)
+            return build(ds).use_index(_use_index(ds, source.num_rows)).conflict_retries(0).execute(source)
         except OSError as exc:
             if not is_conflict(exc) or attempt == PASS_ATTEMPTS:
                 raise
