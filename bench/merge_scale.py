@@ -42,15 +42,8 @@ sys.path.insert(0, REPO)
 
 from merge import SCHEMA, _rows, log  # noqa: E402  (bench/merge.py: the same table, rows and log)
 
+from memwal import merge as memwal_merge  # noqa: E402
 from memwal.memory import limit_malloc_arenas  # noqa: E402
-from memwal.merge import (  # noqa: E402
-    MergeConfig,
-    dedup_generations,
-    local_dedup,
-    merge_table,
-    pending_generations,
-    read_generation,
-)
 from memwal.sql import keys_predicate  # noqa: E402
 from memwal.storage import ObjectStore  # noqa: E402
 from memwal.writer import RegionWriter, WriterConfig  # noqa: E402
@@ -114,7 +107,7 @@ def checksum(path: str, keys: np.ndarray) -> tuple:
 
 def ours(path: str, region: str, dedup) -> dict:
     t = time.perf_counter()
-    summary = merge_table(path, regions=[region], config=MergeConfig(), dedup=dedup)
+    summary = memwal_merge.merge_table(path, regions=[region], config=memwal_merge.MergeConfig(), dedup=dedup)
     wall = time.perf_counter() - t
     if summary.failed_regions:
         raise SystemExit(f"merge failed: {summary.to_dict()}")
@@ -124,8 +117,9 @@ def ours(path: str, region: str, dedup) -> dict:
 def baseline(path: str, region: str) -> dict:
     """Today's single commit: upserts, a by-source delete of the keys and the marker, one merge_insert."""
     store = ObjectStore(path)
-    refs = pending_generations(store, region, 0)
-    upserts, deletes, _ = dedup_generations([read_generation(r, store) for r in refs], ["id"], SCHEMA)
+    refs = memwal_merge.pending_generations(store, region, 0)
+    tables = [memwal_merge.read_generation(r, store) for r in refs]
+    upserts, deletes, _ = memwal_merge.dedup_generations(tables, ["id"], SCHEMA)
     t = time.perf_counter()
     b = lance.dataset(path).merge_insert("id").when_matched_update_all().when_not_matched_insert_all()
     pred = keys_predicate(deletes, ["id"])
@@ -172,7 +166,7 @@ def main() -> None:
     sizes = [int(x) for x in args.sizes.split(",") if x]
     engines = [e for e in args.engines.split(",") if e]
     limit_malloc_arenas()  # as `memwal merge` does (memwal.jobs.run_job)
-    dedups = {"local": local_dedup}
+    dedups = {"local": memwal_merge.local_dedup}
     spark = None
     if "spark" in engines:
         from spark_jobs.common import build_spark

@@ -4,6 +4,7 @@ import uuid
 
 import pyarrow as pa
 import pytest
+from maintenance import write_generations
 from tables import create_base, open_base, rows, sorted_rows
 
 from memwal import merge as merge_mod
@@ -20,13 +21,7 @@ def _table_with_generations(loc, region, gens):
     """gens: list of (put_ids, tag, delete_ids), one flushed generation each."""
     create_base(loc, ids=range(10))
     open_base(loc).initialize_mem_wal(unsharded=True)
-    with RegionWriter(loc.uri, region, storage_options=loc.storage_options, config=ONE_GEN_PER_FLUSH) as w:
-        for put_ids, tag, delete_ids in gens:
-            if put_ids:
-                w.put(rows(put_ids, tag))
-            if delete_ids:
-                w.delete(pa.table({"id": pa.array(delete_ids, pa.int64())}))
-            w.flush()
+    write_generations(loc, region, gens)
 
 
 GENS = [

@@ -12,16 +12,14 @@ import lance
 import pyarrow as pa
 import pytest
 from lance.optimize import Compaction, CompactionOptions
-from maintenance import merge_without_our_lock
+from maintenance import merge_without_our_lock, write_generations
 from tables import lance_core_scan, open_base, rows, view
 
 from memwal import merge_commit
 from memwal.mem_wal_index import load_index, read_details_at
 from memwal.merge import MergeConfig, merge_region
 from memwal.reader import LsmReader
-from memwal.writer import RegionWriter, WriterConfig
 
-ONE_GEN_PER_FLUSH = WriterConfig(max_memtable_rows=10**9, max_flush_interval_s=None)
 ONE = MergeConfig(max_generations_per_commit=1)
 # gen 1 deletes base keys 3 and 4 and inserts 20, 21; gen 2 re-inserts 3 and deletes 20; gen 3 updates 21
 GENS = [([20, 21], "g1", [3, 4]), ([3], "g2", [20]), ([21], "g3", [])]
@@ -41,13 +39,7 @@ def _table(loc, gens, fragment_rows: int = 1024) -> str:
     open_base(loc).create_scalar_index("id", "BTREE")
     open_base(loc).initialize_mem_wal(unsharded=True)
     region = str(uuid.uuid4())
-    with RegionWriter(loc.uri, region, config=ONE_GEN_PER_FLUSH) as w:
-        for put_ids, tag, delete_ids in gens:
-            if put_ids:
-                w.put(rows(put_ids, tag))
-            if delete_ids:
-                w.delete(pa.table({"id": pa.array(delete_ids, pa.int64())}))
-            w.flush()
+    write_generations(loc, region, gens)
     return region
 
 
