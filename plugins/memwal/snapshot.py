@@ -27,7 +27,7 @@ from memwal import naming, wal
 from memwal.errors import MemWalError
 from memwal.faults import fault_point
 from memwal.generation import open_generation
-from memwal.mem_wal_index import MemWalIndexDetails, commit_details, load_index
+from memwal.mem_wal_index import MemWalIndexDetails, commit_details, load_index, recent_transactions
 from memwal.region_manifest import RegionManifest, list_regions, load_latest_manifest
 from memwal.region_spec import RegionSpec, evaluate, source_names_from_schema
 from memwal.storage import ObjectStore, lance_storage_options
@@ -167,7 +167,7 @@ def _snapshot_entry_uuids(uri: str, storage_options: dict[str, str] | None, look
     """UUIDs the __lance_mem_wal entry had in recent details rewrites, newest first."""
     ds = lance.dataset(uri, storage_options=lance_storage_options(storage_options))
     out = []
-    for txn in ds.get_transactions(recent_transactions=lookback):
+    for txn in recent_transactions(ds, lookback):
         if txn is not None and type(txn.operation).__name__ == "CreateIndex":
             out += [i.uuid for i in txn.operation.new_indices if i.name == naming.MEM_WAL_INDEX_NAME]
     return out

@@ -133,7 +133,7 @@ def test_stale_merge_in_the_details_rebase_window_loses_an_update(local_location
     import memwal.merge as merge_mod
     import memwal.snapshot as snapshot_mod
     from memwal.merge import local_dedup, pending_generations
-    from memwal.schema import primary_key_columns
+    from memwal.primary_key import primary_key_columns
 
     loc = local_location
     region = _table(loc)
