@@ -159,24 +159,23 @@ def add_job_arguments(parser: argparse.ArgumentParser, job: str) -> None:
         raise ValueError(f"unknown job {job!r}; expected one of {JOBS}")
 
 
-def _ratio(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"{value} is not between 0 and 1")
-    return value
+def _number_in(low: float, high: float | None = None) -> Callable[[str], float]:
+    """An argparse type: a number in [low, high] (no upper bound when high is None)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"{value} is not between {low:g} and {high:g}" if high is not None
+                                             else f"{value} is not >= {low:g}")
+        return value
+
+    return parse
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} is negative")
-    return value
+_ratio, _seconds = _number_in(0, 1), _number_in(0)
 
 
 def job_argv(job: str, values: argparse.Namespace | dict[str, Any]) -> list[str]:
