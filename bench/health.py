@@ -11,7 +11,11 @@
    1.2x of cycle 10 for storage, fragments and versions; merge time and peak RSS within 15%.
 2. Compaction on Spark: a 64-fragment table compacted in process and by `spark_jobs/compaction.py` through
    spark-submit on local[2] (tasks on the executors); the ratio of the jobs' own durations.
-3. `--scaling`: issue 10's scaling on a workload whose dedup task work dominates (16 regions x 4
+3. Compaction while merges run (`--skip-contention` leaves it out): a 64-fragment table merged in a loop by
+   another process (each merge upserts random keys, so it writes deletion vectors into most fragments), and
+   a forced compaction with the MemWAL index lock (`use_lock`) and without: preempted commits, tasks
+   committed, and the merges' durations meanwhile.
+4. `--scaling`: issue 10's scaling on a workload whose dedup task work dominates (16 regions x 4
    generations x 50,000 rows), through bench/maintenance.py's harness: local[1] against local[2].
 
 Numbers from a shared, loaded machine are noisy: compare ratios from the same run.
@@ -159,6 +163,52 @@ def compaction_on_spark(work: str, fragments: int, rows_per_fragment: int, targe
     return out
 
 
+def merger_child(path: str, stop_file: str) -> None:
+    """Until stop_file exists: write one generation of random upserts into one region, merge it; one JSON
+    line per merge (its duration)."""
+    rng = np.random.default_rng(3)
+    region = str(uuid.uuid4())
+    n = lance.dataset(path).count_rows()
+    tag = 1000
+    while not os.path.exists(stop_file):
+        tag += 1
+        with RegionWriter(path, region, config=ONE_GEN_PER_FLUSH) as w:
+            w.put(_rows(rng.choice(n, size=2_000, replace=False), tag))
+        t = time.perf_counter()
+        merge_table(path)
+        print(json.dumps({"merge_s": time.perf_counter() - t, "at": time.time()}), flush=True)
+
+
+def compaction_under_merges(work: str, fragments: int, rows_per_fragment: int, target: int) -> dict:
+    out: dict = {}
+    for use_lock in (False, True):
+        path = os.path.join(work, f"contention-{use_lock}")
+        fragmented_table(path, fragments, rows_per_fragment)
+        stop = os.path.join(work, f"stop-{use_lock}")
+        child = subprocess.Popen([sys.executable, __file__, "--merger-child", path, stop], stdout=subprocess.PIPE,
+                                 text=True)
+        while not (child.stdout.readline() or child.poll() is not None):  # the first merge is done
+            pass
+        started = time.time()
+        s = compact_table(path, config=CompactionConfig(force=True, target_rows_per_fragment=target,
+                                                        use_lock=use_lock, max_attempts=10))
+        ended = time.time()
+        open(stop, "w").close()
+        lines, _ = child.communicate(timeout=600)
+        merges = [json.loads(x) for x in lines.splitlines() if x.startswith("{")]
+        during = sorted(m["merge_s"] for m in merges if started <= m["at"] <= ended + 60)
+        out["lock" if use_lock else "no lock"] = {
+            "duration_s": s.duration_s, "rounds": s.rounds, "tasks_planned": s.tasks_planned,
+            "tasks_committed": s.tasks_committed, "preempted_commits": s.preempted_commits,
+            "tasks_preempted": s.tasks_preempted, "lock_held_s": s.lock_held_s, "error": s.error,
+            "fragments_after": s.health_after["fragments"], "merges_during": len(during),
+            "merge_s_median": during[len(during) // 2] if during else None, "merge_s_max": max(during, default=None)}
+        name = "lock" if use_lock else "no lock"
+        log(f"compaction under merges ({name}): {json.dumps(out[name])}")
+        shutil.rmtree(path)
+    return out
+
+
 def _ratio(name: str, value: float, target: str | None = None, ok: bool | None = None) -> str:
     tail = f"   (target {target}: {'met' if ok else 'NOT met'})" if target else ""
     return f"ratio {name}: {value:.2f}{tail}"
@@ -191,6 +241,17 @@ def report(results: dict) -> None:
                             s["in_process"]["duration_s"] / s["local[2]"]["duration_s"]))
 
 
+def report_contention(c: dict) -> None:
+    print("\ncompaction while another process merges in a loop (random upserts: deletion vectors in most fragments)")
+    for name, r in c.items():
+        print(f"  {name:8s} {r['duration_s']:6.2f} s, {r['rounds']} rounds, "
+              f"{r['tasks_committed']}/{r['tasks_planned']} tasks committed, {r['preempted_commits']} commits "
+              f"preempted ({r['tasks_preempted']} tasks), fragments after {r['fragments_after']}; MemWAL index lock held "
+              f"{r['lock_held_s']:.2f} s; {r['merges_during']} merges meanwhile (median "
+              f"{r['merge_s_median'] or 0:.2f} s, max {r['merge_s_max'] or 0:.2f} s)"
+              + (f"; {r['error']}" if r["error"] else ""))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cycles", type=int, default=40)
@@ -203,6 +264,8 @@ def main() -> None:
     p.add_argument("--rows-per-fragment", type=int, default=20_000)
     p.add_argument("--target-rows", type=int, default=80_000, help="compaction target on the 64-fragment table")
     p.add_argument("--skip-spark", action="store_true")
+    p.add_argument("--skip-contention", action="store_true")
+    p.add_argument("--merger-child", nargs=2, default=None, help=argparse.SUPPRESS)
     p.add_argument("--scaling", action="store_true",
                    help="also run issue 10's scaling (bench/maintenance.py: 16 regions x 4 x 50,000 rows)")
     p.add_argument("--dir", default=None)
@@ -211,6 +274,8 @@ def main() -> None:
     args = p.parse_args()
     if args.merge_child:
         return merge_child(args.merge_child)
+    if args.merger_child:
+        return merger_child(*args.merger_child)
     work = tempfile.mkdtemp(prefix="bench-health-", dir=args.dir)
     results: dict = {"settings": vars(args), "lance": lance.__version__}
     try:
@@ -221,9 +286,15 @@ def main() -> None:
         if not args.skip_spark:
             log(f"compaction of a {args.fragments}-fragment table: in process, then Spark local[2]")
             results["spark"] = compaction_on_spark(work, args.fragments, args.rows_per_fragment, args.target_rows)
+        if not args.skip_contention:
+            log("compaction while another process merges in a loop, without and with the MemWAL index lock")
+            results["contention"] = compaction_under_merges(work, args.fragments, args.rows_per_fragment,
+                                                            args.target_rows)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     report(results)
+    if "contention" in results:
+        report_contention(results["contention"])
     if args.out:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=2, default=str)

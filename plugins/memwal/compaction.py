@@ -240,7 +240,8 @@ def compact_table(uri: str, storage_options: dict[str, str] | None = None, confi
                 more = _round(store.uri, storage_options, config, execute, summary)
             finally:
                 _restore_catchup(store.uri, storage_options, catchup, config.use_lock)
-            summary.lock_held_s += time.monotonic() - t1
+            if config.use_lock:
+                summary.lock_held_s += time.monotonic() - t1
         summary.rounds += 1
         if summary.preempted_commits > committed_before:
             refused += 1
