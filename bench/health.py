@@ -246,7 +246,7 @@ def report_contention(c: dict) -> None:
     for name, r in c.items():
         print(f"  {name:8s} {r['duration_s']:6.2f} s, {r['rounds']} rounds, "
               f"{r['tasks_committed']}/{r['tasks_planned']} tasks committed, {r['preempted_commits']} commits "
-              f"preempted ({r['tasks_preempted']} tasks), fragments after {r['fragments_after']}; MemWAL index lock held "
+              f"preempted ({r['tasks_preempted']} tasks), fragments after {r['fragments_after']}; lock held "
               f"{r['lock_held_s']:.2f} s; {r['merges_during']} merges meanwhile (median "
               f"{r['merge_s_median'] or 0:.2f} s, max {r['merge_s_max'] or 0:.2f} s)"
               + (f"; {r['error']}" if r["error"] else ""))
