@@ -1,7 +1,7 @@
 """Health benchmark: does the maintenance DAG alone keep a table bounded? One run, ratios printed.
 
-1. Cycles: one table (a 100,000-row base, 4 regions) through 40 cycles of writes (per region and cycle one
-   generation of 2,500 upserts of keys the region owns, drawn from a fixed key space, and 125 deletes: a
+1. Cycles: one table (a 1,000,000-row base, 4 regions) through 40 cycles of writes (per region and cycle one
+   generation of 25,000 upserts of keys the region owns, drawn from a fixed key space, and 1,250 deletes: a
    steady workload) each followed by the maintenance DAG's jobs in its order: merge -> catch-up ->
    compaction when due -> retention -> snapshot -> GC. Once with retention and compaction on (policy:
    versions older than 0 s go, keep the newest 10; compaction due at 2 small fragments or a deleted-row
@@ -260,14 +260,14 @@ def report_contention(c: dict) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cycles", type=int, default=40)
-    p.add_argument("--base-rows", type=int, default=100_000)
+    p.add_argument("--base-rows", type=int, default=1_000_000)
     p.add_argument("--regions", type=int, default=4)
-    p.add_argument("--rows", type=int, default=2_500, help="upserts per region and cycle")
+    p.add_argument("--rows", type=int, default=25_000, help="upserts per region and cycle")
     p.add_argument("--measure-at", default="10,20,40", help="cycles at which everything is measured")
     p.add_argument("--modes", default="on,off")
     p.add_argument("--fragments", type=int, default=64)
-    p.add_argument("--rows-per-fragment", type=int, default=20_000)
-    p.add_argument("--target-rows", type=int, default=80_000, help="compaction target on the 64-fragment table")
+    p.add_argument("--rows-per-fragment", type=int, default=100_000)
+    p.add_argument("--target-rows", type=int, default=400_000, help="compaction target on the 64-fragment table")
     p.add_argument("--skip-spark", action="store_true")
     p.add_argument("--skip-contention", action="store_true")
     p.add_argument("--merger-child", nargs=2, default=None, help=argparse.SUPPRESS)
