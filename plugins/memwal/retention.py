@@ -140,7 +140,7 @@ def plan_retention(uri: str, storage_options: dict[str, str] | None, config: Ret
     plan = RetentionPlan(store.uri, latest)
     for v in listed:
         version = int(v["version"])
-        ts = v["timestamp"] if v["timestamp"].tzinfo else v["timestamp"].replace(tzinfo=UTC)
+        ts = v["timestamp"].astimezone(UTC)  # pylance gives local time, naive (datetime.fromtimestamp)
         entry = VersionEntry(version, ts.isoformat(timespec="seconds"), sorted(tags.get(version, [])))
         if version == latest:
             entry.reason = "latest"
