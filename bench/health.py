@@ -306,8 +306,9 @@ def main() -> None:
     if args.scaling:
         log("issue 10's scaling: bench/maintenance.py, 16 regions x 4 generations x 50,000 rows, local[1] vs local[2]")
         subprocess.run([sys.executable, os.path.join(REPO, "bench", "maintenance.py"), "--regions", "",
-                        "--scaling-regions", "16", "--generations", "4", "--gen-rows", "50000", "--scaling-repeat", "1",
-                        "--skip-standalone", "--skip-large", *(["--dir", args.dir] if args.dir else [])], check=True)
+                        "--scaling-regions", "16", "--generations", "4", "--gen-rows", "50000",
+                        "--base-rows", "1000000", "--scaling-repeat", "1", "--skip-standalone", "--skip-large",
+                        *(["--dir", args.dir] if args.dir else [])], check=True)
 
 
 if __name__ == "__main__":
