@@ -79,14 +79,18 @@ def job_parser(job: str, description: str | None = None) -> JobArgumentParser:
 
 
 def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> argparse.Namespace:
-    """parse_args plus `args.storage_options` (dict or None) and `args.regions` (list or None)."""
+    """parse_args plus what the library takes: `args.handle` (the table, `memwal.table.MemWalTable`),
+    `args.options` (`memwal.job_config.JobOptions`) and `args.regions` (list or None)."""
+    from memwal.table import MemWalTable
+
     args = parser.parse_args(argv)
-    try:
-        jobs.validate_job_arguments(parser.job, args)
-        args.storage_options = jobs.job_options(args)
-    except argparse.ArgumentTypeError as exc:
-        parser.error(str(exc))
     args.regions = list(dict.fromkeys(args.region or [])) or None
+    try:
+        args.options = jobs.job_options(parser.job, args)
+        jobs.validate_job_options(parser.job, args.options, args.regions)
+        args.handle = MemWalTable(args.table, jobs.storage_options_of(args))
+    except (argparse.ArgumentTypeError, ValueError) as exc:
+        parser.error(str(exc))
     return args
 
 

@@ -77,7 +77,8 @@ def build_parser():
 
 
 def run(spark, args):
-    return jobs.run_job("snapshot", args, read_manifests=spark_manifest_reader(spark))
+    return jobs.run_job("snapshot", args.handle, args.options, args.regions,
+                        read_manifests=spark_manifest_reader(spark))
 
 
 def main(argv: list[str] | None = None) -> int:

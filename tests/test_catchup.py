@@ -1,9 +1,9 @@
-from maintenance import build_table
+from maintenance import build_table, merge_region
 from tables import open_base
 
 from memwal.catchup import catchup_table, indexed_read_plan
 from memwal.mem_wal_index import load_index
-from memwal.merge import merge_region, merge_table
+from memwal.merge import merge_table
 from memwal.region_manifest import load_latest_manifest
 from memwal.status import table_status
 

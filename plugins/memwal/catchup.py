@@ -18,10 +18,9 @@ from dataclasses import asdict, dataclass, field, replace
 
 import lance
 
-from memwal.mem_wal_index import MemWalIndexDetails, commit_details, load_index
+from memwal.mem_wal_index import MemWalIndexDetails
 from memwal.region_manifest import RegionManifest
-from memwal.status import maintained_indexes
-from memwal.storage import lance_storage_options
+from memwal.table import MemWalTable, TableLike
 
 __all__ = ["CatchupSummary", "IndexCatchupResult", "IndexedReadPlan", "catchup_table", "indexed_read_plan"]
 
@@ -68,26 +67,24 @@ def _uncovered(ds0: lance.LanceDataset, ds1: lance.LanceDataset, name: str) -> l
     return sorted((frags0 & frags1) - _covered_fragments(ds1, name))
 
 
-def catchup_table(
-    uri: str, storage_options: dict[str, str] | None = None, index_names: Sequence[str] | None = None
-) -> CatchupSummary:
+def catchup_table(table: TableLike, index_names: Sequence[str] | None = None) -> CatchupSummary:
     """Optimise every maintained index (or the given ones) and record what it now covers."""
     started = time.monotonic()
-    opts = lance_storage_options(storage_options)
-    index0 = load_index(uri, storage_options)
+    table = MemWalTable.of(table)
+    index0 = table.refresh().index
     summary = CatchupSummary(index0.table_uri, read_version=index0.table_version)
     merged = dict(index0.details.merged_generations)
-    names = list(index_names) if index_names is not None else maintained_indexes(index0, storage_options)
+    names = list(index_names) if index_names is not None else table.maintained_indexes()
     for name in names:
         result = IndexCatchupResult(name)
         t0 = time.monotonic()
         try:
-            ds0 = lance.dataset(index0.table_uri, version=index0.table_version, storage_options=opts)
+            ds0 = table.dataset.checkout_version(index0.table_version)
             if _uncovered(ds0, ds0, name):
                 ds0.optimize.optimize_indices(index_names=[name])
                 result.optimized = True
                 summary.commits += 1
-            ds1 = lance.dataset(index0.table_uri, storage_options=opts)
+            ds1 = table.refresh().dataset
             result.uncovered_fragments = _uncovered(ds0, ds1, name)
             result.covered = not result.uncovered_fragments
             if result.covered:
@@ -112,11 +109,11 @@ def catchup_table(
         return replace(d, index_catchup=catchup)
 
     if recorded:
-        committed = commit_details(index0.table_uri, storage_options, mutate)
+        committed = table.commit_details(mutate)
         summary.commits += 1
         summary.table_version_after = committed.table_version
     else:
-        summary.table_version_after = lance.dataset(index0.table_uri, storage_options=opts).version
+        summary.table_version_after = table.refresh().version
     summary.duration_s = time.monotonic() - started
     return summary
 

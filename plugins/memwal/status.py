@@ -18,14 +18,14 @@ import lance
 
 from memwal import naming
 from memwal.errors import MemWalError
-from memwal.mem_wal_index import MemWalIndex, load_index
-from memwal.region_manifest import list_regions, load_latest_manifest
+from memwal.mem_wal_index import MemWalIndex
+from memwal.region_manifest import load_latest_manifest
 from memwal.storage import ObjectStore, lance_storage_options
+from memwal.table import MemWalTable, TableLike
 
 __all__ = [
     "RegionStatus",
     "TableStatus",
-    "maintained_indexes",
     "region_status",
     "table_status",
 ]
@@ -74,17 +74,6 @@ class TableStatus:
         return out
 
 
-def maintained_indexes(index: MemWalIndex, storage_options: dict[str, str] | None) -> list[str]:
-    """Base-table indexes the MemWAL maintains: the listed ones, or all of them (maintain_all_indexes)."""
-    if index.details.maintained_indexes:
-        return list(index.details.maintained_indexes)
-    if not index.details.maintain_all_indexes:
-        return []
-    ds = lance.dataset(index.table_uri, version=index.table_version,
-                       storage_options=lance_storage_options(storage_options))
-    return sorted({i.name for i in ds.describe_indices() if i.name != naming.MEM_WAL_INDEX_NAME})
-
-
 def region_status(
     store: ObjectStore, index: MemWalIndex, region_id: str, indexes: Sequence[str], now: float | None = None
 ) -> RegionStatus:
@@ -129,19 +118,17 @@ def region_status(
     return status
 
 
-def table_status(
-    uri: str, storage_options: dict[str, str] | None = None, regions: Sequence[str] | None = None
-) -> TableStatus:
-    """Status of every region (or the given ones), read in parallel."""
-    store = ObjectStore(uri, storage_options)
-    index = load_index(store.uri, storage_options)
-    indexes = maintained_indexes(index, storage_options)
-    ids = list(regions) if regions is not None else list_regions(store)
+def table_status(table: TableLike, regions: Sequence[str] | None = None) -> TableStatus:
+    """Status of every region (or the given ones), read in parallel, as of the handle's version."""
+    table = MemWalTable.of(table)
+    index = table.index
+    indexes = table.maintained_indexes()
+    ids = list(regions) if regions is not None else table.regions()
     now = time.time()
     with ThreadPoolExecutor(max_workers=8) as pool:
-        statuses = list(pool.map(lambda r: region_status(store, index, r, indexes, now), ids))
+        statuses = list(pool.map(lambda r: region_status(table.store, index, r, indexes, now), ids))
     return TableStatus(
-        table_uri=store.uri,
+        table_uri=table.uri,
         table_version=index.table_version,
         generated_at=datetime.now(UTC).isoformat(timespec="seconds"),
         regions=statuses,
