@@ -33,7 +33,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from memwal import jobs
+from memwal import errors, jobs
 
 __all__ = [
     "EXIT_FAILED",
@@ -232,8 +232,7 @@ def _start_logging(level: str) -> logging.Handler:
 def one_line(exc: BaseException) -> str:
     """`Type: first line of the message`, at most 1000 characters."""
     text = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
-    text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-    return text if len(text) <= 1000 else text[:997] + "..."
+    return errors.one_line(f"{type(exc).__name__}: {text}" if text else type(exc).__name__, 1000)
 
 
 _EXC_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit): .+")

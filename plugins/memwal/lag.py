@@ -44,15 +44,15 @@ def validate_thresholds(thresholds: Mapping[str, Any] | None, where: str = "thre
 
 
 def measure(table: MemWalTable, now: float | None = None) -> dict[str, Any]:
-    """`memwal status` of the table (its JSON summary) plus `snapshot_ts_millis` and `snapshot_age_s`, from
-    one index load.
+    """`memwal status` of the table at its latest version (the handle is refreshed: a poller keeps one
+    handle) plus `snapshot_ts_millis` and `snapshot_age_s`, from one index load.
 
     snapshot_age_s is None when no snapshot was ever written.
     """
     from memwal.status import table_status  # here, not at import: DAG files import this module
 
     now = time.time() if now is None else now
-    summary = table_status(table).to_dict()
+    summary = table_status(table.refresh()).to_dict()
     ts = table.details.snapshot_ts_millis
     summary["snapshot_ts_millis"] = ts or None
     summary["snapshot_age_s"] = max(0.0, now - ts / 1000.0) if ts else None

@@ -36,6 +36,7 @@ from memwal.generation import open_generation
 from memwal.job_config import MergeConfig
 from memwal.mem_wal_index import load_index
 from memwal.memory import release_unused
+from memwal.planning import leading_batch
 from memwal.region_manifest import load_latest_manifest, select_regions
 from memwal.sql import keys_predicate
 from memwal.storage import ObjectStore
@@ -178,16 +179,8 @@ def pending_generations(table: MemWalTable, region_id: str, merged_generation: i
 
 def plan_batch(pending: Sequence[GenerationRef], config: MergeConfig) -> list[GenerationRef]:
     """The first consecutive generations that fit one commit (always at least one)."""
-    batch: list[GenerationRef] = []
-    total = 0
-    for ref in pending:
-        if batch and (
-            len(batch) >= config.max_generations_per_commit or total + ref.nbytes > config.max_bytes_per_commit
-        ):
-            break
-        batch.append(ref)
-        total += ref.nbytes
-    return batch
+    n = leading_batch([r.nbytes for r in pending], config.max_generations_per_commit, config.max_bytes_per_commit)
+    return list(pending[:n])
 
 
 def plan_commits(

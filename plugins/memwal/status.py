@@ -17,7 +17,8 @@ from datetime import UTC, datetime
 import lance
 
 from memwal import naming
-from memwal.errors import MemWalError
+from memwal.errors import MemWalError, one_line
+from memwal.generation import open_generation
 from memwal.mem_wal_index import MemWalIndex
 from memwal.region_manifest import load_latest_manifest
 from memwal.storage import ObjectStore, lance_storage_options
@@ -26,6 +27,7 @@ from memwal.table import MemWalTable, TableLike
 __all__ = [
     "RegionStatus",
     "TableStatus",
+    "pending_work",
     "region_status",
     "table_status",
 ]
@@ -134,3 +136,36 @@ def table_status(table: TableLike, regions: Sequence[str] | None = None) -> Tabl
         regions=statuses,
         maintained_indexes=indexes,
     )
+
+
+def pending_work(table: MemWalTable, regions: Sequence[str] | None = None,
+                 up_to_generation: int | None = None) -> list[dict]:
+    """What a merge would do now, per region with unmerged generations: region_id, merged_generation,
+    generations (ascending), generation_bytes, rows, bytes; a region whose manifest cannot be read is
+    listed with its error (its merge reports it)."""
+    from memwal.merge import pending_generations
+
+    index = table.index
+    out = []
+    for rid in list(regions) if regions else sorted(table.regions()):
+        merged = index.details.merged_generation(rid)
+        try:
+            refs = pending_generations(table, rid, merged)
+        except (MemWalError, OSError) as exc:
+            out.append({"region_id": rid, "merged_generation": merged, "generations": [], "rows": 0,
+                        "bytes": 0, "error": one_line(exc)})
+            continue
+        refs = [r for r in refs if up_to_generation is None or r.generation <= up_to_generation]
+        if refs:
+            out.append({"region_id": rid, "merged_generation": merged, "generations": [r.generation for r in refs],
+                        "rows": sum(_rows(table.store, r) for r in refs), "bytes": sum(r.nbytes for r in refs),
+                        "generation_bytes": [r.nbytes for r in refs]})
+    return out
+
+
+def _rows(store: ObjectStore, ref) -> int:
+    """Rows of a pending generation (0 if it cannot be read: its merge reports why)."""
+    try:
+        return open_generation(store, ref.region_id, ref.generation, ref.path).count_rows()
+    except (MemWalError, OSError, ValueError):
+        return 0
