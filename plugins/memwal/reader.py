@@ -23,9 +23,11 @@ import pyarrow.compute as pc
 from memwal import naming
 from memwal.dedup import GEN_COLUMN, ROWADDR_COLUMN, newest_per_key
 from memwal.errors import MemWalError, MemWalNotInitializedError, MissingGenerationError
+from memwal.field_ids import source_names_from_schema
 from memwal.generation import open_generation
+from memwal.pruning import prune
 from memwal.region_manifest import RegionManifest
-from memwal.region_spec import parse_simple_predicates, prune, source_names_from_schema
+from memwal.sql_predicates import parse_simple_predicates
 from memwal.table import MemWalTable, TableLike
 
 __all__ = ["LsmReader", "Source"]

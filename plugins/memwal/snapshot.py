@@ -26,13 +26,15 @@ from lance.file import LanceFileReader, LanceFileWriter
 from memwal import naming, wal
 from memwal.errors import MemWalError
 from memwal.faults import fault_point
+from memwal.field_ids import source_names_from_schema
 from memwal.generation import open_generation
 from memwal.job_config import DEFAULT_INLINE_THRESHOLD
 from memwal.mem_wal_index import MemWalIndexDetails
 from memwal.region_manifest import RegionManifest, load_latest_manifest
-from memwal.region_spec import RegionSpec, evaluate, source_names_from_schema
+from memwal.region_spec import RegionSpec
 from memwal.storage import ObjectStore
 from memwal.table import MemWalTable, TableLike
+from memwal.transforms import evaluate
 
 __all__ = [
     "DEFAULT_INLINE_THRESHOLD",
