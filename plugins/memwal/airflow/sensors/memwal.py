@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
+from functools import cached_property
 from typing import Any
 
 from airflow.configuration import conf
@@ -53,11 +54,16 @@ class MemWalLagSensor(BaseSensorOperator):
         cfg = get_table(self.table)
         return cfg, (self.thresholds if self.thresholds is not None else thresholds_of(cfg))
 
-    def _check(self) -> tuple[bool, dict[str, Any]]:
+    @cached_property
+    def hook(self) -> Any:
+        """One hook per sensor: pokes in one worker process reuse its opened table (each poke refreshes it)."""
         from memwal.airflow.hooks.memwal import MemWalHook
 
+        return MemWalHook.for_table(self._config()[0])
+
+    def _check(self) -> tuple[bool, dict[str, Any]]:
         cfg, thresholds = self._config()
-        summary = measure(MemWalHook.for_table(cfg).table(cfg))
+        summary = measure(self.hook.table(cfg))
         found = breaches(summary, thresholds)
         for b in found:
             self.log.info("table %s: %s", cfg.name, b["message"])
