@@ -1,5 +1,6 @@
-"""MemWalHook: one MemWAL table's storage (the `memwal` connection), its status, and the four jobs,
-run in-process or submitted with the Spark provider's SparkSubmitHook.
+"""MemWalHook: the tables of one `memwal` connection, each opened once per hook as a `memwal.table.MemWalTable`
+(`hook.table(cfg)`), their status, and the four jobs, run in-process or submitted with the Spark provider's
+SparkSubmitHook. An operator builds one hook (its cached `hook` property).
 
 Connection `memwal` (the form fields come from `memwal.airflow.get_provider_info`):
     host      -> aws_endpoint (e.g. http://127.0.0.1:9000; empty: the store's default)
