@@ -16,6 +16,9 @@ import pytest
 
 from memwal.storage import ObjectStore
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from s3_decoy import isolate_environment
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 from ports import free_port  # noqa: E402  (re-exported for the tests)
@@ -36,9 +39,15 @@ class Location:
         return Location(self.kind, f"{self.uri.rstrip('/')}/{name}", self.storage_options)
 
 
+# S3 tests see S3 only through what the code under test passes: from here on, this process and every child
+# (Airflow, spark-submit, Spark workers, the CLI) have an environment whose S3 is a refusing decoy.
+isolate_environment()
+
+
 @pytest.fixture(scope="session")
 def s3_endpoint():
-    """A moto S3 server on 127.0.0.1 for this test session; yields its endpoint URL."""
+    """A moto S3 server on 127.0.0.1 for this test session; yields its endpoint URL. Nothing reaches it
+    unless the code under test passes this endpoint (see the decoy above)."""
     port = free_port()
     moto = Path(sys.executable).with_name("moto_server")
     proc = subprocess.Popen(
@@ -47,15 +56,6 @@ def s3_endpoint():
         stderr=subprocess.DEVNULL,
     )
     endpoint = f"http://127.0.0.1:{port}"
-    # Some Lance core code paths (the LSM point-lookup planner) drop storage options and fall back to the
-    # environment: point that at moto too, and never at an instance-metadata service.
-    env = {
-        "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1",
-        "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT": endpoint, "AWS_ENDPOINT_URL": endpoint,
-        "AWS_ALLOW_HTTP": "true", "AWS_EC2_METADATA_DISABLED": "true",
-    }
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
     deadline = time.monotonic() + 30
     while True:
         try:
@@ -69,11 +69,6 @@ def s3_endpoint():
     yield endpoint
     proc.terminate()
     proc.wait(timeout=10)
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
 
 
 def s3_options(endpoint: str) -> dict[str, str]:

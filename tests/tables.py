@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import lance
 import pyarrow as pa
+import pyarrow.fs as pafs
 from lance.mem_wal import LsmScanner, ShardSnapshot
 
-from memwal.region_manifest import list_regions, load_latest_manifest
-from memwal.storage import ObjectStore, lance_storage_options
+from memwal._proto import memwal_pb2
+from memwal.storage import lance_storage_options
 
 PK = {"lance-schema:unenforced-primary-key": "true"}
 SCHEMA = pa.schema(
@@ -38,19 +43,77 @@ def open_base(location, version=None) -> lance.LanceDataset:
     )
 
 
+def _filesystem(location) -> tuple[pafs.FileSystem, str]:
+    """A pyarrow filesystem and the table's path in it: a plain listing, none of memwal.storage."""
+    if not location.uri.startswith("s3://"):
+        return pafs.LocalFileSystem(), location.uri
+    o = location.storage_options or {}
+    endpoint = o["aws_endpoint"]
+    fs = pafs.S3FileSystem(
+        access_key=o.get("aws_access_key_id"), secret_key=o.get("aws_secret_access_key"),
+        region=o.get("aws_region", "us-east-1"), endpoint_override=endpoint.split("://", 1)[1],
+        scheme=endpoint.split("://", 1)[0],
+    )
+    return fs, location.uri[len("s3://"):]
+
+
+def _latest_manifest(fs: pafs.FileSystem, region_dir: str) -> memwal_pb2.RegionManifest | None:
+    """The highest-numbered region manifest (names are the 64-bit version, bits reversed), decoded with
+    the generated protobuf code alone."""
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(f"{region_dir}/manifest", allow_not_found=True))
+    except FileNotFoundError:
+        return None
+    versions = {
+        int(i.base_name[: -len(".binpb")][::-1], 2): i.path for i in infos if i.base_name.endswith(".binpb")
+    }
+    if not versions:
+        return None
+    with fs.open_input_stream(versions[max(versions)]) as f:
+        msg = memwal_pb2.RegionManifest.FromString(f.read())
+    assert msg.version == max(versions), f"{versions[max(versions)]} holds version {msg.version}"
+    return msg
+
+
 def lance_core_snapshots(location) -> list[ShardSnapshot]:
-    """ShardSnapshots of every region, from the region manifests (what Lance core's reader needs)."""
-    store = ObjectStore(location.uri, location.storage_options)
+    """ShardSnapshots of every region, for Lance core's reader: built from a plain pyarrow listing and the
+    generated protobuf, independently of memwal.region_manifest (so the oracle cannot share its bugs)."""
+    fs, root = _filesystem(location)
+    regions = fs.get_file_info(pafs.FileSelector(f"{root}/_mem_wal", allow_not_found=True))
     snaps = []
-    for region_id in list_regions(store):
-        m = load_latest_manifest(store, region_id)
-        snap = ShardSnapshot(region_id).with_spec_id(m.region_spec_id).with_current_generation(
+    for region in sorted((i for i in regions if i.type == pafs.FileType.Directory), key=lambda i: i.path):
+        m = _latest_manifest(fs, region.path)
+        if m is None:
+            continue
+        snap = ShardSnapshot(region.base_name).with_spec_id(m.region_spec_id).with_current_generation(
             m.current_generation
         )
         for fg in m.flushed_generations:
             snap = snap.with_sstable(fg.generation, fg.path)
         snaps.append(snap)
     return snaps
+
+
+@contextmanager
+def lance_core_env(location) -> Iterator[None]:
+    """The one place a test lends S3 settings to the environment: Lance core's LsmPointLookupPlanner opens
+    the flushed generations without the base table's storage options (a Lance core gap, not ours), so
+    for the duration of the block the environment points at this location's S3 instead of the decoy."""
+    o = location.storage_options or {}
+    env = {} if not location.uri.startswith("s3://") else {
+        "AWS_ENDPOINT": o["aws_endpoint"], "AWS_ENDPOINT_URL": o["aws_endpoint"], "AWS_ALLOW_HTTP": "true",
+        "AWS_ACCESS_KEY_ID": o["aws_access_key_id"], "AWS_SECRET_ACCESS_KEY": o["aws_secret_access_key"],
+    }
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def lance_core_scan(location) -> pa.Table:

@@ -6,7 +6,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from lance.mem_wal import LsmPointLookupPlanner, LsmScanner
-from tables import create_base, lance_core_scan, lance_core_snapshots, open_base, rows, sorted_rows
+from tables import (
+    create_base,
+    lance_core_env,
+    lance_core_scan,
+    lance_core_snapshots,
+    open_base,
+    rows,
+    sorted_rows,
+)
 
 from memwal.reader import LsmReader
 from memwal.table import MemWalTable
@@ -61,7 +69,7 @@ def test_our_reader_matches_lance_core_on_lance_core_writes(location):
 
 
 def test_lance_core_reader_matches_ours_on_our_writes(location):
-    """On S3, Lance core's point lookup needs the environment the s3_endpoint fixture sets (see there)."""
+    """On S3, Lance core's point lookup drops storage options: only it runs inside lance_core_env."""
     create_base(location, ids=range(10))
     open_base(location).initialize_mem_wal(unsharded=True)
     region = str(uuid.uuid4())
@@ -74,7 +82,8 @@ def test_lance_core_reader_matches_ours_on_our_writes(location):
 
     planner = LsmPointLookupPlanner(open_base(location), lance_core_snapshots(location), ["id"])
     for key in [0, 1, 3, 5, 9, 12, 14, 20, 99]:
-        theirs = planner.plan_lookup(pa.array([key], pa.int64())).to_table()
+        with lance_core_env(location):
+            theirs = planner.plan_lookup(pa.array([key], pa.int64())).to_table()
         theirs = theirs.select(["id", "name", "score"]).to_pylist()
         mine = ours.get(key)
         assert (theirs[0] if theirs else None) == mine, f"point lookup of {key} differs from Lance core"
@@ -143,3 +152,24 @@ def test_equality_filter_prunes_regions_without_changing_results(local_location)
     full = LsmReader(loc.uri)
     assert sorted_rows(full.scan(filter="id >= 0")) == sorted_rows(lance_core_scan(loc))
     assert full.last_scan_regions is None, "a range filter cannot prune"
+
+
+def test_the_lance_core_oracle_does_not_read_through_our_region_manifest_code(local_location, monkeypatch):
+    """lance_core_snapshots decodes the region manifests itself (generated protobuf, plain listing): with
+    memwal.region_manifest's readers broken, Lance core's view is unchanged, so it can catch their bugs."""
+    import memwal.region_manifest as rm
+
+    loc = local_location
+    create_base(loc, ids=range(5))
+    open_base(loc).initialize_mem_wal(unsharded=True)
+    with RegionWriter(loc.uri, str(uuid.uuid4()), config=WriterConfig(max_flush_interval_s=None)) as w:
+        _apply(w, OPS[:2])
+    expected = sorted_rows(lance_core_scan(loc))
+
+    def broken(*args, **kwargs):
+        raise AssertionError("the oracle must not use memwal.region_manifest")
+
+    for name in ("list_regions", "load_latest_manifest", "load_manifest", "decode_manifest", "latest_version"):
+        monkeypatch.setattr(rm, name, broken)
+    assert sorted_rows(lance_core_scan(loc)) == expected
+    assert {r["id"] for r in expected} == {2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 14}

@@ -6,7 +6,6 @@ from __future__ import annotations
 import glob
 import math
 import struct
-import time
 import uuid
 
 import lance
@@ -613,14 +612,12 @@ def test_route_puts_every_row_in_exactly_the_group_of_its_region_value(rows):
     assert sorted(seen) == list(range(len(rows)))
 
 
-def test_route_of_a_million_int64_rows_takes_well_under_two_seconds():
+def test_route_of_a_million_int64_rows_fills_every_bucket():
+    """Its speed is measured in bench/route.py against Lance core, not bounded here."""
     ids = np.random.default_rng(1).integers(-(2**63), 2**63 - 1, 1_000_000, dtype=np.int64)
     table = pa.table({"id": ids})
-    start = time.perf_counter()
     groups = route(spec(bucket("b", 16)), table, {0: "id"})
-    elapsed = time.perf_counter() - start
     assert sum(g.num_rows for g in groups.values()) == 1_000_000 and len(groups) == 16
-    assert elapsed < 2.0, elapsed
 
 
 def test_route_of_an_empty_batch_is_empty():

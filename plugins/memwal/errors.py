@@ -60,6 +60,10 @@ class NoPrimaryKeyError(MemWalError):
     """The schema has no unenforced primary key. Mark the key column(s) with lance-schema:unenforced-primary-key."""
 
 
+class InvalidPrimaryKeyError(MemWalError):
+    """The primary key field metadata contradicts itself (see memwal.primary_key). Fix the named columns' metadata."""
+
+
 class RegionSpecError(MemWalError):
     """A region spec is invalid (unknown transform, missing parameter, unknown source field). Fix the spec."""
 

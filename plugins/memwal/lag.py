@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from memwal.table import MemWalTable
+    from memwal.table import TableLike
 
 __all__ = ["REGION_THRESHOLDS", "TABLE_THRESHOLDS", "THRESHOLD_KEYS", "breaches", "measure", "validate_thresholds"]
 
@@ -43,14 +43,16 @@ def validate_thresholds(thresholds: Mapping[str, Any] | None, where: str = "thre
     return out
 
 
-def measure(table: MemWalTable, now: float | None = None) -> dict[str, Any]:
+def measure(table: TableLike, now: float | None = None) -> dict[str, Any]:
     """`memwal status` of the table at its latest version (the handle is refreshed: a poller keeps one
     handle) plus `snapshot_ts_millis` and `snapshot_age_s`, from one index load.
 
     snapshot_age_s is None when no snapshot was ever written.
     """
     from memwal.status import table_status  # here, not at import: DAG files import this module
+    from memwal.table import MemWalTable
 
+    table = MemWalTable.of(table)
     now = time.time() if now is None else now
     summary = table_status(table.refresh()).to_dict()
     ts = table.details.snapshot_ts_millis

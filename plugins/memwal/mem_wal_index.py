@@ -453,7 +453,7 @@ def initialize_mem_wal(
     except MemWalNotInitializedError:
         pass
     ds = open_table(uri, storage_options)
-    from memwal.schema import primary_key_columns
+    from memwal.primary_key import primary_key_columns
 
     primary_key_columns(ds.schema, where=uri)
     details = MemWalIndexDetails(

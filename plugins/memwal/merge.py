@@ -458,6 +458,8 @@ def _merge_regions(
                     replan = True
                     break
                 markers = [(refs[0].region_id, refs[-1].generation) for refs in batches]
+                log.info("merge of %s read and deduplicated; committing (under the MemWAL index lock)",
+                         ", ".join(f"region {r} up to generation {g}" for r, g in markers))
                 fault_point("merge.before_commit")
                 t1 = time.monotonic()
                 if len(batches) == 1:

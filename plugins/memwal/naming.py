@@ -29,6 +29,8 @@ TOMBSTONE_COLUMN = "_tombstone"
 WRITER_EPOCH_KEY = b"writer_epoch"
 GENERATION_KEY = b"generation"
 PRIMARY_KEY_METADATA = b"lance-schema:unenforced-primary-key"
+# LanceDB marks its key with the position alone (memwal.primary_key has the rule).
+PRIMARY_KEY_POSITION_METADATA = b"lance-schema:unenforced-primary-key:position"
 REGION_FIELD_PREFIX = "region_field_"
 
 _BITS = 64

@@ -1,5 +1,4 @@
-"""Schemas: the base table's unenforced primary key, and the `_tombstone` column of WAL entries and
-flushed generations."""
+"""Schemas: the `_tombstone` column of WAL entries and flushed generations."""
 
 from __future__ import annotations
 
@@ -7,24 +6,8 @@ import numpy as np
 import pyarrow as pa
 
 from memwal import naming
-from memwal.errors import NoPrimaryKeyError
 
-__all__ = ["primary_key_columns", "tombstone_schema", "with_tombstone"]
-
-
-def primary_key_columns(schema: pa.Schema, where: str = "schema") -> list[str]:
-    """Names of the columns marked lance-schema:unenforced-primary-key, in schema order."""
-    pk = [
-        f.name
-        for f in schema
-        if f.metadata and f.metadata.get(naming.PRIMARY_KEY_METADATA, b"").lower() == b"true"
-    ]
-    if not pk:
-        raise NoPrimaryKeyError(
-            f"{where} has no primary key: mark the key column(s) with field metadata "
-            f"{naming.PRIMARY_KEY_METADATA.decode()}='true' (columns: {schema.names})"
-        )
-    return pk
+__all__ = ["tombstone_schema", "with_tombstone"]
 
 
 def tombstone_schema(schema: pa.Schema) -> pa.Schema:

@@ -19,8 +19,8 @@ import pyarrow as pa
 from memwal import naming
 from memwal.lock import TableLock, index_lock
 from memwal.mem_wal_index import MemWalIndex, MemWalIndexDetails, commit_details, index_of
+from memwal.primary_key import primary_key_columns
 from memwal.region_manifest import RegionManifest, list_regions, load_latest_manifest
-from memwal.schema import primary_key_columns
 from memwal.storage import ObjectStore, lance_storage_options
 
 __all__ = ["MemWalTable", "TableLike"]

@@ -26,8 +26,9 @@ from memwal.errors import (
 from memwal.faults import fault_point
 from memwal.generation import write_generation
 from memwal.memtable import MemTable
+from memwal.primary_key import primary_key_columns
 from memwal.region_manifest import FlushedGeneration, RegionManifest, canonical_region_id, load_latest_manifest
-from memwal.schema import primary_key_columns, tombstone_schema, with_tombstone
+from memwal.schema import tombstone_schema, with_tombstone
 from memwal.storage import ObjectStore, lance_storage_options
 
 __all__ = ["RegionWriter", "WriterConfig", "WriterStats"]

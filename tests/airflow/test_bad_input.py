@@ -10,6 +10,7 @@ import shutil
 import socket
 
 import lance
+import pyarrow as pa
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 from airflow_support import lance_core_table, merged_generations, run_dag, tables_file, task_states
@@ -91,6 +92,23 @@ def test_a_table_without_memwal_is_named(configure, local_location):
         MemWalCatchupOperator(task_id="c", table="t1").execute({})
     text = one_line_error(exc)
     assert "table 't1'" in text and "has no MemWAL index" in text and "initialise MemWAL" in text
+    assert open_base(local_location).version == before
+
+
+def test_contradicting_primary_key_metadata_fails_the_merge_once_naming_the_columns(configure, local_location):
+    """Two columns claim key position 1: the merge task fails with one line naming the table and both
+    columns (not once per region, not retried), and nothing is merged."""
+    pos = {"lance-schema:unenforced-primary-key:position": "1"}
+    schema = pa.schema([pa.field("a", pa.int64(), nullable=False, metadata=pos),
+                        pa.field("b", pa.int64(), nullable=False, metadata=pos)])
+    lance.write_dataset(pa.table({"a": [1], "b": [2]}, schema=schema), local_location.uri)
+    open_base(local_location).initialize_mem_wal(unsharded=True)
+    configure(t1={"uri": local_location.uri, "engine": "in_process"})
+    before = open_base(local_location).version
+    with pytest.raises(AirflowFailException) as exc:
+        MemWalMergeOperator(task_id="m", table="t1").execute({})
+    text = one_line_error(exc)
+    assert "table 't1'" in text and "columns 'a' and 'b' both have primary key position 1" in text, text
     assert open_base(local_location).version == before
 
 

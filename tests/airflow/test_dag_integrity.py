@@ -1,5 +1,6 @@
 """DAG integrity: every DAG file under dags/ imports through Airflow's DagBag with no import error and no
-warning, in bounded time, without touching the tables (their storage is unreachable here); the Params
+warning, without touching the tables (their storage and connections do not exist here, so any I/O at parse
+time is an import error; a stall is one too, through Airflow's own dagbag_import_timeout); the Params
 forms accept good values and refuse bad ones; a bad table entry is one import error naming the table and
 the key while the other tables' DAGs still load."""
 
@@ -15,9 +16,6 @@ from airflow_support import REPO, tables_file
 
 PROBE = Path(__file__).resolve().with_name("dag_probe.py")
 REGION = "8b19c123-b7b0-4108-9e62-5eacb1d7087c"
-# Per-file parse time bound (DagBag's own measurement; measured 0.01-2.4 s on the loaded 2-core machine, the
-# first file paying for the imports; Airflow's default dagbag_import_timeout is 30 s).
-MAX_PARSE_S = 10.0
 UNREACHABLE = {"uri": "s3://nowhere/t", "conn_id": "no_such_connection", "engine": "spark",
                "spark_conn_id": "no_such_spark"}
 
@@ -56,14 +54,6 @@ def test_every_dag_file_imports_without_errors_or_warnings(parsed):
     assert parsed["captured_warnings"] == {} and parsed["python_warnings"] == []
     files = {p.name for p in (REPO / "dags").glob("*.py")}
     assert files <= set(parsed["parse_s"]), "every DAG file was parsed"
-
-
-def test_dag_files_parse_in_bounded_time_without_touching_storage(parsed):
-    """The tables point at storage, connections and a Spark master that do not exist: parsing would fail
-    or stall if a DAG file did I/O beyond reading the tables file."""
-    print("parse time per file (s):", json.dumps(parsed["parse_s"]))
-    slow = {f: s for f, s in parsed["parse_s"].items() if f.startswith("memwal_") and s > MAX_PARSE_S}
-    assert not slow, f"DAG files must parse within {MAX_PARSE_S}s: {slow}"
 
 
 def test_one_maintenance_dag_per_table_with_the_expected_wiring(parsed):

@@ -4,8 +4,12 @@ merged_generations reach every flushed generation, and the XCom summaries say wh
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import sys
 import uuid
+from pathlib import Path
 
 import pytest
 from airflow_support import (
@@ -21,7 +25,11 @@ from airflow_support import (
     task_states,
     xcom,
 )
+from lancedb_peer import INDEX, LanceDbTable, round_batches
 from tables import open_base
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
+from e2e_support import SparkSubmitRecorder  # the e2e tests' recording spark-submit
 
 SPARK_LOCAL = json.dumps({"conn_type": "spark", "host": "local[2]"})
 FAST_JVM = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
@@ -89,8 +97,9 @@ def test_memwal_merge_on_spark_via_spark_submit_hook_on_s3_keeps_the_secret_out(
     """engine spark (the form overrides the table's in_process): the Spark provider's SparkSubmitHook submits
     spark_jobs/merge.py with the table's Spark connection (local[2]); the storage options come from a
     `memwal` connection whose secret is a canary, passed as --storage-options-json @FILE. The merge is
-    right, the job's own summary is the XCom, and the canary is in no log line, XCom or asset event, and
-    the options file is gone."""
+    right, the job's own summary is the XCom, the canary reached the job (its hash, recorded by a wrapping
+    spark-submit from the options file) and is in no log line, XCom, asset event or argv, and the options
+    file is gone."""
     loc = s3_location
     regions = lance_core_table(loc, regions=2, generations=2)
     expected = lsm_view(loc)
@@ -101,6 +110,11 @@ def test_memwal_merge_on_spark_via_spark_submit_hook_on_s3_keeps_the_secret_out(
     env = _table_env(tmp_path, loc, conn_id="s3_canary", spark_conn_id="spark_local2", spark_conf=FAST_JVM)
     env["AIRFLOW_CONN_S3_CANARY"] = json.dumps(conn)
     env["TMPDIR"] = str(tmp_path)
+    # spark-submit through a recording wrapper: it records the SHA-256 of the secret in the options file the
+    # job was given (the positive control: the canary reached the job, so its absence elsewhere means something)
+    recorder = SparkSubmitRecorder(tmp_path / "recorder").install()
+    env["SPARK_HOME"] = recorder.spark_home
+    env["PATH"] = f"{recorder.bin}{os.pathsep}{airflow_home.get('PATH', '')}"
 
     report = run_dag(airflow_home, "memwal_merge", {"table": "t1", "engine": "spark"}, extra_env=env)
 
@@ -113,7 +127,10 @@ def test_memwal_merge_on_spark_via_spark_submit_hook_on_s3_keeps_the_secret_out(
     assert base_rows(loc) == expected
     assert merged_generations(loc) == {r: 2 for r in regions}
     public = json.dumps({k: v for k, v in report.items() if k != "log"}) + report["log"]
+    assert [r["secret_sha256"] for r in recorder.records()] == [hashlib.sha256(canary.encode()).hexdigest()], \
+        "control: the connection's secret (the canary) reached the Spark job, in its storage options file"
     assert canary not in public, "the connection's secret must not reach logs, XCom or asset events"
+    assert not [a for r in recorder.records() for a in r["argv"] if canary in a], "nor the spark-submit argv"
     assert not list(tmp_path.glob("memwal-merge-*")), "the storage options file is deleted after the job"
 
 
@@ -178,3 +195,28 @@ def test_memwal_backfill_drains_in_bounded_chunks_resumes_and_is_safe_twice(airf
     assert [[(r["region_id"], r["generations"]) for r in c["regions"]] for c in xcom(again, "merge_chunk")] == \
         [[(b, [3])]], "a rerun resumes from merged_generations"
     assert base_rows(loc) == expected and merged_generations(loc) == {a: 5, b: 3}
+
+
+def test_maintenance_dag_on_a_lancedb_table_and_lancedb_writes_on(airflow_home, local_location, tmp_path):
+    """A table LanceDB 0.40 made (key marked by position only, bucket spec, a maintained BTREE index) and
+    wrote through its LSM path for two rounds (keys repeated inside generations): one run of
+    memwal_maintenance__<table> merges every generation, catches the index up, refreshes the snapshot and
+    runs GC; LanceDB's query() and count_rows() then equal the model, and LanceDB writes on."""
+    t = LanceDbTable(local_location)
+    t.create("bucket", maintained_index=True)
+    for r in range(2):
+        t.write_round(round_batches(r))
+    env = {"MEMWAL_TABLES_FILE": str(tables_file(tmp_path / "tables.yaml", {
+        "ldb": {"uri": t.table.uri, "engine": "in_process", "schedule": "@daily"}}))}
+
+    [report] = run_dags(airflow_home, [("memwal_maintenance__ldb", None)], extra_env=env)
+
+    assert report["state"] == "success", report["log"][-4000:]
+    assert all(s == "success" for s in task_states(report).values()), task_states(report)
+    assert t.base_rows() == t.expected(), "the merged base table equals the model"
+    assert merged_generations(t.table) == t.flushed_max(), "every LanceDB generation merged"
+    [catchup] = xcom(report, "index_catchup")
+    assert [i["index_name"] for i in catchup["indexes"] if i["covered"]] == [INDEX], catchup
+    assert t.query() == t.expected() and t.count_rows() == len(t.model)
+    t.write_round(round_batches(2))
+    assert t.query() == t.expected(), "LanceDB writes on to the table the DAG maintained"

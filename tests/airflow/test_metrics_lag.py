@@ -7,7 +7,6 @@ import json
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -53,12 +52,11 @@ def _receive(sock, count: int) -> dict[str, float]:
 def test_gauges_match_memwal_status(local_location, statsd_socket):
     loc = local_location
     regions = lance_core_table(loc, regions=2, generations=2)
-    started = time.time()
     cli = json.loads(subprocess.run([MEMWAL, "status", loc.uri, "--json"], capture_output=True, text=True,
                                     check=True).stdout)
     summary = measure(loc.uri)
     sent = emit_lag_metrics("orders.eu", summary, breaches=1)
-    elapsed = time.time() - started
+    measured = {r["region_id"]: r for r in summary["regions"]}
     got = _receive(statsd_socket, len(sent))
     t = metric_table_name("orders.eu")
     assert t == "orders_eu", "a dot in the table name would add a StatsD level"
@@ -71,7 +69,8 @@ def test_gauges_match_memwal_status(local_location, statsd_socket):
         for key in ("unmerged_generations", "unmerged_rows", "unmerged_bytes", "index_lag_generations"):
             assert got[f"{p}.{key}"] == r[key], f"{p}.{key} equals memwal status"
         age = got[f"{p}.oldest_unmerged_age_s"]
-        assert r["oldest_unmerged_age_s"] <= age <= r["oldest_unmerged_age_s"] + elapsed + 1
+        assert age == measured[rid]["oldest_unmerged_age_s"], "the gauge sends the measured age unchanged"
+        assert 0 < r["oldest_unmerged_age_s"] <= age, "same generations, measured after the CLI: no younger"
         assert got[f"{p}.unreadable"] == 0
     for key in ("unmerged_generations", "unmerged_rows", "unmerged_bytes"):
         assert got[f"airflow.memwal.{t}.{key}"] == cli[key], f"table {key} equals memwal status"
@@ -82,14 +81,14 @@ def test_gauges_match_memwal_status(local_location, statsd_socket):
 
 
 def test_snapshot_age_is_sent_once_a_snapshot_exists(local_location, statsd_socket):
+    from memwal.mem_wal_index import load_index
     from memwal.snapshot import refresh_snapshot
 
     loc = local_location
     lance_core_table(loc, regions=1, generations=1)
-    before = time.time()
     refresh_snapshot(loc.uri)
-    summary = measure(loc.uri)
-    after = time.time()
+    written = load_index(loc.uri).details.snapshot_ts_millis / 1000.0
+    summary = measure(loc.uri, now=written + 42.5)  # a fixed clock: the age is observed, not timed
     sent = dict(emit_lag_metrics("t", summary))
     got = _receive(statsd_socket, len(sent))
-    assert 0 <= got["airflow.memwal.t.snapshot_age_s"] <= after - before + 1
+    assert got["airflow.memwal.t.snapshot_age_s"] == 42.5

@@ -9,6 +9,7 @@ import json
 
 import pytest
 from airflow_support import add_generations, lance_core_table
+from s3_decoy import NOT_REACHED
 
 from memwal.airflow.triggers.memwal import MemWalLagEventTrigger, MemWalLagTrigger
 from memwal.merge import merge_table
@@ -106,17 +107,26 @@ def test_plain_trigger_fires_when_within(local_location):
     assert event.payload["status"] == "success" and event.payload["unmerged_generations"] == 0
 
 
+def _s3_trigger(loc, monkeypatch, removed: str | None = None) -> MemWalLagEventTrigger:
+    """The event trigger on loc through a `memwal` env connection, with the endpoint (host) or the keys
+    (login, password) removed from that connection for a positive control."""
+    opts = loc.storage_options
+    conn = {"conn_type": "memwal", "host": opts["aws_endpoint"], "login": opts["aws_access_key_id"],
+            "password": opts["aws_secret_access_key"], "extra": {"region": "us-east-1", "allow_http": True}}
+    for field in {"endpoint": ("host",), "keys": ("login", "password"), None: ()}[removed]:
+        conn.pop(field)
+    monkeypatch.setenv("AIRFLOW_CONN_LAG_S3", json.dumps(conn))
+    return MemWalLagEventTrigger(table="s3t", table_uri=loc.uri, conn_id="lag_s3",
+                                 thresholds={"max_unmerged_generations": 1}, poll_interval_s=0.01)
+
+
 @pytest.mark.s3
 def test_event_trigger_reads_s3_through_the_connection(s3_location, monkeypatch):
     """Credentials live in the `memwal` connection (here an env connection); kwargs name it only."""
     loc = s3_location
     lance_core_table(loc, regions=1, generations=2)
     opts = loc.storage_options
-    conn = {"conn_type": "memwal", "host": opts["aws_endpoint"], "login": opts["aws_access_key_id"],
-            "password": opts["aws_secret_access_key"], "extra": {"region": "us-east-1", "allow_http": True}}
-    monkeypatch.setenv("AIRFLOW_CONN_LAG_S3", json.dumps(conn))
-    trigger = MemWalLagEventTrigger(table="s3t", table_uri=loc.uri, conn_id="lag_s3",
-                                    thresholds={"max_unmerged_generations": 1}, poll_interval_s=0.01)
+    trigger = _s3_trigger(loc, monkeypatch)
     assert opts["aws_secret_access_key"] not in json.dumps(trigger.serialize()[1])
 
     async def first():
@@ -127,6 +137,19 @@ def test_event_trigger_reads_s3_through_the_connection(s3_location, monkeypatch)
 
     event = asyncio.run(first())
     assert event.payload["unmerged_generations"] == 2 and event.payload["table_uri"] == loc.uri
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize("removed", ["endpoint", "keys"])
+def test_event_trigger_cannot_read_s3_without_the_connections_endpoint_or_keys(s3_location, monkeypatch, removed):
+    """Positive control of the test above: the same trigger whose connection lost its endpoint or keys
+    cannot measure the table (the environment reaches no S3), so that test passes only through the
+    connection. One poll, observed directly (the trigger itself logs the failure and keeps watching)."""
+    loc = s3_location
+    lance_core_table(loc, regions=1, generations=2)
+    trigger = _s3_trigger(loc, monkeypatch, removed)
+    with pytest.raises(Exception, match=NOT_REACHED):
+        asyncio.run(trigger._poll())
 
 
 def test_maintenance_dag_registers_the_watcher_without_secrets(airflow_home, local_location, tmp_path):

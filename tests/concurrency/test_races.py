@@ -5,8 +5,11 @@ the table and sample the MemWAL index. Afterwards:
 - merged_generations never decreased (sampled every few ms, and over every retained table version);
 - no read during the race failed for an unmerged generation or missed a row that was there all along
   (keys the writer never touches are checked on every read);
-- Lance core's LsmScanner agrees with our reader.
-And two writers fighting over one region: the fenced one never commits a region manifest.
+- Lance core's LsmScanner agrees with our reader;
+- what the race claims happened, counted: every worker ran, the writer flushed, the index was sampled, a
+  read succeeded, a merge conflicted (forced: worker.py's first merger) and GC deleted a generation.
+And two writers fighting over one region: the fenced one never commits a region manifest (a fence is
+forced: both claim before either flushes).
 """
 
 from __future__ import annotations
@@ -141,7 +144,7 @@ class Observer:
     def _sample(self) -> None:
         seen: dict[str, int] = {}
         raw_seen: dict[str, int] = {}
-        while time.time() < self.stop_at:
+        while self.samples == 0 or time.time() < self.stop_at:  # at least one sample, even when late
             try:
                 merged = load_index(self.loc.uri, self.loc.storage_options).merged_generations
                 raw = load_index(self.loc.uri, self.loc.storage_options, monotone=False).merged_generations
@@ -186,7 +189,9 @@ class Observer:
 
     def _read(self) -> None:
         uri, so = self.loc.uri, self.loc.storage_options
-        while time.time() < self.stop_at:
+        # Until stop_at, and then until one read succeeded: a run whose every read failed (even as
+        # "transient") proves nothing about reads, and the test requires a successful one.
+        while self.reads == 0 or time.time() < self.stop_at:
             try:
                 reader = LsmReader(MemWalTable(uri, so))
                 got = view(reader.scan())
@@ -212,10 +217,14 @@ def run_race(loc, record_property, capsys, label: str, race_s: float = RACE_S) -
     stop_at = start_at + race_s
     common = {"start_at": start_at, "stop_at": stop_at}
     workers = [spawn(tmp, loc, "writer", regions=regions, keys=WRITER_KEYS, seed=1, **common)]
-    # the third merger deduplicates on Spark (the multi-region batch job, staged files) against the other two
-    workers += [spawn(tmp, loc, "merger", seed=10 + i, spark=i == 2, **common) for i in range(3)]
+    # the third merger deduplicates on Spark (the multi-region batch job, staged files) against the other two;
+    # the first one's first run is made to conflict, and the others start when it has (worker.py)
+    go = str(tmp / "forced-conflict-done")
+    workers += [spawn(tmp, loc, "merger", seed=10 + i, spark=i == 2, force_conflict=i == 0, go_file=go, **common)
+                for i in range(3)]
     workers += [spawn(tmp, loc, "snapshot", seed=20, **common)]
-    workers += [spawn(tmp, loc, "gc", seed=30, cleanup_s=2.0, grace_period_s=30.0, **common)]
+    # grace 10 s: the setup's generations (written before the start-up wait) can be collected during the race
+    workers += [spawn(tmp, loc, "gc", seed=30, cleanup_s=2.0, grace_period_s=10.0, **common)]
     time.sleep(max(0.0, start_at - time.time()))
     with Observer(loc, stable, stop_at) as obs:
         pass
@@ -268,6 +277,17 @@ def run_race(loc, record_property, capsys, label: str, race_s: float = RACE_S) -
     assert spark_runs and all(r.get("engine") == "spark" for r in spark_runs), "the Spark merger must have run"
     gc_deleted = sum(r.get("deleted", {}).get("generation", 0) for r in jobs if r.get("job") == "gc")
     flushes = sum(r.get("op") == "flush" for r in writer_records)
+    # What the race claims, counted (each made certain by the workers and the observer, not by timing):
+    ran = {role: sum("job" in r for r in rs) for role, rs in records.items() if role != "writer0"}
+    assert all(ran.values()), f"every job worker ran at least once: {ran}"
+    assert {r["job"] for r in records["snapshot4"]} == {"snapshot", "catchup"}, "snapshot and catch-up both ran"
+    assert flushes >= 1 and len(writer_records) - 1 >= 2, "the writer acknowledged writes and flushed"
+    assert obs.samples >= 1, "the MemWAL index was sampled"
+    assert obs.reads >= 1, f"no read succeeded ({len(obs.transient)} failed as transient)"
+    forced = [r for r in records["merger1"] if r.get("forced_conflict")]
+    assert forced and forced[0]["conflicts"] >= 1, f"the forced merge conflict was not counted: {forced}"
+    assert count("merge", "conflicts") >= 1, "merges conflicted"
+    assert gc_deleted >= 1, "GC deleted a merged generation"
     line = (f"[memwal race {label}] {race_s:.0f}s: writer {len(writer_records) - 1} acked ops ({flushes} flushes); "
             f"merges {sum(r.get('job') == 'merge' for r in jobs)} runs / {count('merge', 'commits')} commits / "
             f"{count('merge', 'conflicts')} conflicts (on Spark: {len(spark_runs)} runs / "
@@ -334,6 +354,8 @@ def test_two_writers_fighting_over_one_region(local_location, record_property, c
         later = [m.writer_epoch for m in manifests if m.version > f["version"]]
         assert all(e >= f["epoch"] for e in later)
     fenced = [r for rs in records for r in rs if "fenced" in r]
+    assert fenced, "the fighters' forced first flush fences the older claim"
+    assert all(any(r.get("op") == "put" for r in rs) for rs in records), "both fighters wrote"
     for r in fenced:
         assert any(m.writer_epoch > r["fenced"] for m in manifests), f"fenced without a newer claim: {r}"
     model: Model = {i: (f"base{i}", i / 2) for i in range(3)}

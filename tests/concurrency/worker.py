@@ -4,14 +4,17 @@ and prints one JSON line (flushed) per acknowledged write or finished job run.
     python worker.py '{"role": "writer", "uri": ..., "storage_options": ..., "start_at": t, "stop_at": t, ...}'
 
 Roles:
-- writer: puts/deletes on `keys` (routed to `regions` by key % len(regions)) and flushes; every
-  acknowledged operation is printed before the next one starts; closes its writers at the end.
+- writer: puts/deletes on `keys` (routed to `regions` by key % len(regions)) and flushes (a put and a
+  flush first); every acknowledged operation is printed before the next one starts; closes its writers.
 - merger: merge_table in a loop (random generations per commit); with "spark": true, deduplicated on Spark
-  (local[1], the session started before the common start time).
+  (local[1], the session started before the common start time). With "force_conflict": true its first run
+  is made to conflict (see _forced_conflict) and the other mergers wait for it (go_file).
 - snapshot: refresh_snapshot (inline) alternating with catchup_table.
-- gc: Lance cleanup_old_versions(older_than=cleanup_s) then gc_table in a loop.
-- fighter: claims `region`, writes and flushes; when fenced, claims again (two fighters steal the region
-  from each other). Prints its epoch with every flush and every fence.
+- gc: Lance cleanup_old_versions(older_than=cleanup_s) then gc_table in a loop; past stop_at, until it has
+  deleted a generation.
+- fighter: claims `region`, waits until both fighters claimed, writes and flushes (the older claim is
+  certain to be fenced); when fenced, claims again. Prints its epoch with every flush and every fence.
+Every loop runs at least once, even when the worker starts after stop_at.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import random
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -45,11 +49,11 @@ def writer(spec: dict, rng: random.Random) -> None:
     config = WriterConfig(max_memtable_rows=10**9, max_memtable_bytes=10**12, max_flush_interval_s=None)
     writers = [RegionWriter(uri, r, storage_options=so, config=config) for r in regions]
     n = 0
-    while time.time() < spec["stop_at"]:
+    while n < 2 or time.time() < spec["stop_at"]:  # a put and a flush first, even when it started late
         n += 1
         ri = rng.randrange(len(regions))
         mine = [k for k in keys if k % len(regions) == ri]
-        roll = rng.random()
+        roll = {1: 0.0, 2: 1.0}.get(n, rng.random())
         if roll < 0.6:
             ids = rng.sample(mine, rng.randint(1, 3))
             writers[ri].put(_table(ids, f"w{n}", float(n)))
@@ -78,22 +82,60 @@ def _guarded(job: str, fn) -> None:
 
 def merger(spec: dict, rng: random.Random) -> None:
     from memwal.merge import MergeConfig, local_dedup, merge_table
+    from memwal.table import MemWalTable
 
     dedup = PREPARED.get("dedup", local_dedup)
     engine = "spark" if "dedup" in PREPARED else "local"
 
-    def once() -> None:
-        summary = merge_table(spec["uri"], spec.get("storage_options"),
+    def once(forced: bool = False) -> None:
+        summary = merge_table(MemWalTable(spec["uri"], spec.get("storage_options")),
                               config=MergeConfig(max_generations_per_commit=rng.randint(1, 3)), dedup=dedup)
         emit({"job": "merge", "engine": engine, "commits": summary.commits,
-              "conflicts": sum(r.conflicts for r in summary.regions),
+              "conflicts": sum(r.conflicts for r in summary.regions), "forced_conflict": forced,
               "errors": [r.error for r in summary.regions if r.error]})
 
+    if spec.get("force_conflict"):
+        _forced_conflict(spec, lambda: once(forced=True))
+    else:
+        _wait_for(spec["go_file"])
     runs = 0
     while runs == 0 or time.time() < spec["stop_at"]:  # at least one run, even when it started late
         runs += 1
         _guarded("merge", once)
         time.sleep(rng.uniform(0, 0.05))
+
+
+def _wait_for(path: str | None) -> None:
+    """A barrier on a file (state, not time): the other mergers start once the forced conflict happened."""
+    while path and not Path(path).exists():
+        time.sleep(0.01)
+
+
+def _forced_conflict(spec: dict, run: Callable[[], None]) -> None:
+    """The first merge run, certain to conflict: right before its first commit (fault point
+    merge.before_commit) another merge_table merges the same generations, so that commit is refused as a
+    stale marker and retried. No other merger has started yet (they wait for go_file), so the setup's
+    unmerged generations are certain to be planned."""
+    import memwal.merge as merge_mod
+    from memwal.merge import merge_table
+    from memwal.table import MemWalTable
+
+    real = merge_mod.fault_point
+    fired: list[str] = []
+
+    def point(name: str) -> None:
+        if name == "merge.before_commit" and not fired:
+            fired.append(name)
+            merge_table(MemWalTable(spec["uri"], spec.get("storage_options")))  # the other merger, first to commit
+        real(name)
+
+    merge_mod.fault_point = point
+    try:
+        run()
+    finally:
+        merge_mod.fault_point = real
+        Path(spec["go_file"]).touch()
+    assert fired, "the forced conflict did not fire: nothing was planned"
 
 
 def prepare_spark_merger() -> None:
@@ -108,17 +150,18 @@ def prepare_spark_merger() -> None:
 def snapshot(spec: dict, rng: random.Random) -> None:
     from memwal.catchup import catchup_table
     from memwal.snapshot import refresh_snapshot
+    from memwal.table import MemWalTable
 
     def snap() -> None:
-        s = refresh_snapshot(spec["uri"], spec.get("storage_options"), inline_threshold=100)
+        s = refresh_snapshot(MemWalTable(spec["uri"], spec.get("storage_options")), inline_threshold=100)
         emit({"job": "snapshot", "regions": s.num_regions, "version": s.table_version, "errors": []})
 
     def catch_up() -> None:
-        c = catchup_table(spec["uri"], spec.get("storage_options"))
+        c = catchup_table(MemWalTable(spec["uri"], spec.get("storage_options")))
         emit({"job": "catchup", "errors": [x.error for x in c.indexes if x.error]})
 
     i = 0
-    while time.time() < spec["stop_at"]:
+    while i < 2 or time.time() < spec["stop_at"]:  # a snapshot and a catch-up, even when it started late
         i += 1
         _guarded("snapshot" if i % 2 else "catchup", snap if i % 2 else catch_up)
         time.sleep(rng.uniform(0, 0.05))
@@ -127,21 +170,31 @@ def snapshot(spec: dict, rng: random.Random) -> None:
 def gc(spec: dict, rng: random.Random) -> None:
     import lance
 
+    from memwal.catchup import catchup_table
     from memwal.gc import GcConfig, gc_table
     from memwal.storage import lance_storage_options
+    from memwal.table import MemWalTable
 
-    def once() -> None:
+    deleted_generations = 0
+
+    def once(closing: bool) -> None:
+        nonlocal deleted_generations
+        if closing:  # the snapshot worker may have stopped before catching up the last merge
+            catchup_table(MemWalTable(spec["uri"], spec.get("storage_options")))
         ds = lance.dataset(spec["uri"], storage_options=lance_storage_options(spec.get("storage_options")))
         ds.cleanup_old_versions(older_than=timedelta(seconds=spec.get("cleanup_s", 2.0)))
-        s = gc_table(spec["uri"], spec.get("storage_options"),
+        s = gc_table(MemWalTable(spec["uri"], spec.get("storage_options")),
                      config=GcConfig(grace_period_s=spec.get("grace_period_s", 30.0), keep_manifest_versions=3))
         kinds: dict[str, int] = {}
         for a in s.actions:
             kinds[a.kind] = kinds.get(a.kind, 0) + 1
-        emit({"job": "gc", "deleted": kinds, "errors": [r.error for r in s.regions if r.error]})
+        deleted_generations += kinds.get("generation", 0)
+        emit({"job": "gc", "deleted": kinds, "closing": closing, "errors": [r.error for r in s.regions if r.error]})
 
-    while time.time() < spec["stop_at"]:
-        _guarded("gc", once)
+    # After stop_at it goes on (with its own catch-up) until it has deleted a generation: the setup's merged
+    # generations are past the grace period, so that is certain, not a matter of timing.
+    while time.time() < spec["stop_at"] or not deleted_generations:
+        _guarded("gc", lambda: once(closing=time.time() >= spec["stop_at"]))
         time.sleep(rng.uniform(0.05, 0.2))
 
 
@@ -162,11 +215,19 @@ def fighter(spec: dict, rng: random.Random) -> None:
             return w
 
     w = claim()
+    # Certain fence: once both fighters have claimed (stored epoch >= 2), each puts and flushes first; the
+    # older claim's flush is fenced whatever the timing.
+    from memwal.region_manifest import load_latest_manifest
+    from memwal.storage import ObjectStore
+
+    store = ObjectStore(uri, so)
+    while load_latest_manifest(store, region).writer_epoch < 2:
+        time.sleep(0.01)
     n = 0
-    while time.time() < spec["stop_at"]:
+    while n < 2 or time.time() < spec["stop_at"]:
         n += 1
         try:
-            if rng.random() < 0.7:
+            if {1: 0.0, 2: 1.0}.get(n, rng.random()) < 0.7:
                 ids = rng.sample(keys, rng.randint(1, 2))
                 w.put(_table(ids, f"{spec['name']}{n}", float(n)))
                 emit({"op": "put", "ids": ids, "tag": f"{spec['name']}{n}", "score": float(n), "epoch": w.writer_epoch})

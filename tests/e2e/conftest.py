@@ -104,7 +104,7 @@ def deployment(s3_endpoint, tmp_path_factory):
     spark = SparkStandalone(root / "spark").start()
     webhook = WebhookServer().start()
     recorder = SparkSubmitRecorder(root / "recorder").install()
-    sampler = ProcSampler(needles=(canary,)).start()
+    sampler = ProcSampler(needles=(canary, webhook.url)).start()
     connections = {
         CONN_STORAGE: {"conn_type": "memwal", "host": s3_endpoint, "login": storage["aws_access_key_id"],
                        "password": canary, "extra": {"region": "us-east-1", "allow_http": True}},

@@ -68,6 +68,11 @@ class SparkStandalone:
                          "--work-dir", str(self.workdir / "work")])
         return self
 
+    def log_files(self) -> list[Path]:
+        """The master's and worker's logs and every executor's stdout/stderr (work/app-*/N/)."""
+        return sorted(p for p in self.workdir.rglob("*") if p.is_file() and (
+            p.suffix == ".log" or p.name in ("stdout", "stderr")))
+
     def wait_alive(self, timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout
         while True:
@@ -248,7 +253,8 @@ class WebhookServer:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        # The path carries a unique token, as a Slack webhook URL does: the whole URL is a secret (README).
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook/{uuid.uuid4().hex}"
         self._thread = threading.Thread(target=self.server.serve_forever, name="webhook", daemon=True)
 
     def start(self) -> WebhookServer:

@@ -25,6 +25,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.s3]
 log = logging.getLogger("e2e")
 
 MERGE = "memwal_merge"
+COMMITTING = "read and deduplicated; committing"  # memwal.merge's log line right before a commit
 MONITOR = "memwal_lag_monitor"
 RUN_TIMEOUT = 300.0
 
@@ -93,7 +94,8 @@ def test_merge_triggered_through_rest_api_merges_and_emits_asset_event(deploymen
 def test_merge_and_maintenance_at_once_apply_every_generation_once(deployment: Deployment):
     """clicks: 2 regions x 8 generations. memwal_merge (both regions) and memwal_maintenance__clicks are
     triggered together, in-process (the table's engine); the test holds the MemWAL index lock (which every
-    merge commit takes) until both merge tasks run, so their commits contend. Rule: both succeed, every
+    merge commit takes) until both merge tasks are committing, so their commits contend. Rule: both succeed,
+    at least one commit was refused or overtaken (counted in the summaries), every
     generation is merged by exactly one of them (their summaries partition the generations), and the base
     table equals the model (nothing applied twice)."""
     af, t = deployment.af, deployment.tables["clicks"]
@@ -103,13 +105,19 @@ def test_merge_and_maintenance_at_once_apply_every_generation_once(deployment: D
         af.wait_for_dag(dag_id)
         af.set_paused(dag_id, False)
 
-    def merging(dag_id: str, run_id: str) -> bool:
-        return any(ti["task_id"] == "merge" and ti["state"] == "running" for ti in af.task_instances(dag_id, run_id))
+    def committing(dag_id: str, run_id: str) -> bool:
+        """A merge task of the run has read and deduplicated its generations and is committing (its log says
+        so right before it takes the MemWAL index lock): observed on the task log files, not timed."""
+        return any(COMMITTING in p.read_text(errors="replace") for p in af.logs_dir.rglob("*.log")
+                   if f"dag_id={dag_id}" in str(p) and f"run_id={run_id}" in str(p) and "task_id=merge" in str(p))
 
     with index_lock(ObjectStore(t.uri, t.storage_options)):
         merge_run = af.trigger_dag(MERGE, conf={"table": "clicks", "regions": regions}, unpause=False)
         maint_run = af.trigger_dag(maintenance("clicks"), unpause=False)
-        af.wait_until(lambda: merging(MERGE, merge_run) and merging(maintenance("clicks"), maint_run), RUN_TIMEOUT,
+        # Both have planned the same generations before either can commit: the later commit is certain to be
+        # refused (stale marker) or overtaken, so contention is asserted below, not logged.
+        af.wait_until(lambda: committing(MERGE, merge_run) and committing(maintenance("clicks"), maint_run),
+                      RUN_TIMEOUT,
                       lambda: f"{af.task_states(MERGE, merge_run)} {af.task_states(maintenance('clicks'), maint_run)}",
                       interval=0.5)
     expect_success(deployment, MERGE, merge_run)
@@ -119,13 +127,16 @@ def test_merge_and_maintenance_at_once_apply_every_generation_once(deployment: D
     assert merge_summary["failed_regions"] == []
     by_merge = region_generations(merge_summary)
     by_maintenance: dict[str, list[int]] = {}
-    for summary in mapped_xcoms(deployment, maintenance("clicks"), maint_run, "merge"):
+    maintenance_summaries = mapped_xcoms(deployment, maintenance("clicks"), maint_run, "merge")
+    for summary in maintenance_summaries:
         assert summary["failed_regions"] == []
         for region, gens in region_generations(summary).items():
             by_maintenance.setdefault(region, []).extend(gens)
-    conflicts = sum(r.get("conflicts", 0) for r in merge_summary.get("regions", []))
-    log.info("clicks: memwal_merge merged %s (%d commits refused: another merger got there first); the "
-             "maintenance DAG merged %s", by_merge, conflicts, by_maintenance)
+    conflicts = sum(r.get("conflicts", 0) for s in [merge_summary, *maintenance_summaries]
+                    for r in s.get("regions", []))
+    log.info("clicks: memwal_merge merged %s, the maintenance DAG merged %s; %d commits refused or overtaken",
+             by_merge, by_maintenance, conflicts)
+    assert conflicts >= 1, "the two merges contended: the later commit of the same generations was refused"
     for region in regions:
         mine, theirs = by_merge.get(region, []), by_maintenance.get(region, [])
         assert not set(mine) & set(theirs), f"region {region}: generations {set(mine) & set(theirs)} merged twice"
@@ -220,10 +231,12 @@ def places_containing(dep: Deployment, needle: str) -> dict[str, list[str]]:
     """Where `needle` occurs, by kind: spark-submit argv (the recording wrapper), process command lines
     (sampled from /proc), DAG run conf, rendered template fields, task logs (every try, as the UI reads them
     through the REST API), XCom values, asset events, files (every log under AIRFLOW_HOME: the components'
-    and the task logs on disk; the DAG folder; the tables file) and rows of the metadata database."""
+    and the task logs on disk; the DAG folder; the tables file), the Spark master's, worker's and executors'
+    logs, and rows of the metadata database."""
     af = dep.af
     found: dict[str, list[str]] = {k: [] for k in (
-        "argv", "process", "conf", "rendered", "log", "xcom", "asset_event", "file", "metadata_db")}
+        "argv", "process", "conf", "rendered", "log", "xcom", "asset_event", "file", "spark_log", "metadata_db")}
+    found["spark_log"] = [str(p) for p in dep.spark.log_files() if needle.encode() in p.read_bytes()]
     found["argv"] = [json.dumps(a) for a in dep.recorder.argvs() if needle in json.dumps(a)]
     found["process"] = [" ".join(a) for a in dep.sampler.argvs() + list(dep.sampler.leaks.values())
                         if needle in " ".join(a)]
@@ -257,9 +270,11 @@ def test_canary_secret_appears_nowhere(deployment: Deployment):
     in-process; every Spark job received it in its storage options file, recorded by hash). Rule: it appears
     in no task log (as the UI reads them and on disk), XCom value, rendered template field, asset event, DAG
     file, spark-submit argv (recorded by a wrapper and sampled from /proc), component log (scheduler,
-    api-server, dag-processor, triggerer) or row of the metadata database. Control: the same search finds the
-    tables' bucket name (which is no secret) in each of those places that the runs write it to, so an empty
-    result means absent, not unsearched."""
+    api-server, dag-processor, triggerer), Spark master, worker or executor log, or row of the metadata
+    database; nor does the webhook URL (a secret by the README). Controls: the same search finds the tables'
+    bucket name (which is no secret) in each of those places that the runs write it to, and every Spark
+    application's id in the master's, worker's and executors' logs, so an empty result means absent, not
+    unsearched; the secret reached every Spark job and the webhook URL reached the notifier."""
     af = deployment.af
     argvs = deployment.recorder.argvs()
     assert len(argvs) >= 3, f"the earlier tests ran spark-submit through the recorder: {argvs}"
@@ -278,9 +293,22 @@ def test_canary_secret_appears_nowhere(deployment: Deployment):
     for kind in ("argv", "process", "log", "xcom", "asset_event", "file", "metadata_db"):
         assert control[kind], f"control: the bucket name is found in {kind} (the search there works)"
     assert places_containing(deployment, "crashy")["rendered"], "control: rendered fields are searched"
+    # Control for the Spark logs (executors receive the storage options): every application that ran on the
+    # standalone cluster is named in the master's log, the worker's and its executors' own logs.
+    apps = [a["id"] for a in deployment.spark.state().get("completedapps", [])]
+    assert apps, "the earlier tests ran Spark applications on the standalone cluster"
+    for app in apps:
+        hits = places_containing(deployment, app)["spark_log"]
+        assert any(h.endswith("master.log") for h in hits) and any(h.endswith("worker.log") for h in hits), hits
+        assert any(f"/{app}/" in h and h.endswith(("stderr", "stdout")) for h in hits), (
+            f"control: executor logs of {app} are searched: {hits}")
 
     leaks = {kind: hits for kind, hits in places_containing(deployment, deployment.canary).items() if hits}
     assert not leaks, f"the canary secret leaked into: {leaks}"
+    # The webhook URL is a secret too (README, Alerts). Control: it reached the notifier (alerts arrived).
+    assert deployment.webhook.messages(), "the lag alerts reached the webhook, through the connection's URL"
+    leaks = {kind: hits for kind, hits in places_containing(deployment, deployment.webhook.url).items() if hits}
+    assert not leaks, f"the webhook URL leaked into: {leaks}"
 
 
 def metadata_tables_containing(af, needle: str) -> list[str]:

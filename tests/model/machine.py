@@ -14,8 +14,11 @@ Checked:
 - merged_generations never decreases (every step), and a merge ends exactly where it should;
 - merge and GC never change the LSM view; GC never deletes a WAL entry that is not yet flushed;
 - a stale writer never commits a region manifest: the stored writer_epoch always stays the newest;
-- at the end: every region is recovered and flushed, fully merged, and the base table equals the model
-  (no acknowledged write lost, none applied twice); a final GC changes nothing visible.
+- at the end: a closing put into every region, then every region is recovered and flushed, fully merged
+  (the final merge merges in every region, through `dedup`), and the base table equals the model (no
+  acknowledged write lost, none applied twice); a final GC deletes a merged generation in every region
+  and changes nothing visible. These end-of-sequence events are certain, so they are asserted; the
+  counts of the drawn steps are only printed.
 
 A put by a fenced writer may legitimately succeed (memwal-spec.txt, Appendix 1: epochs are checked at
 manifest updates, not on every WAL write): its entry lands at the next free WAL position and is absorbed
@@ -512,7 +515,15 @@ class LsmMachine(RuleBasedStateMachine):
     # -- the end -----------------------------------------------------------------------------------
 
     def _final_check(self) -> None:
-        """Recover and flush every region, merge everything: the base table must equal the model."""
+        """Recover and flush every region, merge everything: the base table must equal the model.
+
+        A closing put into every region first makes the end certain to merge (through `dedup`) and to GC
+        at least one generation per region, whatever the drawn steps did: those counts are asserted."""
+        for ri in range(len(self.regions)):
+            table, vals = self._rows([ri])  # key ri routes to region ri
+            self._writer(ri).put(table)
+            self.shadow[ri] = {}
+            self._apply(vals)
         for ri in range(len(self.regions)):
             if self.writers[ri] is not None:
                 self.writers[ri].close()
@@ -522,17 +533,24 @@ class LsmMachine(RuleBasedStateMachine):
                 w.close()
         assert self._lsm(False) == self.model, "after recovery the LSM view differs from the model"
         assert view(lance_core_scan(self.loc)) == self.model, "Lance core's view differs from the model"
+        before = self._check_merged_monotonic()
         summary = merge_table(MemWalTable(self.uri, self.so), dedup=self.dedup)
         assert not summary.failed_regions, [r.error for r in summary.regions]
         merged = self._check_merged_monotonic()
-        for ri, region in enumerate(self.regions):
-            if self._has_manifest(ri):
-                assert merged.get(region, 0) == self._highest_flushed(ri)
+        for region in self.regions:  # every region has a manifest now (the closing put)
+            assert merged.get(region, 0) == self._highest_flushed(self.regions.index(region))
+            assert merged[region] > before.get(region, 0), f"the final merge merged nothing in {region}"
+            type(self).stats["final_generations_merged"] += merged[region] - before.get(region, 0)
         base = lance.dataset(self.uri, storage_options=lance_storage_options(self.so))
         assert view(base.to_table()) == self.model, "the fully merged base table differs from the model"
         base.cleanup_old_versions(older_than=timedelta(0))
         catchup_table(MemWalTable(self.uri, self.so))
-        summary = gc_table(MemWalTable(self.uri, self.so), config=GcConfig(grace_period_s=0, keep_manifest_versions=1))
+        summary = gc_table(MemWalTable(self.uri, self.so),
+                           config=GcConfig(grace_period_s=0, keep_manifest_versions=1))
+        assert not [r for r in summary.regions if r.error], [r.error for r in summary.regions]
+        deleted = {a.region_id for a in summary.actions if a.kind == "generation"}
+        assert deleted == set(self.regions), (
+            f"the final GC deleted no merged generation in {set(self.regions) - deleted}")
         type(self).stats["final_gc_deleted_generations"] += sum(a.kind == "generation" for a in summary.actions)
         assert self._lsm(False) == self.model, "after the final GC the LSM view differs from the model"
         self._check_merged_monotonic()

@@ -57,6 +57,9 @@ def test_stale_writer_put_into_gc_hole_is_lost(local_location):
     merge_table(loc.uri)
     open_base(loc).cleanup_old_versions(older_than=timedelta(0))
     gc_table(loc.uri, config=GcConfig(grace_period_s=0))
+    store = loc.store()
+    assert [p for p in (1, 2) if store.exists(naming.wal_entry_path(region, p))] == [], \
+        "GC removed WAL entries 1..2: the hole the stale put falls into"
     acknowledged = True
     try:
         a.put(rows([12], "stale"))
@@ -126,11 +129,12 @@ def test_stale_merge_in_the_details_rebase_window_loses_an_update(local_location
     Fix: the MemWAL index lock (memwal.lock). A rewrite holds it from its read to its verified commit and
     every merge commit takes it, so Y and X both wait; the rewrite is never rebased over our merges.
     """
+    import memwal.lock as lock_mod
     import memwal.mem_wal_index as mwi
     import memwal.merge as merge_mod
     import memwal.snapshot as snapshot_mod
     from memwal.merge import local_dedup, pending_generations
-    from memwal.schema import primary_key_columns
+    from memwal.primary_key import primary_key_columns
 
     loc = local_location
     region = _table(loc)
@@ -153,11 +157,27 @@ def test_stale_merge_in_the_details_rebase_window_loses_an_update(local_location
         except OSError as exc:
             outcome["x"] = f"refused: {exc}"
 
+    # "Blocked" is observed, not timed: the thread read the lock and found it held by another owner (the
+    # rewrite, which holds it until this hook returns), and has not finished.
+    waiting: dict[str, threading.Event] = {}
+    real_latest = lock_mod.TableLock._latest
+
+    def observed_latest(self):
+        state = real_latest(self)
+        seen = waiting.get(threading.current_thread().name)
+        if seen is not None and state is not None and not state.released and state.owner != self.owner:
+            seen.set()
+        return state
+
+    monkeypatch.setattr(lock_mod.TableLock, "_latest", observed_latest)
+
     def start(name, target):
-        threads[name] = threading.Thread(target=target)
+        waiting[name] = threading.Event()
+        threads[name] = threading.Thread(target=target, name=name)
         threads[name].start()
-        threads[name].join(timeout=1.5)
-        outcome[f"{name}_blocked"] = threads[name].is_alive()
+        while not waiting[name].wait(0.05) and threads[name].is_alive():
+            pass
+        outcome[f"{name}_blocked"] = waiting[name].is_set() and threads[name].is_alive() and name not in outcome
 
     real_op = mwi._create_index_op
 

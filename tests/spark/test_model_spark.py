@@ -47,4 +47,6 @@ def test_lsm_model_with_spark_merges(spark, tmp_path, capsys):
               f"{calls['generations']} generations deduplicated on Spark for {calls['commits']} region batches "
               f"({calls['jobs']} batch jobs)")
     assert n >= EXAMPLES
-    assert calls["generations"] >= EXAMPLES, "the sequences must really merge through Spark"
+    # Certain, not drawn: every sequence ends with a closing put into each region and a merge_table of it
+    # (machine._final_check), so each one deduplicates at least one generation on Spark.
+    assert calls["jobs"] >= n and calls["generations"] >= n, "every sequence must really merge through Spark"

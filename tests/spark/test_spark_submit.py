@@ -8,6 +8,7 @@ import json
 import subprocess
 
 import pytest
+from s3_decoy import NOT_REACHED, S3_REMOVALS, s3_options_without
 from spark_helpers import FAST_JVM, Loc, base_rows, build_table, lsm_view
 from tables import create_base
 
@@ -80,6 +81,21 @@ def test_spark_submit_merge_on_s3(s3_location):
                                    conf=FAST_JVM)
     assert summary["table_uri"] == loc.uri
     _assert_merged(summary, loc, regions, before)
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize("removed", sorted(S3_REMOVALS))
+def test_spark_submit_on_s3_fails_without_the_endpoint_or_keys_it_was_given(s3_location, removed):
+    """Positive control of the test above: spark-submit, its driver and executors inherit an environment
+    whose S3 is a refusing decoy with no keys, so the job reaches the table only through the options it is
+    given; with the endpoint or the keys removed it fails with the reason and changes nothing."""
+    loc = s3_location
+    regions = build_table(loc)
+    before = lsm_view(loc)
+    with pytest.raises(submit.SparkJobError, match=NOT_REACHED):
+        submit.run_spark_job("merge", loc.uri, master="local[1]", conf=FAST_JVM,
+                             storage_options=s3_options_without(loc.storage_options, removed))
+    assert lsm_view(loc) == before and load_index(loc.uri, loc.storage_options).merged_generations == {}, regions
 
 
 def _reason_lines(stderr: str) -> list[str]:

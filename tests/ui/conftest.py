@@ -16,6 +16,8 @@ S3_TABLE = "ui_s3"
 S3_CONN = "ui_s3_storage"
 #: The S3 table's secret key (moto accepts any): it must never reach the page.
 S3_SECRET = "ui-canary-7f3a9c2e51"
+#: Positive controls: the same S3 table through a connection without its endpoint (host) or its keys.
+S3_CONTROLS = {"ui_s3_no_endpoint": ("host",), "ui_s3_no_keys": ("login", "password")}
 
 
 @pytest.fixture(scope="session")
@@ -66,6 +68,8 @@ def ui_tables_file(ui_table: Path, ui_s3_table: str) -> Path:
         f"    conn_id: {S3_CONN}\n"
         "    engine: in_process\n"
         "    schedule: null\n"
+        + "".join(f"  {name}:\n    uri: {ui_s3_table}\n    conn_id: {name}\n    engine: in_process\n"
+                  "    schedule: null\n" for name in S3_CONTROLS)
     )
     return path
 
@@ -78,7 +82,8 @@ def ui_airflow(ui_tables_file: Path, s3_endpoint: str):
 
     conn = {"conn_type": "memwal", "host": s3_endpoint, "login": "testing", "password": S3_SECRET,
             "extra": {"region": "us-east-1", "allow_http": True}}
-    af = LocalAirflow(tables_file=str(ui_tables_file), connections={S3_CONN: conn})
+    controls = {name: {k: v for k, v in conn.items() if k not in removed} for name, removed in S3_CONTROLS.items()}
+    af = LocalAirflow(tables_file=str(ui_tables_file), connections={S3_CONN: conn, **controls})
     af.start()
     try:
         yield af

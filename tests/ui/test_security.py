@@ -8,7 +8,8 @@ import json
 import httpx
 import pytest
 
-from tests.ui.conftest import S3_SECRET, S3_TABLE, TABLE
+from tests.s3_decoy import NOT_REACHED
+from tests.ui.conftest import S3_CONTROLS, S3_SECRET, S3_TABLE, TABLE
 
 ROUTES = [
     ("GET", "/memwal/"),
@@ -90,6 +91,16 @@ def test_a_table_on_s3_is_read_through_its_connection_and_no_secret_reaches_the_
     assert f'data-table="{S3_TABLE}"' in page
     for body in (page, json.dumps(table)):
         assert S3_SECRET not in body, "the connection's secret must never reach the page"
+
+
+@pytest.mark.parametrize("control", sorted(S3_CONTROLS))
+def test_the_s3_table_cannot_be_read_without_its_connections_endpoint_or_keys(ui_airflow, control):
+    """Positive control of the test above: the same table through a connection without its endpoint or its
+    keys shows an error instead of regions (the page's processes reach no S3 through the environment)."""
+    headers = {"Authorization": f"Bearer {ui_airflow.token('viewer')}"}
+    table = httpx.get(f"{ui_airflow.url}/memwal/api/tables/{control}", headers=headers, timeout=60).json()
+    assert table["error"] and NOT_REACHED.search(table["error"]), table
+    assert not table.get("regions"), table
 
 
 def test_merge_now_runs_as_the_signed_in_user(ui_airflow, ui_table):

@@ -182,6 +182,18 @@ class MemWalHook(BaseHook):
             self._tables[uri] = handle
         return self._tables[uri]
 
+    def _check_primary_key(self, handle: MemWalTable, what: str) -> list[str]:
+        """The table's key columns by memwal.primary_key's rule (LanceDB's position-only marker included);
+        AirflowFailException naming the table and the columns when there is none or its metadata contradicts
+        itself."""
+        from memwal.errors import InvalidPrimaryKeyError, NoPrimaryKeyError
+        from memwal.primary_key import primary_key_columns
+
+        try:
+            return primary_key_columns(handle.schema, where=what)
+        except (NoPrimaryKeyError, InvalidPrimaryKeyError) as exc:  # a retry cannot fix field metadata
+            raise AirflowFailException(one_line(exc)) from exc
+
     def validate_regions(self, table: str | TableConfig, regions: Sequence[str] | None) -> list[str] | None:
         """Canonical region ids; AirflowFailException naming a malformed or unknown one. None: all regions."""
         import uuid
@@ -266,6 +278,8 @@ class MemWalHook(BaseHook):
             validate_job_options(job, options, regions)
         except ValueError as exc:
             raise AirflowFailException(f"memwal {job}: {exc}") from None
+        if job == "merge":
+            self._check_primary_key(handle, what)  # a merge needs the key: a bad one fails once, not per region
         if engine == "in_process":
             return self._run_in_process(job, handle, what, regions, options)
         if engine == "spark":
