@@ -16,6 +16,7 @@ from memwal.region_manifest import list_regions, load_latest_manifest
 from memwal.region_spec import RegionField, RegionSpec, route
 from memwal.status import table_status
 from memwal.storage import ObjectStore
+from memwal.table import MemWalTable
 from memwal.table_writer import TableWriter, lancedb_shard_id, region_id_for, writer_region_id
 from memwal.writer import RegionWriter, WriterConfig
 
