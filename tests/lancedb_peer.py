@@ -19,15 +19,16 @@ import pyarrow as pa
 from lancedb import LsmWriteSpec
 
 from memwal.catchup import catchup_table
+from memwal.field_ids import source_names_from_schema
 from memwal.gc import GcConfig, gc_table
 from memwal.mem_wal_index import load_index
 from memwal.merge import Dedup, local_dedup, merge_table
 from memwal.naming import MEM_WAL_DIR
 from memwal.region_manifest import list_regions, load_latest_manifest
-from memwal.region_spec import route, source_names_from_schema
 from memwal.snapshot import read_snapshot, refresh_snapshot
 from memwal.storage import lance_storage_options
 from memwal.table import MemWalTable
+from memwal.transforms import route
 
 SCHEMA = pa.schema([
     pa.field("id", pa.int64(), nullable=False),

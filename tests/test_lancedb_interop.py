@@ -13,11 +13,12 @@ from tables import rows as base_rows
 from memwal.cli import main
 from memwal.mem_wal_index import initialize_mem_wal, load_index
 from memwal.region_manifest import list_regions, load_latest_manifest
-from memwal.region_spec import RegionField, RegionSpec, route
+from memwal.region_spec import RegionField, RegionSpec
 from memwal.status import table_status
 from memwal.storage import ObjectStore
 from memwal.table import MemWalTable
 from memwal.table_writer import TableWriter, lancedb_shard_id, region_id_for, writer_region_id
+from memwal.transforms import route
 from memwal.writer import RegionWriter, WriterConfig
 
 NEVER = WriterConfig(max_memtable_rows=10**9, max_flush_interval_s=None)
