@@ -72,9 +72,6 @@ class MemWalJobOperator(BaseOperator):
         except TableConfigError as exc:
             raise AirflowFailException(str(exc)) from None
 
-    def table_config(self) -> TableConfig:
-        return self.cfg
-
     @cached_property
     def hook(self) -> MemWalHook:
         """One hook per operator (the table's connection and its opened table)."""
