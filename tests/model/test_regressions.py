@@ -73,21 +73,25 @@ def test_reader_sees_rows_merged_while_it_opens(local_location, monkeypatch):
     """
     The reader opens the base table at V (generation 1 unmerged), a merger commits V+1 (merged 1), then the
     reader loads the index at V+1, skips generation 1 and reads base V: row 10 is missing.
-    Fix (reader.py): load_index(self.store.uri, storage_options, version=self.base.version).
+    Fix (reader.py): the index of the very base version it scans (now MemWalTable.index, loaded from the
+    handle's dataset at its version).
     """
-    import memwal.reader as reader_mod
+    import memwal.table as table_mod
 
     loc = local_location
     region = _table(loc)
     with RegionWriter(loc.uri, region, config=NEVER) as w:
         w.put(rows([10], "g1"))
-    real = reader_mod.load_index
+    real = table_mod.index_of
+    merged = []
 
     def merge_meanwhile(*args, **kwargs):
-        merge_region(loc.uri, None, region)
+        if not merged:  # once: the merge below loads the index too
+            merged.append(True)
+            merge_region(loc.uri, None, region)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(reader_mod, "load_index", merge_meanwhile)
+    monkeypatch.setattr(table_mod, "index_of", merge_meanwhile)
     assert 10 in _ids(loc)
 
 
