@@ -45,6 +45,7 @@ __all__ = [
     "one_line",
     "run_job",
     "spark_error_line",
+    "table",
 ]
 
 log = logging.getLogger("spark_jobs")
@@ -79,19 +80,24 @@ def job_parser(job: str, description: str | None = None) -> JobArgumentParser:
 
 
 def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> argparse.Namespace:
-    """parse_args plus what the library takes: `args.handle` (the table, `memwal.table.MemWalTable`),
-    `args.options` (`memwal.job_config.JobOptions`) and `args.regions` (list or None)."""
-    from memwal.table import MemWalTable
-
+    """parse_args plus what the library takes: `args.options` (`memwal.job_config.JobOptions`),
+    `args.storage_options` (dict or None) and `args.regions` (list or None); `table(args)` is the handle."""
     args = parser.parse_args(argv)
     args.regions = list(dict.fromkeys(args.region or [])) or None
     try:
         args.options = jobs.job_options(parser.job, args)
         jobs.validate_job_options(parser.job, args.options, args.regions)
-        args.handle = MemWalTable(args.table, jobs.storage_options_of(args))
+        args.storage_options = jobs.storage_options_of(args)
     except (argparse.ArgumentTypeError, ValueError) as exc:
         parser.error(str(exc))
     return args
+
+
+def table(args: argparse.Namespace) -> Any:
+    """The job's table (`memwal.table.MemWalTable`, nothing opened yet) from its parsed arguments."""
+    from memwal.table import MemWalTable
+
+    return MemWalTable(args.table, args.storage_options)
 
 
 # --- SparkSession -------------------------------------------------------------------------------------

@@ -80,7 +80,7 @@ def build_parser():
 
 
 def run(spark, args):
-    return jobs.run_job("snapshot", args.handle, args.options, args.regions,
+    return jobs.run_job("snapshot", common.table(args), args.options, args.regions,
                         read_manifests=spark_manifest_reader(spark))
 
 
