@@ -48,6 +48,11 @@ bench-merge: setup
 bench-maintenance: setup
 	$(BIN)/python bench/maintenance.py
 
+# Issue 17: one commit of a fixed backlog into bases of 1M, 8M and 32M rows; ours against today's single commit.
+.PHONY: bench-merge-scale
+bench-merge-scale: setup
+	$(BIN)/python bench/merge_scale.py
+
 clean:
 	rm -rf $(VENV) demo dist build
 

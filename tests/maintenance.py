@@ -27,6 +27,17 @@ def build_table(loc, regions: int = 2, generations: int = 3, base_ids=range(10),
     return ids
 
 
+def write_generations(loc, region: str, gens) -> None:
+    """gens: (put_ids, tag, delete_ids) per generation, each flushed on its own by one writer of region."""
+    with RegionWriter(loc.uri, region, storage_options=loc.storage_options, config=ONE_GEN_PER_FLUSH) as w:
+        for put_ids, tag, delete_ids in gens:
+            if put_ids:
+                w.put(rows(put_ids, tag))
+            if delete_ids:
+                w.delete(pa.table({"id": pa.array(delete_ids, pa.int64())}))
+            w.flush()
+
+
 def merge_without_our_lock(uri, storage_options, region, **kwargs):
     """A merge by another tool that does not take our MemWAL index lock (to stage Lance's rebase)."""
     from contextlib import nullcontext

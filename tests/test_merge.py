@@ -4,7 +4,7 @@ import uuid
 
 import pyarrow as pa
 import pytest
-from maintenance import merge_region
+from maintenance import merge_region, write_generations
 from tables import create_base, open_base, rows, sorted_rows
 
 from memwal import merge as merge_mod
@@ -22,13 +22,7 @@ def _table_with_generations(loc, region, gens):
     """gens: list of (put_ids, tag, delete_ids), one flushed generation each."""
     create_base(loc, ids=range(10))
     open_base(loc).initialize_mem_wal(unsharded=True)
-    with RegionWriter(loc.uri, region, storage_options=loc.storage_options, config=ONE_GEN_PER_FLUSH) as w:
-        for put_ids, tag, delete_ids in gens:
-            if put_ids:
-                w.put(rows(put_ids, tag))
-            if delete_ids:
-                w.delete(pa.table({"id": pa.array(delete_ids, pa.int64())}))
-            w.flush()
+    write_generations(loc, region, gens)
 
 
 GENS = [
@@ -59,10 +53,13 @@ def test_merged_generations_advances_in_the_same_commit_as_the_data(local_locati
     _table_with_generations(loc, region, GENS[:2])
     v0 = open_base(loc).version
     merge_region(loc.uri, None, region, MergeConfig(max_generations_per_commit=1))
-    for version, gen in [(v0 + 1, 1), (v0 + 2, 2)]:
-        details = read_details_at(loc.store(), version)
-        assert details.merged_generations == {region: gen}, f"version {version} must record generation {gen}"
-    assert sorted(open_base(loc, v0 + 1).to_table().column("id").to_pylist()) == [0, 1, 2, 4, 5, 6, 7, 8, 9, 11]
+    # each commit: a delete pass (marker unchanged), then the upsert pass that moves the marker
+    got = [(read_details_at(loc.store(), v).merged_generations.get(region, 0),
+            sorted(open_base(loc, v).to_table().column("id").to_pylist())) for v in range(v0 + 1, v0 + 5)]
+    assert open_base(loc).version == v0 + 4
+    assert got == [(0, [0, 1, 2, 4, 5, 6, 7, 8, 9]), (1, [0, 1, 2, 4, 5, 6, 7, 8, 9, 11]),
+                   (1, [0, 1, 2, 4, 5, 6, 7, 8, 9]), (2, [0, 1, 2, 3, 4, 5, 6, 7, 8, 9])], (
+        "generation g is recorded in the very version that holds the last of its data, and only there")
 
 
 def test_batches_are_bounded_by_generation_count_and_bytes(local_location):
@@ -91,12 +88,12 @@ def test_appendix_2_racing_on_the_same_generation(local_location, monkeypatch):
     real_commit = merge_mod._commit
     raced = []
 
-    def commit_after_a_wins(table, markers, data):
+    def commit_after_a_wins(table, markers, data, since=None):
         if not raced:
             raced.append(markers)
             merge_region(table.uri, table.storage_options, markers[0][0],
                          MergeConfig(max_generations_per_commit=1))  # merger A
-        return real_commit(table, markers, data)
+        return real_commit(table, markers, data, since)
 
     monkeypatch.setattr(merge_mod, "_commit", commit_after_a_wins)
     b = merge_region(loc.uri, None, region, MergeConfig(max_generations_per_commit=1))
@@ -212,11 +209,14 @@ def _regions_table(loc, n_regions: int, n_gens: int) -> list[str]:
 
 
 def _marker_advances(loc, v0: int) -> list[dict[str, int]]:
-    """Per table version after v0: the regions whose merged generation it advanced, and to what."""
+    """Per table version after v0 that advanced a merged generation (a delete pass advances none): the
+    regions whose merged generation it advanced, and to what."""
     out, before = [], read_details_at(loc.store(), v0).merged_generations
     for v in range(v0 + 1, open_base(loc).version + 1):
         now = read_details_at(loc.store(), v).merged_generations
-        out.append({r: g for r, g in now.items() if g != before.get(r, 0)})
+        advanced = {r: g for r, g in now.items() if g != before.get(r, 0)}
+        if advanced:
+            out.append(advanced)
         before = now
     return out
 
@@ -227,7 +227,8 @@ def test_one_commit_carries_the_markers_of_several_regions(local_location):
     v0 = open_base(loc).version
     before = sorted_rows(LsmReader(loc.uri).scan())
     summary = merge_table(loc.uri)
-    assert summary.table_commits == 1 and open_base(loc).version == v0 + 1, "6 generations fit one commit"
+    assert summary.table_commits == 2 and open_base(loc).version == v0 + 2, (
+        "6 generations fit one commit: its delete pass and its upsert pass")
     assert _marker_advances(loc, v0) == [dict.fromkeys(regions, 2)], "every marker in the same commit"
     assert sorted_rows(open_base(loc).to_table()) == before
     assert [r.commits for r in summary.regions] == [1, 1, 1] and summary.commits == 3
@@ -242,7 +243,7 @@ def test_commit_budgets_hold_over_all_regions_of_a_commit(local_location):
     before = sorted_rows(LsmReader(loc.uri).scan())
     summary = merge_table(loc.uri, config=MergeConfig(max_generations_per_commit=4))
     advances = _marker_advances(loc, v0)
-    assert summary.table_commits == len(advances) == 3, "3 + 3 generations exceed the budget of 4"
+    assert summary.table_commits == 2 * len(advances) == 6, "3 + 3 generations exceed the budget of 4"
     assert [set(a) for a in advances] == [{r} for r in regions]
     summary = merge_table(loc.uri)
     assert summary.table_commits == 0
@@ -252,7 +253,7 @@ def test_commit_budgets_hold_over_all_regions_of_a_commit(local_location):
     _regions_table(loc2, 2, 2)
     v0 = open_base(loc2).version
     summary = merge_table(loc2.uri, config=MergeConfig(max_bytes_per_commit=1))
-    assert summary.table_commits == 4 and all(len(a) == 1 for a in _marker_advances(loc2, v0)), (
+    assert summary.table_commits == 6 and all(len(a) == 1 for a in _marker_advances(loc2, v0)), (
         "a byte budget smaller than one generation: one generation of one region per commit")
 
 
@@ -268,12 +269,12 @@ def test_a_stale_marker_refuses_the_whole_commit_and_the_other_regions_go_on(loc
     real = merge_mod._commit
     calls = []
 
-    def other_merger_first(table, markers, data):
+    def other_merger_first(table, markers, data, since=None):
         calls.append(list(markers))
         if len(calls) == 1:
             assert [r for r, _ in markers] == [a, b], "both regions planned into one commit"
             merge_region(table.uri, table.storage_options, a)  # the other merger (its own commit of A)
-        return real(table, markers, data)
+        return real(table, markers, data, since)
 
     monkeypatch.setattr(merge_mod, "_commit", other_merger_first)
     summary = merge_table(loc.uri)
@@ -293,11 +294,11 @@ def test_a_failing_commit_of_several_regions_is_retried_region_by_region(local_l
     real = merge_mod._commit
     attempts = []
 
-    def b_cannot_commit(table, markers, data):
+    def b_cannot_commit(table, markers, data, since=None):
         attempts.append([r for r, _ in markers])
         if any(r == b for r, _ in markers):
             raise OSError("injected: B's commit fails")
-        return real(table, markers, data)
+        return real(table, markers, data, since)
 
     monkeypatch.setattr(merge_mod, "_commit", b_cannot_commit)
     summary = merge_table(loc.uri, config=MergeConfig(max_attempts=3))
@@ -326,3 +327,17 @@ def test_plan_commits_packs_whole_region_batches_in_order():
         [("a", 1, 2)], [("b", 1, 2)]]
     assert shape(plan_commits([refs(x, 1) for x in "abc"], MergeConfig(), regions_per_commit=1)) == [
         [("a", 1, 1)], [("b", 1, 1)], [("c", 1, 1)]]
+
+
+def test_a_pass_joins_through_the_index_only_for_a_source_small_against_the_table(local_location):
+    import lance
+
+    from memwal.merge_commit import _use_index
+
+    loc = local_location
+    lance.write_dataset(rows(range(30_000)), loc.uri, max_rows_per_file=10_000)
+    ds = open_base(loc)
+    assert _use_index(ds, 3) and not _use_index(ds, 4), "3 keys x 10,000 <= 30,000 rows < 4 x 10,000"
+    ds.delete("id = 7")  # a deletion file: the key scan costs more per row
+    ds = open_base(loc)
+    assert _use_index(ds, 20) and not _use_index(ds, 21), "20 keys x 1,500 <= 30,000 < 21 x 1,500"

@@ -13,6 +13,7 @@ FAULT_POINTS = (
     "writer.after_generation_write",  # generation directory written, manifest not yet committed
     "writer.after_manifest_commit",  # flush committed, MemTable not yet rotated
     "merge.before_commit",  # generations read and deduplicated
+    "merge.between_passes",  # a commit's delete pass committed, its upsert pass (with the marker) not yet
     "merge.after_commit",  # data + marker committed, not yet reported
     "details.after_commit",  # MemWAL index rewrite committed, not yet checked for a rebase
     "gc.after_manifest_prune",  # manifest without the generations committed, nothing deleted yet

@@ -46,6 +46,7 @@ __all__ = [
     "initialize_mem_wal",
     "load_index",
     "read_details_at",
+    "recent_transactions",
 ]
 
 log = logging.getLogger(__name__)
@@ -302,12 +303,28 @@ def open_table(uri: str, storage_options: dict[str, str] | None, version: int | 
     return lance.dataset(uri, version=version, storage_options=lance_storage_options(storage_options))
 
 
+def recent_transactions(ds: lance.LanceDataset, lookback: int) -> list:
+    """ds.get_transactions(lookback), newest first. pylance 14.0.2 cannot convert the transaction of a
+    compaction that remapped an index (TypeError from LanceOperation.RewrittenIndex), which fails the whole
+    list: then read them one by one, None for each it cannot convert (a Rewrite is never a details rewrite)."""
+    try:
+        return ds.get_transactions(recent_transactions=lookback)
+    except TypeError:
+        out = []
+        for version in range(ds.version, max(ds.version - lookback, 0), -1):
+            try:
+                out.append(ds.read_transaction(version))
+            except TypeError:
+                out.append(None)
+        return out
+
+
 def _progress_floor(ds: lance.LanceDataset, store: ObjectStore) -> MemWalIndexDetails | None:
     """Max progress over the versions that a recent rebased details rewrite may have overwritten."""
     floor: MemWalIndexDetails | None = None
     latest = ds.version
     try:
-        recent = ds.get_transactions(recent_transactions=_LOOKBACK_VERSIONS)
+        recent = recent_transactions(ds, _LOOKBACK_VERSIONS)
     except (OSError, ValueError):
         return None
     for offset, txn in enumerate(recent):

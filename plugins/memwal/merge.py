@@ -3,9 +3,10 @@
 Per region, the generations above merged_generations[region] are merged in ascending order, several
 consecutive ones per commit, where per key the highest generation wins and, within a generation, the
 later row. One commit may carry the batches of several regions (primary keys belong to one region, so
-their rows never meet): upserts, tombstone deletes and every region's merged_generations marker are one
-commit (`mark_sstables_as_compacted` with one marker per region), so progress can never claim data that
-is not there. Each commit stays within a generation count and a byte budget (`MergeConfig`). When a racing
+their rows never meet). A commit is a delete pass and an upsert pass that carries every region's
+merged_generations marker (`mark_sstables_as_compacted`, one marker per region), so progress can never
+claim data that is not there; why two passes and why they are safe: memwal.merge_commit.
+Each commit stays within a generation count and a byte budget (`MergeConfig`). When a racing
 merger got there first, Lance refuses the whole commit (a stale marker of any of its regions); we reload
 the MemWAL index and plan again from what is really merged (memwal-spec.txt, Appendix 2), so the other
 regions of that commit are neither lost nor applied twice.
@@ -20,13 +21,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from lance.mem_wal import CompactedSsTable
 
 from memwal import naming
 from memwal.dedup import GEN_COLUMN, ROWADDR_COLUMN, newest_per_key
@@ -36,9 +36,9 @@ from memwal.generation import open_generation
 from memwal.job_config import MergeConfig
 from memwal.mem_wal_index import load_index
 from memwal.memory import release_unused
+from memwal.merge_commit import CommitPasses, Overtaken, commit_passes
 from memwal.planning import leading_batch
 from memwal.region_manifest import load_latest_manifest, select_regions
-from memwal.sql import keys_predicate
 from memwal.storage import ObjectStore
 from memwal.table import MemWalTable, TableLike
 
@@ -249,24 +249,20 @@ def local_dedup(refs: Sequence[GenerationRef], pk: list[str], schema: pa.Schema,
 
 
 def _is_stale_marker(exc: BaseException) -> bool:
-    return "Stale SSTable compaction" in str(exc)
+    """Another merger got there first: Lance refused our marker, or a pass saw progress move (replan)."""
+    return isinstance(exc, Overtaken) or "Stale SSTable compaction" in str(exc)
 
 
-def _commit(table: MemWalTable, markers: Sequence[tuple[str, int]], data: MergeInput) -> int:
-    """One merge-insert commit of upserts + deletes + one marker per region, under the MemWAL index lock,
-    on the latest version (the handle moves to the version committed). Lance refuses it as a whole when any
-    marker is stale. Returns the rows upserted."""
-    pk = table.primary_key
+def _commit(table: MemWalTable, markers: Sequence[tuple[str, int]], data: MergeInput,
+            since: Mapping[str, int] | None = None) -> CommitPasses:
+    """One commit of upserts + deletes + one marker per region, under the MemWAL index lock, held across
+    both passes (memwal.merge_commit); the handle moves to the version committed. since: each region's
+    merged generation the plan started from (a pass refuses to run once it moved); without it, the
+    generation below its marker. Lance refuses the commit as a whole when any marker is stale."""
+    if since is None:
+        since = {r: g - 1 for r, g in markers}
     with table.index_lock():
-        ds = table.refresh().dataset
-        builder = ds.merge_insert(pk).when_matched_update_all().when_not_matched_insert_all()
-        predicate = keys_predicate(data.deleted_keys, pk)
-        if predicate:
-            builder = builder.when_not_matched_by_source_delete(predicate)
-        builder = builder.mark_sstables_as_compacted([CompactedSsTable(r, g) for r, g in markers])
-        upserts = data.open_upserts()
-        builder.execute(upserts)
-        return upserts.num_rows
+        return commit_passes(table, markers, since, data.open_upserts(), data.deleted_keys)
 
 
 # --- the merge loop ---------------------------------------------------------------------------------
@@ -460,6 +456,7 @@ def _merge_regions(
                 markers = [(refs[0].region_id, refs[-1].generation) for refs in batches]
                 log.info("merge of %s read and deduplicated; committing (under the MemWAL index lock)",
                          ", ".join(f"region {r} up to generation {g}" for r, g in markers))
+                since = {refs[0].region_id: refs[0].generation - 1 for refs in batches}
                 fault_point("merge.before_commit")
                 t1 = time.monotonic()
                 if len(batches) == 1:
@@ -469,9 +466,10 @@ def _merge_regions(
                     data = combined.input
                 try:
                     if combined is None:
-                        upserted = [_commit(table, markers, data)]
+                        done = _commit(table, markers, data, since)
+                        upserted = [done.upserted]
                     else:
-                        _commit(table, markers, data)
+                        done = _commit(table, markers, data, since)
                         upserted = combined.upserted
                 except OSError as exc:
                     stale = _is_stale_marker(exc)
@@ -492,7 +490,9 @@ def _merge_regions(
                         rnd.cleanup(x)
                     add("commit", t1)
                 fault_point("merge.after_commit")
-                table_commits += 1
+                table_commits += done.table_commits
+                for key, seconds in done.timings_s.items():
+                    timings[key] = timings.get(key, 0.0) + seconds
                 for refs, x, n in zip(batches, inputs, upserted, strict=True):
                     res = results[refs[0].region_id]
                     gens = [r.generation for r in refs]

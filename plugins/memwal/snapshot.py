@@ -29,7 +29,7 @@ from memwal.faults import fault_point
 from memwal.field_ids import source_names_from_schema
 from memwal.generation import open_generation
 from memwal.job_config import DEFAULT_INLINE_THRESHOLD
-from memwal.mem_wal_index import MemWalIndexDetails
+from memwal.mem_wal_index import MemWalIndexDetails, recent_transactions
 from memwal.region_manifest import RegionManifest, load_latest_manifest
 from memwal.region_spec import RegionSpec
 from memwal.storage import ObjectStore
@@ -169,7 +169,7 @@ def decode_snapshot(data: bytes) -> pa.Table:
 def _snapshot_entry_uuids(ds: lance.LanceDataset, lookback: int) -> list[str]:
     """UUIDs the __lance_mem_wal entry had in recent details rewrites, newest first."""
     out = []
-    for txn in ds.get_transactions(recent_transactions=lookback):
+    for txn in recent_transactions(ds, lookback):
         if txn is not None and type(txn.operation).__name__ == "CreateIndex":
             out += [i.uuid for i in txn.operation.new_indices if i.name == naming.MEM_WAL_INDEX_NAME]
     return out

@@ -234,9 +234,11 @@ def _merge_crash(loc, fault: str, spark: bool = False) -> None:
     run_child(loc, {"scenario": "merge", "spark": spark}, fault, skip=1)
     if spark:
         assert loc.store().list(STAGING_DIR), "the dead driver's staged upserts are left behind"
-    expected_first = 1 if fault == "merge.before_commit" else 2
+    expected_first = 1 if fault in ("merge.before_commit", "merge.between_passes") else 2
     merged = load_index(loc.uri).merged_generations
     assert merged.get(regions[0], 0) == expected_first and merged.get(regions[1], 0) == 0, merged
+    if fault == "merge.between_passes":
+        assert 100 not in view(open_base(loc).to_table()), "the delete pass of generation 2 was committed"
     merged_history(loc)
     assert lsm(loc) == model, "a half-finished merge changed the LSM view"
     assert view(lance_core_scan(loc)) == model
@@ -251,6 +253,11 @@ def _merge_crash(loc, fault: str, spark: bool = False) -> None:
 
 def crash_before_merge_commit(loc) -> None:
     _merge_crash(loc, "merge.before_commit")
+
+
+def crash_between_merge_passes(loc) -> None:
+    """Killed after the delete pass of region 0's generation 2 (deletes key 100), before its upsert pass."""
+    _merge_crash(loc, "merge.between_passes")
 
 
 def crash_after_merge_commit(loc) -> None:
@@ -342,6 +349,7 @@ SCENARIOS: dict[str, list[Callable]] = {
     "writer.after_generation_write": [crash_after_generation_write],
     "writer.after_manifest_commit": [crash_after_manifest_commit],
     "merge.before_commit": [crash_before_merge_commit, crash_before_merge_commit_spark],
+    "merge.between_passes": [crash_between_merge_passes],
     "merge.after_commit": [crash_after_merge_commit, crash_after_merge_commit_spark],
     "details.after_commit": [crash_after_snapshot_details_commit, crash_after_catchup_details_commit],
     "gc.after_manifest_prune": [crash_after_gc_prune],
