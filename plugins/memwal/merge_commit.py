@@ -18,9 +18,8 @@ from measurement); never the full outer join over every row and column that a by
 Why it is safe (each case is a test in tests/test_merge_passes.py and tests/crash/):
 - Each pass refreshes the table handle to the latest version v and first checks that merged_generations
   of every region in the commit is still where the plan started (`since`); if not, another merger
-  overtook us and the whole
-  commit is replanned (`Overtaken`, handled like a stale marker). So a pass only ever deletes rows of
-  keys whose tombstone sits in a generation that is unmerged at v.
+  overtook us and the whole commit is replanned (`Overtaken`, handled like a stale marker). So a pass only
+  ever deletes rows of keys whose tombstone sits in a generation that is unmerged at v.
 - Lance's own retry (`conflict_retries`, default 10) is off: it re-runs the join on the latest version,
   where a merger not holding our lock may have re-inserted a deleted key from a later generation, and the
   delete pass, having no marker, would not be refused. With retries off, Lance either rebases the pass
