@@ -12,12 +12,12 @@ import lance
 import pyarrow as pa
 import pytest
 from lance.optimize import Compaction, CompactionOptions
-from maintenance import merge_without_our_lock, write_generations
+from maintenance import merge_region, merge_without_our_lock, write_generations
 from tables import lance_core_scan, open_base, rows, view
 
 from memwal import merge_commit
 from memwal.mem_wal_index import load_index, read_details_at
-from memwal.merge import MergeConfig, merge_region
+from memwal.merge import MergeConfig
 from memwal.reader import LsmReader
 
 ONE = MergeConfig(max_generations_per_commit=1)

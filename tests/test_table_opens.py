@@ -1,5 +1,6 @@
 """How often one job opens its table: each count is what one `memwal` command does on a table with two
-regions of three generations (one merge commit). Opens cost several requests each on S3."""
+regions of three generations (one merge commit: a delete pass and an upsert pass). Opens cost several
+requests each on S3."""
 
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ def test_in_process_merge_opens_the_table_once(local_location, capsys):
     with count_opens(local_location.uri) as counts:
         assert cli.main(["merge", local_location.uri, "--json"]) == 0
     print("in-process merge:", dict(counts))
-    assert dict(counts) == {"dataset": 1, "store": 1, "index": 1}, (
-        "a merge opens the dataset and the store once and loads the index once: its refreshes before planning "
-        "and before its commit find the version it planned on (its own commit moves it, and nothing reads it after)")
+    assert dict(counts) == {"dataset": 1, "store": 1, "index": 2}, (
+        "a merge opens the dataset and the store once and loads the index once per refresh that moved the "
+        "version: to plan, then for the upsert pass's progress check after its own delete pass")
 
 
 def test_status_opens_the_table_once(local_location):

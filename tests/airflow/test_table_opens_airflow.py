@@ -33,4 +33,5 @@ def test_hook_merge_opens_the_table_once(local_location, tmp_path, monkeypatch):
     assert run.returncode == 0 and run.summary["generations_merged"] == 6
     print("hook merge:", dict(counts))
     assert dict(counts) == {"dataset": 1, "store": 1, "index": 1}, (
-        "a merge through the hook opens the table once and loads the index once (no other commit landed)")
+        "a merge through the hook opens the table once and loads the index once (no deletes: one upsert pass, "
+        "on the version it planned on)")
