@@ -18,7 +18,7 @@ def test_refresh_reloads_the_index_only_when_the_version_moved(local_location):
     merge_region(local_location.uri, None, region)  # another merger (its own handle)
     with count_opens(local_location.uri) as counts:
         after = table.refresh().index
-    assert after.table_version == before.table_version + 1 and after.merged_generations == {region: 2}
+    assert after.table_version > before.table_version and after.merged_generations == {region: 2}
     assert dict(counts) == {"index": 1}, "a refresh is no new open: one index load for the version that moved"
 
 
@@ -29,7 +29,7 @@ def test_checkout_leaves_the_handle_where_it_is(local_location):
     merge_region(local_location.uri, None, region)
     old = table.refresh().checkout(first)
     assert old.version == first and old.details.merged_generations == {}
-    assert table.version == first + 1 and table.details.merged_generations == {region: 2}
+    assert table.version > first and table.details.merged_generations == {region: 2}
 
 
 def test_a_handle_pickles_to_its_uri_and_storage_options(local_location):
