@@ -45,17 +45,19 @@ import lance
 import pyarrow as pa
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from maintenance import merge_region
 from tables import SCHEMA, Row, lance_core_scan, view
 
 from memwal.catchup import catchup_table
 from memwal.errors import FencedError, WriterClosedError
 from memwal.gc import GcConfig, gc_table
 from memwal.mem_wal_index import initialize_mem_wal, load_index
-from memwal.merge import MergeConfig, local_dedup, merge_region, merge_table
+from memwal.merge import MergeConfig, local_dedup, merge_table
 from memwal.reader import LsmReader
 from memwal.region_manifest import list_regions, load_latest_manifest
 from memwal.snapshot import read_snapshot, refresh_snapshot
 from memwal.storage import ObjectStore, lance_storage_options
+from memwal.table import MemWalTable
 from memwal.wal import list_wal_positions
 from memwal.writer import RegionWriter, WriterConfig
 
@@ -229,7 +231,7 @@ class LsmMachine(RuleBasedStateMachine):
         ]
 
     def _lsm(self, with_memtables: bool) -> dict[int, Row]:
-        reader = LsmReader(self.uri, storage_options=self.so, memtables=self._memtables() if with_memtables else ())
+        reader = LsmReader(MemWalTable(self.uri, self.so), memtables=self._memtables() if with_memtables else ())
         return view(reader.scan())
 
     def _expected_strong(self) -> dict[int, Row]:
@@ -393,7 +395,7 @@ class LsmMachine(RuleBasedStateMachine):
         before_view = self._lsm(False)
         before = self._check_merged_monotonic()
         if up_to is None:
-            summary = merge_table(self.uri, self.so, config=config, dedup=self.dedup)
+            summary = merge_table(MemWalTable(self.uri, self.so), config=config, dedup=self.dedup)
             assert not summary.failed_regions, [x.error for x in summary.regions]
             targets = {ri: None for ri in range(len(self.regions))}
         else:
@@ -418,7 +420,7 @@ class LsmMachine(RuleBasedStateMachine):
     @rule()
     @_tracked
     def catch_up(self) -> None:
-        summary = catchup_table(self.uri, self.so)
+        summary = catchup_table(MemWalTable(self.uri, self.so))
         assert all(i.error is None and i.covered for i in summary.indexes), summary
         self._check_merged_monotonic()
 
@@ -426,11 +428,11 @@ class LsmMachine(RuleBasedStateMachine):
     @rule(inline_threshold=st.sampled_from([0, 100]))
     @_tracked
     def snapshot(self, inline_threshold: int) -> None:
-        summary = refresh_snapshot(self.uri, self.so, inline_threshold=inline_threshold)
+        summary = refresh_snapshot(MemWalTable(self.uri, self.so), inline_threshold=inline_threshold)
         store = self.store
         regions = sorted(list_regions(store))
         assert summary.num_regions == len(regions)
-        snap = read_snapshot(self.uri, self.so)
+        snap = read_snapshot(MemWalTable(self.uri, self.so))
         got = {str(uuid.UUID(bytes=r["region_id"])): r for r in snap.to_pylist()} if snap is not None else {}
         assert sorted(got) == regions
         for region, row in got.items():
@@ -450,10 +452,10 @@ class LsmMachine(RuleBasedStateMachine):
         store = self.store
         cleanup = "cleanup" in prepare
         if prepare.startswith("merge"):
-            merge_table(self.uri, self.so, dedup=self.dedup)
+            merge_table(MemWalTable(self.uri, self.so), dedup=self.dedup)
             self._check_merged_monotonic()
         if "catch-up" in prepare:
-            catchup_table(self.uri, self.so)
+            catchup_table(MemWalTable(self.uri, self.so))
         before_flushed, before_strong = self._lsm(False), self._lsm(True)
         unflushed = {}
         for ri, region in enumerate(self.regions):
@@ -463,7 +465,8 @@ class LsmMachine(RuleBasedStateMachine):
         if cleanup:
             lance.dataset(self.uri, storage_options=lance_storage_options(self.so)).cleanup_old_versions(
                 older_than=timedelta(0))
-        summary = gc_table(self.uri, self.so, config=GcConfig(grace_period_s=0, keep_manifest_versions=keep))
+        summary = gc_table(MemWalTable(self.uri, self.so),
+                           config=GcConfig(grace_period_s=0, keep_manifest_versions=keep))
         assert not [r for r in summary.regions if r.error], [r.error for r in summary.regions]
         type(self).stats["gc_deleted_generations"] += sum(a.kind == "generation" for a in summary.actions)
         type(self).stats["gc_deleted_wal_entries"] += sum(a.kind == "wal_entry" for a in summary.actions)
@@ -481,7 +484,7 @@ class LsmMachine(RuleBasedStateMachine):
     def read(self, keys: list[int]) -> None:
         self._recover_all()
         expected = self._expected_strong()
-        reader = LsmReader(self.uri, storage_options=self.so, memtables=self._memtables())
+        reader = LsmReader(MemWalTable(self.uri, self.so), memtables=self._memtables())
         assert view(reader.scan()) == expected, "strong LSM read differs from the model"
         for k in keys:
             got = reader.get(k)
@@ -531,7 +534,7 @@ class LsmMachine(RuleBasedStateMachine):
         assert self._lsm(False) == self.model, "after recovery the LSM view differs from the model"
         assert view(lance_core_scan(self.loc)) == self.model, "Lance core's view differs from the model"
         before = self._check_merged_monotonic()
-        summary = merge_table(self.uri, self.so, dedup=self.dedup)
+        summary = merge_table(MemWalTable(self.uri, self.so), dedup=self.dedup)
         assert not summary.failed_regions, [r.error for r in summary.regions]
         merged = self._check_merged_monotonic()
         for region in self.regions:  # every region has a manifest now (the closing put)
@@ -541,8 +544,9 @@ class LsmMachine(RuleBasedStateMachine):
         base = lance.dataset(self.uri, storage_options=lance_storage_options(self.so))
         assert view(base.to_table()) == self.model, "the fully merged base table differs from the model"
         base.cleanup_old_versions(older_than=timedelta(0))
-        catchup_table(self.uri, self.so)
-        summary = gc_table(self.uri, self.so, config=GcConfig(grace_period_s=0, keep_manifest_versions=1))
+        catchup_table(MemWalTable(self.uri, self.so))
+        summary = gc_table(MemWalTable(self.uri, self.so),
+                           config=GcConfig(grace_period_s=0, keep_manifest_versions=1))
         assert not [r for r in summary.regions if r.error], [r.error for r in summary.regions]
         deleted = {a.region_id for a in summary.actions if a.kind == "generation"}
         assert deleted == set(self.regions), (

@@ -44,13 +44,12 @@ def _storage_options(cfg: Any) -> dict[str, str] | None:
 
 def table_status(cfg: Any) -> tuple[dict, int | None]:
     """`memwal status --json` of the table and its region snapshot timestamp (ms, None if never)."""
-    from memwal.mem_wal_index import load_index
     from memwal.status import table_status as read_status
+    from memwal.table import MemWalTable
 
-    options = _storage_options(cfg)
-    status = read_status(cfg.uri, options).to_dict()
-    ts = load_index(cfg.uri, options).details.snapshot_ts_millis
-    return status, ts or None
+    table = MemWalTable(cfg.uri, _storage_options(cfg))
+    status = read_status(table).to_dict()
+    return status, table.details.snapshot_ts_millis or None
 
 
 def history_points(table: str, since: datetime) -> list[dict]:
