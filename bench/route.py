@@ -22,7 +22,8 @@ sys.path.insert(0, os.path.join(REPO, "plugins"))
 from lance.mem_wal import evaluate_sharding_spec  # noqa: E402
 from lance.schema import LanceSchema  # noqa: E402
 
-from memwal.region_spec import RegionField, RegionSpec, route  # noqa: E402
+from memwal.region_spec import RegionField, RegionSpec  # noqa: E402
+from memwal.transforms import route  # noqa: E402
 
 
 def _timed(fn) -> float:

@@ -23,7 +23,7 @@ def build_parser():
 
 
 def run(spark, args):
-    return jobs.run_job("catchup", args)
+    return jobs.run_job("catchup", common.table(args), args.options, args.regions)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -33,7 +33,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from memwal import jobs
+from memwal import errors, jobs
 
 __all__ = [
     "EXIT_FAILED",
@@ -45,6 +45,7 @@ __all__ = [
     "one_line",
     "run_job",
     "spark_error_line",
+    "table",
 ]
 
 log = logging.getLogger("spark_jobs")
@@ -79,15 +80,24 @@ def job_parser(job: str, description: str | None = None) -> JobArgumentParser:
 
 
 def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> argparse.Namespace:
-    """parse_args plus `args.storage_options` (dict or None) and `args.regions` (list or None)."""
+    """parse_args plus what the library takes: `args.options` (`memwal.job_config.JobOptions`),
+    `args.storage_options` (dict or None) and `args.regions` (list or None); `table(args)` is the handle."""
     args = parser.parse_args(argv)
-    try:
-        jobs.validate_job_arguments(parser.job, args)
-        args.storage_options = jobs.job_options(args)
-    except argparse.ArgumentTypeError as exc:
-        parser.error(str(exc))
     args.regions = list(dict.fromkeys(args.region or [])) or None
+    try:
+        args.options = jobs.job_options(parser.job, args)
+        jobs.validate_job_options(parser.job, args.options, args.regions)
+        args.storage_options = jobs.storage_options_of(args)
+    except (argparse.ArgumentTypeError, ValueError) as exc:
+        parser.error(str(exc))
     return args
+
+
+def table(args: argparse.Namespace) -> Any:
+    """The job's table (`memwal.table.MemWalTable`, nothing opened yet) from its parsed arguments."""
+    from memwal.table import MemWalTable
+
+    return MemWalTable(args.table, args.storage_options)
 
 
 # --- SparkSession -------------------------------------------------------------------------------------
@@ -228,8 +238,7 @@ def _start_logging(level: str) -> logging.Handler:
 def one_line(exc: BaseException) -> str:
     """`Type: first line of the message`, at most 1000 characters."""
     text = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
-    text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-    return text if len(text) <= 1000 else text[:997] + "..."
+    return errors.one_line(f"{type(exc).__name__}: {text}" if text else type(exc).__name__, 1000)
 
 
 _EXC_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit): .+")

@@ -48,7 +48,7 @@ def build_parser():
 
 
 def run(spark, args):
-    return jobs.run_job("compaction", args, execute=spark_executor(spark))
+    return jobs.run_job("compaction", common.table(args), args.options, args.regions, execute=spark_executor(spark))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,7 +21,7 @@ def build_parser():
 
 
 def run(spark, args):
-    return jobs.run_job("gc", args)
+    return jobs.run_job("gc", common.table(args), args.options, args.regions)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,7 +24,7 @@ def build_parser():
 def run(spark, args) -> dict:
     warm_s = warm_up(spark)  # part of the application's start-up, reported apart (spark_warmup_s)
     dedup = spark_dedup(spark)
-    summary = jobs.run_job("merge", args, dedup=dedup)
+    summary = jobs.run_job("merge", common.table(args), args.options, args.regions, dedup=dedup)
     summary["spark_warmup_s"] = round(warm_s, 3)
     summary["spark_dedup"] = {k: round(v, 3) if isinstance(v, float) else v for k, v in dedup.stats.items()}
     return summary

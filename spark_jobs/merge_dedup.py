@@ -45,6 +45,7 @@ from memwal.dedup import GEN_COLUMN, ROWADDR_COLUMN
 from memwal.errors import MemWalError
 from memwal.generation import open_generation
 from memwal.merge import Dedup, GenerationRef, MergeInput, dedup_generations, read_generation, split_winners
+from memwal.planning import largest_first
 from memwal.storage import ObjectStore
 from spark_jobs.common import one_line, spark_error_line
 
@@ -480,13 +481,7 @@ class _RoundStaging:
 
 def _deal(units: Sequence[Sequence[GenerationRef]], tasks: int) -> list[list[int]]:
     """Units dealt to tasks, largest first, each to the task with the fewest bytes so far."""
-    bins: list[list[int]] = [[] for _ in range(tasks)]
-    load = [0] * tasks
-    for u in sorted(range(len(units)), key=lambda i: -sum(r.nbytes for r in units[i])):
-        t = load.index(min(load))
-        bins[t].append(u)
-        load[t] += sum(r.nbytes for r in units[u])
-    return [b for b in bins if b]
+    return largest_first([sum(r.nbytes for r in unit) for unit in units], tasks)
 
 
 def _task_count(spark, n_units: int) -> int:

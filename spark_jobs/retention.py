@@ -21,7 +21,7 @@ def build_parser():
 
 
 def run(spark, args):
-    return jobs.run_job("retention", args)
+    return jobs.run_job("retention", common.table(args), args.options, args.regions)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,20 +20,23 @@ import pyarrow as pa
 
 from memwal import jobs, naming
 from memwal.errors import MemWalError
-from memwal.region_manifest import RegionManifest, decode_manifest, load_latest_manifest
+from memwal.region_manifest import RegionManifest, decode_manifest
 from memwal.snapshot import ManifestReader
 from memwal.storage import ObjectStore
+from memwal.table import MemWalTable
 from spark_jobs import common
 
 log = logging.getLogger(__name__)
 
 
-def _manifest_task(region_ids: list[str], uri: str, storage_options: dict):
+def _manifest_task(region_ids: list[str], table: MemWalTable):
+    """The executors' task: `table` arrives pickled down to its URI and storage options and opens nothing
+    but its object store."""
+
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        store = ObjectStore(uri, storage_options)
         for batch in batches:
             ids = [region_ids[i] for i in batch.column(0).to_pylist()]
-            raw = [load_latest_manifest(store, r).raw for r in ids]
+            raw = [table.manifest(r).raw for r in ids]
             yield pa.record_batch({"region_id": pa.array(ids, pa.string()), "manifest": pa.array(raw, pa.binary())})
 
     return read
@@ -57,7 +60,7 @@ def spark_manifest_reader(spark, max_tasks: int | None = None) -> ManifestReader
         try:
             table = (
                 spark.range(0, len(ids), 1, tasks)
-                .mapInArrow(_manifest_task(ids, store.uri, dict(store.storage_options)),
+                .mapInArrow(_manifest_task(ids, MemWalTable(store.uri, store.storage_options)),
                             "region_id string, manifest binary")
                 .toArrow()
             )
@@ -77,7 +80,8 @@ def build_parser():
 
 
 def run(spark, args):
-    return jobs.run_job("snapshot", args, read_manifests=spark_manifest_reader(spark))
+    return jobs.run_job("snapshot", common.table(args), args.options, args.regions,
+                        read_manifests=spark_manifest_reader(spark))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import memwal
 from memwal.jobs import JOBS
+from memwal.storage import is_secret_option
 
 __all__ = [
     "JOBS",
@@ -54,7 +55,6 @@ log = logging.getLogger(__name__)
 
 
 JOBS_DIR = Path(__file__).resolve().parent
-_SECRET_HINTS = ("secret", "password", "token", "credential", "session", "access_key", "key_id")
 
 
 class SparkJobError(RuntimeError):
@@ -105,6 +105,18 @@ def spark_submit_executable() -> str:
     raise FileNotFoundError("spark-submit not found (install pyspark or set SPARK_HOME)")
 
 
+def spark_conf_defaults(conf: Mapping[str, str] | None = None, python: str | None = None) -> dict[str, str]:
+    """Every job's Spark configuration: `python` (default: this interpreter) runs the driver and the
+    executors' Python workers, our log4j configuration; `conf` entries override these (JVM options add)."""
+    python = python or sys.executable
+    log4j = f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}"
+    settings = {"spark.pyspark.python": python, "spark.pyspark.driver.python": python,
+                "spark.driver.extraJavaOptions": log4j, "spark.executor.extraJavaOptions": log4j}
+    for key, value in (conf or {}).items():  # JVM options add to ours; everything else replaces
+        settings[key] = f"{settings[key]} {value}" if key.endswith("extraJavaOptions") and key in settings else value
+    return settings
+
+
 def spark_submit_command(
     job: str,
     table: str,
@@ -125,12 +137,7 @@ def spark_submit_command(
     `package_code()` goes first in `--py-files`, ahead of `py_files`."""
     from memwal.storage import normalize_uri
 
-    python = python or sys.executable
-    log4j = f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}"
-    settings = {"spark.pyspark.python": python, "spark.pyspark.driver.python": python,
-                "spark.driver.extraJavaOptions": log4j, "spark.executor.extraJavaOptions": log4j}
-    for key, value in (conf or {}).items():  # JVM options add to ours; everything else replaces
-        settings[key] = f"{settings[key]} {value}" if key.endswith("extraJavaOptions") and key in settings else value
+    settings = spark_conf_defaults(conf, python)
     cmd = [spark_submit or spark_submit_executable(), "--master", master, "--name", f"memwal-{job}"]
     for key, value in settings.items():
         cmd += ["--conf", f"{key}={value}"]
@@ -152,7 +159,7 @@ def redact(cmd: Sequence[str]) -> list[str]:
     out = []
     for arg in cmd:
         key, sep, _ = arg.partition("=")
-        if sep and any(h in key.lower() for h in _SECRET_HINTS) and not key.startswith("spark."):
+        if sep and is_secret_option(key) and not key.startswith("spark."):
             arg = f"{key}=***"
         out.append(arg)
     return out

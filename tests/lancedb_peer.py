@@ -19,14 +19,16 @@ import pyarrow as pa
 from lancedb import LsmWriteSpec
 
 from memwal.catchup import catchup_table
+from memwal.field_ids import source_names_from_schema
 from memwal.gc import GcConfig, gc_table
 from memwal.mem_wal_index import load_index
 from memwal.merge import Dedup, local_dedup, merge_table
 from memwal.naming import MEM_WAL_DIR
 from memwal.region_manifest import list_regions, load_latest_manifest
-from memwal.region_spec import route, source_names_from_schema
 from memwal.snapshot import read_snapshot, refresh_snapshot
 from memwal.storage import lance_storage_options
+from memwal.table import MemWalTable
+from memwal.transforms import route
 
 SCHEMA = pa.schema([
     pa.field("id", pa.int64(), nullable=False),
@@ -170,15 +172,15 @@ def merge_and_maintain(t: LanceDbTable, dedup: Dedup = local_dedup) -> dict:
     """memwal merge (in process, or with a Spark dedup hook) -> catch-up -> snapshot -> GC (after the
     owner expired old table versions); each job's summary."""
     uri, opts = t.table.uri, t.table.storage_options
-    summary = merge_table(uri, opts, dedup=dedup)
+    summary = merge_table(MemWalTable(uri, opts), dedup=dedup)
     assert not summary.failed_regions, summary.to_dict()
     assert t.base_rows() == t.expected(), "the merged base table must equal the model"
     assert load_index(uri, opts).merged_generations == t.flushed_max(), "every flushed generation merged"
-    catchup = catchup_table(uri, opts).to_dict()
+    catchup = catchup_table(MemWalTable(uri, opts)).to_dict()
     assert not catchup["failed_indexes"], catchup
-    refresh_snapshot(uri, opts)
-    assert read_snapshot(uri, opts).num_rows == len(t.flushed_max())
+    refresh_snapshot(MemWalTable(uri, opts))
+    assert read_snapshot(MemWalTable(uri, opts)).num_rows == len(t.flushed_max())
     t.expire_old_versions()
-    gc = gc_table(uri, opts, config=GcConfig(keep_manifest_versions=2)).to_dict()
+    gc = gc_table(MemWalTable(uri, opts), config=GcConfig(keep_manifest_versions=2)).to_dict()
     assert not gc["failed_regions"], gc
     return {"merge": summary.to_dict(), "catchup": catchup, "gc": gc}

@@ -41,9 +41,25 @@ def write_generations(loc, region: str, gens) -> None:
 def merge_without_our_lock(uri, storage_options, region, **kwargs):
     """A merge by another tool that does not take our MemWAL index lock (to stage Lance's rebase)."""
     from contextlib import nullcontext
-    from unittest import mock
 
-    import memwal.merge as merge_mod
+    from memwal.table import MemWalTable
 
-    with mock.patch.object(merge_mod, "index_lock", lambda store: nullcontext()):
-        return merge_mod.merge_region(uri, storage_options, region, **kwargs)
+    table = MemWalTable(uri, storage_options)
+    table.index_lock = nullcontext  # this handle's commits only
+    return merge_region(table, None, region, **kwargs)
+
+
+def merge_region(uri, storage_options, region_id, config=None, dedup=None, up_to_generation=None):
+    """Merge one region (all its pending generations, or up to a generation) and raise what made it fail:
+    the library's `merge_table` for one region, as the tests call it."""
+    from memwal.merge import MergeConfig, _merge_regions, local_dedup
+    from memwal.region_manifest import canonical_region_id
+    from memwal.table import MemWalTable
+
+    region_id = canonical_region_id(region_id)
+    table = uri if isinstance(uri, MemWalTable) else MemWalTable(uri, storage_options)
+    results, errors, _ = _merge_regions(table, [region_id], config or MergeConfig(),
+                                        dedup or local_dedup, up_to_generation, {})
+    if region_id in errors:
+        raise errors[region_id]
+    return results[region_id]

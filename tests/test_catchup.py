@@ -1,10 +1,9 @@
-from maintenance import build_table
+from maintenance import build_table, merge_region
 from tables import open_base
 
-from memwal.catchup import catchup_table, indexed_read_plan
+from memwal.catchup import catchup_table
 from memwal.mem_wal_index import load_index
-from memwal.merge import merge_region, merge_table
-from memwal.region_manifest import load_latest_manifest
+from memwal.merge import merge_table
 from memwal.status import table_status
 
 
@@ -46,16 +45,3 @@ def test_catchup_never_records_more_than_the_index_covers(local_location, monkey
     monkeypatch.undo()
     assert load_index(loc.uri).details.index_catchup["name_idx"][a] == 1, "only what V0 had merged"
     assert load_index(loc.uri).details.merged_generations[a] == 3
-
-
-def test_indexed_read_plan_serves_the_gap_from_memtable_indexes(local_location):
-    loc = local_location
-    (a,) = build_table(loc, regions=1, generations=4)
-    open_base(loc).create_scalar_index("name", "BTREE", name="name_idx")
-    merge_region(loc.uri, None, a, up_to_generation=1)
-    catchup_table(loc.uri)
-    merge_region(loc.uri, None, a, up_to_generation=3)
-    details = load_index(loc.uri).details
-    plan = indexed_read_plan(details, "name_idx", [load_latest_manifest(loc.store(), a)])[a]
-    assert (plan.index_generation, plan.merged_generation) == (1, 3)
-    assert plan.gap == (2, 3) and plan.unmerged == (4,)

@@ -24,6 +24,7 @@ from memwal.merge import MergeInput, local_dedup, merge_table
 from memwal.reader import LsmReader
 from memwal.snapshot import read_snapshot, refresh_snapshot
 from memwal.storage import lance_storage_options
+from memwal.table import MemWalTable
 from memwal.writer import RegionWriter, WriterConfig
 
 ONE_GEN_PER_FLUSH = WriterConfig(max_memtable_rows=10**9, max_flush_interval_s=None)
@@ -52,7 +53,7 @@ def write(loc, region: str, generations: list[tuple[list[int], list[int]]], tag:
 
 
 def lsm(loc) -> dict:
-    return view(LsmReader(loc.uri, storage_options=loc.storage_options).scan())
+    return view(LsmReader(MemWalTable(loc.uri, loc.storage_options)).scan())
 
 
 def base(loc) -> dict:
@@ -95,25 +96,25 @@ def test_compaction_keeps_the_memwal_index_snapshot_and_remaps_indexes(location)
     loc = location
     region = fragmented_table(loc, base_rows=80)
     write(loc, region, [([1, 2, 100], [3]), ([4, 101], [5]), ([6], [])])
-    merge_table(loc.uri, loc.storage_options)
-    catchup_table(loc.uri, loc.storage_options)
-    refresh_snapshot(loc.uri, loc.storage_options)
+    merge_table(MemWalTable(loc.uri, loc.storage_options))
+    catchup_table(MemWalTable(loc.uri, loc.storage_options))
+    refresh_snapshot(MemWalTable(loc.uri, loc.storage_options))
     before = load_index(loc.uri, loc.storage_options)
-    snapshot = read_snapshot(loc.uri, loc.storage_options)
+    snapshot = read_snapshot(MemWalTable(loc.uri, loc.storage_options))
     expected = lsm(loc)
     assert fragment_health(open_base(loc), 1000).fragments > 8
-    summary = compact_table(loc.uri, loc.storage_options, CompactionConfig(target_rows_per_fragment=1000,
+    summary = compact_table(MemWalTable(loc.uri, loc.storage_options), CompactionConfig(target_rows_per_fragment=1000,
                                                                          max_small_fragments=2))
     assert summary.tasks_committed >= 1 and summary.health_after["fragments"] == 1, summary.to_dict()
     after = load_index(loc.uri, loc.storage_options)
     assert dict(after.merged_generations) == dict(before.merged_generations), "merged_generations must survive"
     assert after.details.index_catchup == before.details.index_catchup
-    assert read_snapshot(loc.uri, loc.storage_options).equals(snapshot), "the region snapshot must survive"
+    assert read_snapshot(MemWalTable(loc.uri, loc.storage_options)).equals(snapshot), "the region snapshot must survive"
     assert lsm(loc) == expected, "compaction must not change what readers see"
     ds = open_base(loc)
     assert ds.to_table(filter="name = 'w0-100'").num_rows == 1
     assert "ScalarIndexQuery" in ds.scanner(filter="name = 'w0-100'").explain_plan(), "the index was remapped"
-    cu = catchup_table(loc.uri, loc.storage_options)
+    cu = catchup_table(MemWalTable(loc.uri, loc.storage_options))
     assert all(i.covered for i in cu.indexes), "catch-up still holds after compaction"
 
 
@@ -127,7 +128,7 @@ def test_merge_commits_first_then_untouched_tasks_are_committed(local_location):
 
     def execute_then_merge(tasks, uri, so):
         results = execute_in_process(tasks, uri, so)
-        merge_table(uri, so)  # lands between the plan's read version and the compaction's commit
+        merge_table(MemWalTable(uri, so))  # lands between the plan's read version and the compaction's commit
         return results
 
     summary = compact_table(loc.uri, config=PAIRS, execute=execute_then_merge)
@@ -195,7 +196,7 @@ def test_after_a_remapping_compaction_every_job_still_reads_the_history(local_lo
 
     loc = local_location
     region = fragmented_table(loc, base_rows=40)
-    retain_versions(loc.uri, None, RetentionConfig(older_than_s=0, keep_versions=1))
+    retain_versions(loc.uri, RetentionConfig(older_than_s=0, keep_versions=1))
     write(loc, region, [([1, 50], [2])])
     merge_table(loc.uri)
     compact_table(loc.uri, config=PAIRS)

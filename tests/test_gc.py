@@ -1,14 +1,15 @@
 import time
 from datetime import timedelta
 
-from maintenance import build_table
+from maintenance import build_table, merge_region
 from tables import open_base, sorted_rows
 
 from memwal import naming
 from memwal.gc import GcConfig, gc_table
-from memwal.merge import merge_region, merge_table
+from memwal.merge import merge_table
 from memwal.reader import LsmReader
 from memwal.region_manifest import list_manifest_versions, load_latest_manifest
+from memwal.table import MemWalTable
 from memwal.wal import list_wal_positions
 
 
@@ -19,11 +20,11 @@ def _gen_dirs(store, region):
 def test_dry_run_lists_but_deletes_nothing(location):
     loc = location
     build_table(loc, regions=2, generations=3)
-    merge_table(loc.uri, loc.storage_options)
+    merge_table(MemWalTable(loc.uri, loc.storage_options))
     open_base(loc).cleanup_old_versions(older_than=timedelta(0))
     store = loc.store()
     before = sorted(m.path for m in store.list("_mem_wal"))
-    summary = gc_table(loc.uri, loc.storage_options, config=GcConfig(dry_run=True))
+    summary = gc_table(MemWalTable(loc.uri, loc.storage_options), config=GcConfig(dry_run=True))
     assert sorted(m.path for m in store.list("_mem_wal")) == before, "a dry run must not delete anything"
     assert summary.to_dict()["would_delete"]["wal_entry"] > 0
     assert summary.to_dict()["bytes"] > 0

@@ -9,12 +9,12 @@ import lance
 import pyarrow as pa
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from maintenance import merge_region
 from tables import SCHEMA, rows
 
 from memwal.catchup import catchup_table
 from memwal.gc import GcConfig, gc_table
 from memwal.mem_wal_index import load_index
-from memwal.merge import merge_region
 from memwal.reader import LsmReader
 from memwal.writer import RegionWriter, WriterConfig
 

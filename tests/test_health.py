@@ -15,6 +15,7 @@ from memwal.health import table_health
 from memwal.lag import breaches
 from memwal.merge import merge_table
 from memwal.retention import RetentionConfig, retain_versions
+from memwal.table import MemWalTable
 
 
 def test_health_follows_merge_compaction_retention_and_gc(location):
@@ -22,20 +23,21 @@ def test_health_follows_merge_compaction_retention_and_gc(location):
     nothing; compaction lowers fragments, retention lowers versions, then GC's reclaimable bytes are freed."""
     loc = location
     build_table(loc, regions=2, generations=3)
-    merge_table(loc.uri, loc.storage_options)
-    h = table_health(loc.uri, loc.storage_options)
+    merge_table(MemWalTable(loc.uri, loc.storage_options))
+    h = table_health(MemWalTable(loc.uri, loc.storage_options))
     assert h.fragments == 2 and h.small_fragments == 2 and h.oldest_table_version == 1
     assert h.table_versions == len(open_base(loc).versions()) >= 3
     assert h.base_bytes > 0 and h.mem_wal_bytes > 0 and h.generation_dirs == 6
     assert h.gc_reclaimable.get("generation") is None
     assert all(v.startswith("retained table version") for v in h.gc_limited_by.values()) and len(h.gc_limited_by) == 2
-    compact_table(loc.uri, loc.storage_options, CompactionConfig(force=True, target_rows_per_fragment=1000))
-    retain_versions(loc.uri, loc.storage_options, RetentionConfig(older_than_s=0, keep_versions=1))
-    h2 = table_health(loc.uri, loc.storage_options)
+    table = MemWalTable(loc.uri, loc.storage_options)
+    compact_table(table, CompactionConfig(force=True, target_rows_per_fragment=1000))
+    retain_versions(table, RetentionConfig(older_than_s=0, keep_versions=1))
+    h2 = table_health(table)
     assert h2.fragments == 1 and h2.table_versions == 1 and h2.deleted_rows == 0
     assert h2.gc_reclaimable["generation"] == 6 and h2.gc_reclaimable_bytes > 0
-    gc_table(loc.uri, loc.storage_options)
-    h3 = table_health(loc.uri, loc.storage_options)
+    gc_table(MemWalTable(loc.uri, loc.storage_options))
+    h3 = table_health(MemWalTable(loc.uri, loc.storage_options))
     assert h3.generation_dirs == 0 and h3.mem_wal_bytes < h2.mem_wal_bytes - h2.gc_reclaimable_bytes // 2
 
 

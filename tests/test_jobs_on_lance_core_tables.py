@@ -14,6 +14,7 @@ from memwal.merge import merge_table
 from memwal.reader import LsmReader
 from memwal.region_manifest import load_latest_manifest
 from memwal.snapshot import read_snapshot, refresh_snapshot
+from memwal.table import MemWalTable
 
 
 def _lance_core_writes(loc, region, start):
@@ -32,17 +33,17 @@ def test_full_pipeline_on_lance_core_written_table_and_lance_core_resumes(locati
     _lance_core_writes(loc, regions[0], 100)
     _lance_core_writes(loc, regions[1], 200)
     before = sorted_rows(lance_core_scan(loc))
-    assert sorted_rows(LsmReader(loc.uri, storage_options=loc.storage_options).scan()) == before
+    assert sorted_rows(LsmReader(MemWalTable(loc.uri, loc.storage_options)).scan()) == before
 
-    summary = merge_table(loc.uri, loc.storage_options)
+    summary = merge_table(MemWalTable(loc.uri, loc.storage_options))
     assert not summary.failed_regions and summary.commits >= 2
     assert sorted_rows(open_base(loc).to_table()) == before, "merged base table equals the LSM view"
     assert open_base(loc)._ds.index_statistics("__lance_mem_wal")  # Lance core still reads its index
-    catchup_table(loc.uri, loc.storage_options)
-    refresh_snapshot(loc.uri, loc.storage_options)
-    assert read_snapshot(loc.uri, loc.storage_options).num_rows == 2
+    catchup_table(MemWalTable(loc.uri, loc.storage_options))
+    refresh_snapshot(MemWalTable(loc.uri, loc.storage_options))
+    assert read_snapshot(MemWalTable(loc.uri, loc.storage_options)).num_rows == 2
     open_base(loc).cleanup_old_versions(older_than=timedelta(0))
-    gc = gc_table(loc.uri, loc.storage_options, config=GcConfig(keep_manifest_versions=2))
+    gc = gc_table(MemWalTable(loc.uri, loc.storage_options), config=GcConfig(keep_manifest_versions=2))
     assert gc.to_dict()["deleted"].get("generation", 0) >= 2
     manifest = load_latest_manifest(loc.store(), regions[0])
     assert manifest.flushed_generations == ()
@@ -50,10 +51,10 @@ def test_full_pipeline_on_lance_core_written_table_and_lance_core_resumes(locati
     # Lance core takes the region over again after our GC rewrote its manifest, and writes on.
     _lance_core_writes(loc, regions[0], 300)
     theirs = LsmScanner.from_snapshots(open_base(loc), lance_core_snapshots(loc)).to_table()
-    ours = LsmReader(loc.uri, storage_options=loc.storage_options).scan()
+    ours = LsmReader(MemWalTable(loc.uri, loc.storage_options)).scan()
     assert sorted_rows(ours) == sorted_rows(theirs)
     assert load_latest_manifest(loc.store(), regions[0]).writer_epoch == 2
-    merge_table(loc.uri, loc.storage_options)
+    merge_table(MemWalTable(loc.uri, loc.storage_options))
     assert sorted_rows(open_base(loc).to_table()) == sorted_rows(theirs)
     merged = load_index(loc.uri, loc.storage_options).merged_generations
     assert merged[regions[0]] > merged[regions[1]], "the new generations were merged after the old ones"

@@ -13,10 +13,12 @@ from tables import rows as base_rows
 from memwal.cli import main
 from memwal.mem_wal_index import initialize_mem_wal, load_index
 from memwal.region_manifest import list_regions, load_latest_manifest
-from memwal.region_spec import RegionField, RegionSpec, route
+from memwal.region_spec import RegionField, RegionSpec
 from memwal.status import table_status
 from memwal.storage import ObjectStore
+from memwal.table import MemWalTable
 from memwal.table_writer import TableWriter, lancedb_shard_id, region_id_for, writer_region_id
+from memwal.transforms import route
 from memwal.writer import RegionWriter, WriterConfig
 
 NEVER = WriterConfig(max_memtable_rows=10**9, max_flush_interval_s=None)
@@ -40,7 +42,7 @@ def test_lancedb_lsm_rounds_merged_by_memwal_and_lancedb_writes_on(request, wher
         assert t.query() == t.expected(), f"round {r}: LanceDB's LSM read must equal the model before merging"
         assert deletion_files(t), "a key written twice in one generation is masked by a deletion file"
         assert len(generation_dirs(t) - before) == len(t.flushed_max()), "one new generation per shard"
-        status = table_status(t.table.uri, t.table.storage_options).to_dict()
+        status = table_status(MemWalTable(t.table.uri, t.table.storage_options)).to_dict()
         assert {r["region_id"]: r["unmerged_generations"] for r in status["regions"]} == \
             {shard: 1 for shard in t.flushed_max()}, "memwal status shows each shard's new generation"
         assert status["unmerged_rows"] == len({i for b in batches for i in b.column("id").to_pylist()}), \

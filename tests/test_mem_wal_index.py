@@ -4,12 +4,12 @@ import uuid
 from dataclasses import replace
 
 import pytest
-from maintenance import merge_without_our_lock
+from maintenance import merge_region, merge_without_our_lock
 from tables import create_base, open_base, rows
 
 from memwal.errors import MemWalNotInitializedError
-from memwal.mem_wal_index import commit_details, load_index, read_details_at
-from memwal.merge import merge_region
+from memwal.mem_wal_index import load_index, read_details_at
+from memwal.table import MemWalTable
 from memwal.writer import RegionWriter, WriterConfig
 
 
@@ -34,7 +34,7 @@ def test_rewrite_keeps_fields_it_does_not_own_and_lance_core_still_reads_it(loca
     loc = local_location
     create_base(loc)
     open_base(loc).initialize_mem_wal(bucket_column="id", num_buckets=4)
-    commit_details(loc.uri, None, lambda d: replace(d, snapshot_ts_millis=1234))
+    MemWalTable(loc.uri).commit_details(lambda d: replace(d, snapshot_ts_millis=1234))
     index = load_index(loc.uri)
     assert index.details.snapshot_ts_millis == 1234
     core = open_base(loc).mem_wal_index_details()
@@ -65,7 +65,7 @@ def test_rewrite_racing_a_merge_never_regresses_merged_generations(location):
             merge_without_our_lock(loc.uri, loc.storage_options, region)
         return replace(details, snapshot_ts_millis=42)
 
-    final = commit_details(loc.uri, loc.storage_options, mutate_while_a_merge_lands)
+    final = MemWalTable(loc.uri, loc.storage_options).commit_details(mutate_while_a_merge_lands)
     assert final.merged_generations[region] == 2, "the rewrite must not leave merged_generations regressed"
     assert final.details.snapshot_ts_millis == 42
     store = loc.store()

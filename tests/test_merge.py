@@ -4,14 +4,15 @@ import uuid
 
 import pyarrow as pa
 import pytest
-from maintenance import write_generations
+from maintenance import merge_region, write_generations
 from tables import create_base, open_base, rows, sorted_rows
 
 from memwal import merge as merge_mod
 from memwal import naming
 from memwal.mem_wal_index import load_index, read_details_at
-from memwal.merge import MergeConfig, merge_region, merge_table
+from memwal.merge import MergeConfig, merge_table
 from memwal.reader import LsmReader
+from memwal.table import MemWalTable
 from memwal.writer import RegionWriter, WriterConfig
 
 ONE_GEN_PER_FLUSH = WriterConfig(max_memtable_rows=10**9, max_flush_interval_s=None)
@@ -35,8 +36,8 @@ GENS = [
 def test_full_merge_equals_the_lsm_view(location):
     region = str(uuid.uuid4())
     _table_with_generations(location, region, GENS)
-    before = sorted_rows(LsmReader(location.uri, storage_options=location.storage_options).scan())
-    summary = merge_table(location.uri, location.storage_options)
+    before = sorted_rows(LsmReader(MemWalTable(location.uri, location.storage_options)).scan())
+    summary = merge_table(MemWalTable(location.uri, location.storage_options))
     assert summary.regions[0].generations == [1, 2, 3, 4]
     after_base = sorted_rows(open_base(location).to_table())
     assert after_base == before, "the base table after a full merge must equal the LSM view before it"
@@ -87,11 +88,12 @@ def test_appendix_2_racing_on_the_same_generation(local_location, monkeypatch):
     real_commit = merge_mod._commit
     raced = []
 
-    def commit_after_a_wins(uri, so, region_id, last_gen, data, pk, schema, since=None):
+    def commit_after_a_wins(table, markers, data, since=None):
         if not raced:
-            raced.append(last_gen)
-            merge_region(uri, so, region_id, MergeConfig(max_generations_per_commit=1))  # merger A
-        return real_commit(uri, so, region_id, last_gen, data, pk, schema, since)
+            raced.append(markers)
+            merge_region(table.uri, table.storage_options, markers[0][0],
+                         MergeConfig(max_generations_per_commit=1))  # merger A
+        return real_commit(table, markers, data, since)
 
     monkeypatch.setattr(merge_mod, "_commit", commit_after_a_wins)
     b = merge_region(loc.uri, None, region, MergeConfig(max_generations_per_commit=1))
@@ -264,17 +266,17 @@ def test_a_stale_marker_refuses_the_whole_commit_and_the_other_regions_go_on(loc
     a, b = _regions_table(loc, 2, 2)
     before = sorted_rows(LsmReader(loc.uri).scan())
     v0 = open_base(loc).version
-    real = merge_mod._commit_many
+    real = merge_mod._commit
     calls = []
 
-    def other_merger_first(uri, so, markers, data, pk, schema, since=None):
+    def other_merger_first(table, markers, data, since=None):
         calls.append(list(markers))
         if len(calls) == 1:
             assert [r for r, _ in markers] == [a, b], "both regions planned into one commit"
-            merge_region(uri, so, a)  # the other merger (its own commit of A)
-        return real(uri, so, markers, data, pk, schema, since)
+            merge_region(table.uri, table.storage_options, a)  # the other merger (its own commit of A)
+        return real(table, markers, data, since)
 
-    monkeypatch.setattr(merge_mod, "_commit_many", other_merger_first)
+    monkeypatch.setattr(merge_mod, "_commit", other_merger_first)
     summary = merge_table(loc.uri)
     ra, rb = summary.regions
     assert not summary.failed_regions
@@ -289,16 +291,16 @@ def test_a_stale_marker_refuses_the_whole_commit_and_the_other_regions_go_on(loc
 def test_a_failing_commit_of_several_regions_is_retried_region_by_region(local_location, monkeypatch):
     loc = local_location
     a, b, c = _regions_table(loc, 3, 1)
-    real = merge_mod._commit_many
+    real = merge_mod._commit
     attempts = []
 
-    def b_cannot_commit(uri, so, markers, data, pk, schema, since=None):
+    def b_cannot_commit(table, markers, data, since=None):
         attempts.append([r for r, _ in markers])
         if any(r == b for r, _ in markers):
             raise OSError("injected: B's commit fails")
-        return real(uri, so, markers, data, pk, schema, since)
+        return real(table, markers, data, since)
 
-    monkeypatch.setattr(merge_mod, "_commit_many", b_cannot_commit)
+    monkeypatch.setattr(merge_mod, "_commit", b_cannot_commit)
     summary = merge_table(loc.uri, config=MergeConfig(max_attempts=3))
     assert attempts[0] == [a, b, c] and all(len(x) == 1 for x in attempts[1:]), "then one region per commit"
     assert summary.failed_regions == [b] and "failed 3 times" in summary.regions[1].error

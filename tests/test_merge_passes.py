@@ -12,12 +12,12 @@ import lance
 import pyarrow as pa
 import pytest
 from lance.optimize import Compaction, CompactionOptions
-from maintenance import merge_without_our_lock, write_generations
+from maintenance import merge_region, merge_without_our_lock, write_generations
 from tables import lance_core_scan, open_base, rows, view
 
 from memwal import merge_commit
 from memwal.mem_wal_index import load_index, read_details_at
-from memwal.merge import MergeConfig, merge_region
+from memwal.merge import MergeConfig
 from memwal.reader import LsmReader
 
 ONE = MergeConfig(max_generations_per_commit=1)
@@ -82,9 +82,9 @@ def _after_check(monkeypatch, action) -> list[int]:
     the table versions the checks saw."""
     real, seen = merge_commit._check_progress, []
 
-    def hooked(uri, so, version, since):
-        real(uri, so, version, since)
-        seen.append(version)
+    def hooked(table, since):
+        real(table, since)
+        seen.append(table.version)
         action(len(seen))
 
     monkeypatch.setattr(merge_commit, "_check_progress", hooked)

@@ -17,6 +17,7 @@ from tables import (
 )
 
 from memwal.reader import LsmReader
+from memwal.table import MemWalTable
 from memwal.writer import RegionWriter, WriterConfig
 
 OPS = [
@@ -60,7 +61,7 @@ def test_our_reader_matches_lance_core_on_lance_core_writes(location):
                 w.put(rows(ids, tag))
             else:
                 w.delete(pa.table({"id": pa.array(list(ids), pa.int64())}))
-    ours = LsmReader(location.uri, storage_options=location.storage_options)
+    ours = LsmReader(MemWalTable(location.uri, location.storage_options))
     assert len(ours.sources) > 3, "the scenario must span several generations"
     theirs = lance_core_scan(location)
     assert sorted_rows(ours.scan()) == sorted_rows(theirs)
@@ -75,7 +76,7 @@ def test_lance_core_reader_matches_ours_on_our_writes(location):
     with RegionWriter(location.uri, region, storage_options=location.storage_options,
                       config=WriterConfig(max_memtable_rows=12, max_flush_interval_s=None)) as w:
         _apply(w, OPS)
-    ours = LsmReader(location.uri, storage_options=location.storage_options)
+    ours = LsmReader(MemWalTable(location.uri, location.storage_options))
     assert sorted_rows(ours.scan()) == sorted_rows(lance_core_scan(location))
     assert {r["id"]: r["name"] for r in sorted_rows(ours.scan())} == _expected(range(10), OPS)
 

@@ -21,16 +21,12 @@ from lance.schema import LanceSchema
 
 from memwal._proto import memwal_pb2
 from memwal.errors import RegionSpecError
-from memwal.region_spec import (
-    RegionField,
-    RegionSpec,
-    evaluate,
-    murmur3,
-    parse_simple_predicates,
-    prune,
-    route,
-    source_names_from_schema,
-)
+from memwal.field_ids import source_names_from_schema
+from memwal.murmur3 import murmur3
+from memwal.pruning import prune
+from memwal.region_spec import RegionField, RegionSpec
+from memwal.sql_predicates import parse_simple_predicates
+from memwal.transforms import evaluate, route
 
 BIG_N = 2**31 - 1  # with N = 2^31 - 1 a bucket shows almost all of the hash bits
 

@@ -21,6 +21,7 @@ from memwal.merge import merge_table
 from memwal.reader import LsmReader
 from memwal.status import table_status
 from memwal.storage import ObjectStore
+from memwal.table import MemWalTable
 from memwal.writer import RegionWriter, WriterConfig
 
 pytestmark = pytest.mark.s3
@@ -52,20 +53,20 @@ def test_every_entry_point_fails_without_the_endpoint_or_keys_it_was_given(s3_lo
     (the tests do exactly that); with the endpoint or the keys removed, each one fails clearly."""
     loc = s3_location
     region = _table(loc)
-    assert LsmReader(loc.uri, storage_options=loc.storage_options).get(11)["name"] == "g111"
+    assert LsmReader(MemWalTable(loc.uri, loc.storage_options)).get(11)["name"] == "g111"
     opts = s3_options_without(loc.storage_options, removed)
     attempts = {
         "writer": lambda: RegionWriter(loc.uri, region, storage_options=opts, config=NEVER),
-        "reader": lambda: LsmReader(loc.uri, storage_options=opts).scan(),
-        "merge": lambda: merge_table(loc.uri, opts),
-        "status": lambda: table_status(loc.uri, opts),
+        "reader": lambda: LsmReader(MemWalTable(loc.uri, opts)).scan(),
+        "merge": lambda: merge_table(MemWalTable(loc.uri, opts)),
+        "status": lambda: table_status(MemWalTable(loc.uri, opts)),
         "store": lambda: ObjectStore(loc.uri, opts).list("_mem_wal"),
     }
     for name, attempt in attempts.items():
         with pytest.raises(Exception) as err:
             attempt()
         assert NOT_REACHED.search(str(err.value)), f"{name} without the {removed}: {err.value}"
-    assert LsmReader(loc.uri, storage_options=loc.storage_options).get(11)["name"] == "g111", "nothing changed"
+    assert LsmReader(MemWalTable(loc.uri, loc.storage_options)).get(11)["name"] == "g111", "nothing changed"
 
 
 @pytest.mark.parametrize("removed", sorted(S3_REMOVALS))

@@ -1,20 +1,20 @@
 import uuid
 
-from maintenance import build_table
+from maintenance import build_table, merge_region
 
 from memwal.mem_wal_index import load_index
-from memwal.merge import merge_region
 from memwal.snapshot import read_snapshot, refresh_snapshot
+from memwal.table import MemWalTable
 
 
 def test_inline_snapshot_has_one_row_per_region_with_the_spec_schema(location):
     loc = location
     ids = build_table(loc, regions=3, generations=2, bucket_column="id", num_buckets=4)
-    summary = refresh_snapshot(loc.uri, loc.storage_options)
+    summary = refresh_snapshot(MemWalTable(loc.uri, loc.storage_options))
     assert summary.storage == "inline" and summary.num_regions == 3
     details = load_index(loc.uri, loc.storage_options).details
     assert details.num_regions == 3 and details.snapshot_ts_millis == summary.snapshot_ts_millis
-    snap = read_snapshot(loc.uri, loc.storage_options)
+    snap = read_snapshot(MemWalTable(loc.uri, loc.storage_options))
     assert sorted(str(uuid.UUID(bytes=b)) for b in snap.column("region_id").to_pylist()) == sorted(ids)
     assert snap.schema.field("region_id").type.byte_width == 16
     assert "region_field_bucket" in snap.column_names

@@ -1,6 +1,5 @@
-from maintenance import build_table
+from maintenance import build_table, merge_region
 
-from memwal.merge import merge_region
 from memwal.status import table_status
 
 

@@ -14,6 +14,7 @@ from memwal.mem_wal_index import initialize_mem_wal, load_index
 from memwal.reader import LsmReader
 from memwal.region_manifest import load_latest_manifest
 from memwal.region_spec import RegionField, RegionSpec
+from memwal.table import MemWalTable
 from memwal.table_writer import TableWriter, region_id_for
 from memwal.writer import RegionWriter, WriterConfig
 
@@ -31,7 +32,7 @@ def test_acknowledged_puts_survive_a_crash_and_are_replayed(location):
     w2 = RegionWriter(loc.uri, region, storage_options=loc.storage_options, config=NEVER)
     assert w2.stats.replayed_entries == 2 and w2.writer_epoch == 2
     w2.close()
-    assert sorted_rows(LsmReader(loc.uri, storage_options=loc.storage_options).scan()) == sorted_rows(rows([2]))
+    assert sorted_rows(LsmReader(MemWalTable(loc.uri, loc.storage_options)).scan()) == sorted_rows(rows([2]))
 
 
 def test_row_threshold_flushes_generations(local_location):

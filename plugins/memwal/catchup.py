@@ -5,25 +5,23 @@ incrementally (Lance's optimize_indices) from V0. Only once the index really cov
 V0 is index_catchup[index][region] raised to merged_generations[region] as of V0, never more: data
 merged after V0 may be uncovered. The commit goes through commit_details (no progress regression).
 
-`indexed_read_plan` is the planner side (memwal-spec.txt, Indexed Read Plan): for an indexed query,
-which generations must be served from flushed MemTables' own indexes.
+`rebuild_indexes` recreates maintained scalar indexes from scratch (the catch-up operator's `rebuild`).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 
 import lance
 
-from memwal.mem_wal_index import MemWalIndexDetails, commit_details, load_index
-from memwal.region_manifest import RegionManifest
-from memwal.status import maintained_indexes
-from memwal.storage import lance_storage_options
+from memwal import naming
+from memwal.mem_wal_index import MemWalIndexDetails
+from memwal.table import MemWalTable, TableLike
 
-__all__ = ["CatchupSummary", "IndexCatchupResult", "IndexedReadPlan", "catchup_table", "indexed_read_plan"]
+__all__ = ["CatchupSummary", "IndexCatchupResult", "catchup_table", "rebuild_indexes"]
 
 log = logging.getLogger(__name__)
 
@@ -68,26 +66,24 @@ def _uncovered(ds0: lance.LanceDataset, ds1: lance.LanceDataset, name: str) -> l
     return sorted((frags0 & frags1) - _covered_fragments(ds1, name))
 
 
-def catchup_table(
-    uri: str, storage_options: dict[str, str] | None = None, index_names: Sequence[str] | None = None
-) -> CatchupSummary:
+def catchup_table(table: TableLike, index_names: Sequence[str] | None = None) -> CatchupSummary:
     """Optimise every maintained index (or the given ones) and record what it now covers."""
     started = time.monotonic()
-    opts = lance_storage_options(storage_options)
-    index0 = load_index(uri, storage_options)
+    table = MemWalTable.of(table)
+    index0 = table.refresh().index
     summary = CatchupSummary(index0.table_uri, read_version=index0.table_version)
     merged = dict(index0.details.merged_generations)
-    names = list(index_names) if index_names is not None else maintained_indexes(index0, storage_options)
+    names = list(index_names) if index_names is not None else table.maintained_indexes()
     for name in names:
         result = IndexCatchupResult(name)
         t0 = time.monotonic()
         try:
-            ds0 = lance.dataset(index0.table_uri, version=index0.table_version, storage_options=opts)
+            ds0 = table.dataset.checkout_version(index0.table_version)
             if _uncovered(ds0, ds0, name):
                 ds0.optimize.optimize_indices(index_names=[name])
                 result.optimized = True
                 summary.commits += 1
-            ds1 = lance.dataset(index0.table_uri, storage_options=opts)
+            ds1 = table.refresh().dataset
             result.uncovered_fragments = _uncovered(ds0, ds1, name)
             result.covered = not result.uncovered_fragments
             if result.covered:
@@ -112,45 +108,32 @@ def catchup_table(
         return replace(d, index_catchup=catchup)
 
     if recorded:
-        committed = commit_details(index0.table_uri, storage_options, mutate)
+        committed = table.commit_details(mutate)
         summary.commits += 1
         summary.table_version_after = committed.table_version
     else:
-        summary.table_version_after = lance.dataset(index0.table_uri, storage_options=opts).version
+        summary.table_version_after = table.refresh().version
     summary.duration_s = time.monotonic() - started
     return summary
 
 
-@dataclass(frozen=True)
-class IndexedReadPlan:
-    """For one region and one index: generations to serve from flushed MemTables' own indexes.
-
-    gap: merged but not yet covered by the base-table index, (index_gen, merged_gen];
-    unmerged: flushed but not merged, always read from the MemTables.
-    """
-
-    region_id: str
-    index_generation: int
-    merged_generation: int
-    gap: tuple[int, ...]
-    unmerged: tuple[int, ...]
-
-
-def indexed_read_plan(
-    details: MemWalIndexDetails, index_name: str, manifests: Mapping[str, RegionManifest] | Sequence[RegionManifest]
-) -> dict[str, IndexedReadPlan]:
-    """The indexed read plan per region. An index absent from index_catchup is fully caught up."""
-    if not isinstance(manifests, Mapping):
-        manifests = {m.region_id: m for m in manifests}
-    per_region = details.index_catchup.get(index_name)
-    plans = {}
-    for region_id, m in manifests.items():
-        merged = details.merged_generation(region_id)
-        index_gen = merged if per_region is None else min(per_region.get(region_id, 0), merged)
-        flushed = sorted(fg.generation for fg in m.flushed_generations)
-        plans[region_id] = IndexedReadPlan(
-            region_id, index_gen, merged,
-            gap=tuple(g for g in flushed if index_gen < g <= merged),
-            unmerged=tuple(g for g in flushed if g > merged),
-        )
-    return plans
+def rebuild_indexes(table: MemWalTable, names: Sequence[str] | None = None) -> list[str]:
+    """Recreate the maintained scalar indexes (or `names`) from scratch (Lance replace=True), under the
+    MemWAL index lock; catch-up then records them as covering the table. Vector indexes are left to
+    catch-up (their build parameters are not recorded in the table). ValueError naming an unknown index."""
+    wanted = list(names) if names else table.maintained_indexes()
+    described = {d.name: d for d in table.refresh().dataset.describe_indices() if d.name != naming.MEM_WAL_INDEX_NAME}
+    missing = [n for n in wanted if n not in described]
+    if missing:
+        raise ValueError(f"no index named {', '.join(missing)} (indexes: {', '.join(sorted(described)) or 'none'})")
+    rebuilt = []
+    with table.index_lock():
+        for name in wanted:
+            d = described[name]
+            if len(d.field_names) != 1 or "vector" in d.type_url.lower() or "ivf" in d.type_url.lower():
+                log.warning("%s: index %s (%s) is not a scalar index on one column; catch-up optimises it "
+                            "instead of a rebuild", table.uri, name, d.type_url)
+                continue
+            table.refresh().dataset.create_scalar_index(d.field_names[0], d.index_type, name=name, replace=True)
+            rebuilt.append(name)
+    return rebuilt

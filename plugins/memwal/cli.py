@@ -22,6 +22,7 @@ import sys
 from typing import Any
 
 from memwal.errors import MemWalError
+from memwal.job_config import JobOptions
 from memwal.jobs import (
     EXIT_FAILED,
     EXIT_LAG_ALERT,
@@ -31,10 +32,12 @@ from memwal.jobs import (
     add_common_arguments,
     add_job_arguments,
     failure_reason,
-    job_argv,
     job_options,
     run_job,
+    storage_options_of,
+    validate_job_options,
 )
+from memwal.table import MemWalTable
 
 __all__ = ["main"]
 
@@ -169,15 +172,15 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
+        table = MemWalTable(args.table, storage_options_of(args))
         if args.command == "status":
             from memwal.lag import breaches
-            from memwal.status import table_status
 
-            summary = table_status(args.table, job_options(args), args.region).to_dict()
+            summary = table.jobs.status(args.region)
             if args.health:
                 from memwal.health import table_health
 
-                summary["health"] = table_health(args.table, job_options(args)).to_dict()
+                summary["health"] = table_health(table).to_dict()
             alerts = [b["message"] for b in breaches(summary, {
                 "max_unmerged_generations": args.max_unmerged_generations,
                 "max_oldest_unmerged_age_s": args.max_age_s, "max_index_lag": args.max_index_lag,
@@ -193,7 +196,10 @@ def main(argv: list[str] | None = None) -> int:
             if any(r["error"] for r in summary["regions"]):
                 return EXIT_FAILED
             return EXIT_LAG_ALERT if alerts else EXIT_OK
-        summary = _run_with_spark(args) if args.spark else run_job(args.command, args)
+        options = job_options(args.command, args)
+        validate_job_options(args.command, options, args.region)
+        summary = _run_with_spark(args, table, options) if args.spark else run_job(
+            args.command, table, options, args.region)
     except (MemWalError, OSError, ValueError, argparse.ArgumentTypeError) as exc:
         print(f"memwal {args.command}: {str(exc).splitlines()[0]}", file=sys.stderr)
         return EXIT_FAILED
@@ -205,13 +211,13 @@ def main(argv: list[str] | None = None) -> int:
     return EXIT_OK
 
 
-def _run_with_spark(args: argparse.Namespace) -> dict[str, Any]:
+def _run_with_spark(args: argparse.Namespace, table: MemWalTable, options: JobOptions) -> dict[str, Any]:
     """The same job through spark-submit; its JSON summary, or the job's one-line reason as an error."""
     from spark_jobs.submit import SparkJobError, run_spark_job
 
     try:
-        return run_spark_job(args.command, args.table, master=args.master, storage_options=job_options(args),
-                             regions=args.region, extra_args=job_argv(args.command, args), conf=dict(args.conf))
+        return run_spark_job(args.command, table.uri, master=args.master, storage_options=table.storage_options,
+                             regions=args.region, extra_args=options.argv(args.command), conf=dict(args.conf))
     except SparkJobError as exc:
         if exc.summary is not None:
             return exc.summary  # the job ran; failure_reason() reports which regions failed

@@ -28,10 +28,9 @@ import lance
 from lance.optimize import Compaction, CompactionOptions, CompactionTask, RewriteResult
 
 from memwal.faults import fault_point
-from memwal.lock import index_lock
 from memwal.maintenance_config import CompactionConfig
-from memwal.mem_wal_index import MemWalIndexDetails, _commit_details_locked, commit_details, load_index, open_table
-from memwal.storage import ObjectStore
+from memwal.mem_wal_index import MemWalIndexDetails, _commit_details_locked, commit_details, open_table
+from memwal.table import MemWalTable, TableLike
 
 __all__ = ["CompactionConfig", "CompactionSummary", "FragmentHealth", "compact_table", "due_reasons",
            "execute_in_process", "fragment_health", "is_preempted"]
@@ -161,12 +160,11 @@ def _covers_every_fragment(ds: lance.LanceDataset, name: str) -> bool:
     return False
 
 
-def _restore_catchup(uri: str, storage_options: dict[str, str] | None, before: dict[str, dict[str, int]],
-                     locked: bool) -> None:
+def _restore_catchup(table: MemWalTable, before: dict[str, dict[str, int]], locked: bool) -> None:
     """Put back the index_catchup entries Lance's index remap dropped (see the module docstring)."""
-    if not before or load_index(uri, storage_options).details.index_catchup == before:
+    if not before or table.refresh().details.index_catchup == before:
         return
-    ds = open_table(uri, storage_options)
+    ds = table.dataset
     restored = {name: dict(per_region) if _covers_every_fragment(ds, name) else dict.fromkeys(per_region, 0)
                 for name, per_region in before.items()}
 
@@ -175,10 +173,10 @@ def _restore_catchup(uri: str, storage_options: dict[str, str] | None, before: d
                                          **{k: v for k, v in d.index_catchup.items() if k in restored}})
 
     if locked:
-        _commit_details_locked(uri, storage_options, ObjectStore(uri, storage_options), mutate, None)
+        _commit_details_locked(table, mutate, None)
     else:
-        commit_details(uri, storage_options, mutate)
-    log.info("compaction of %s: index_catchup restored after Lance's index remap: %s", uri, restored)
+        commit_details(table, mutate)
+    log.info("compaction of %s: index_catchup restored after Lance's index remap: %s", table.uri, restored)
 
 
 def _round(uri: str, storage_options: dict[str, str] | None, config: CompactionConfig, execute: Execute,
@@ -216,46 +214,47 @@ def _round(uri: str, storage_options: dict[str, str] | None, config: CompactionC
     return len(tasks) < plan.num_tasks()
 
 
-def compact_table(uri: str, storage_options: dict[str, str] | None = None, config: CompactionConfig | None = None,
+def compact_table(table: TableLike, config: CompactionConfig | None = None,
                   execute: Execute = execute_in_process) -> CompactionSummary:
     """Compact the base table when due (or forced); rounds go on while tasks remain, a preempted round is
-    planned again up to max_attempts times."""
+    planned again up to max_attempts times. The handle ends at the latest version."""
     config = config or CompactionConfig()
     started = time.monotonic()
-    store = ObjectStore(uri, storage_options)
-    ds = open_table(store.uri, storage_options)
-    summary = CompactionSummary(store.uri, config.enabled, table_version_before=ds.version)
+    table = MemWalTable.of(table)
+    uri, storage_options = table.uri, table.storage_options
+    ds = table.refresh().dataset
+    summary = CompactionSummary(uri, config.enabled, table_version_before=ds.version)
     health = fragment_health(ds, config.target_rows_per_fragment)
     summary.health_before = health.to_dict()
     summary.due = due_reasons(health, config) or (["forced"] if config.force else [])
     refused = 0
     while config.enabled and summary.due:
         t0 = time.monotonic()
-        with index_lock(store) if config.use_lock else nullcontext():
+        with table.index_lock() if config.use_lock else nullcontext():
             t1 = time.monotonic()
             summary.lock_wait_s += t1 - t0
             committed_before = summary.preempted_commits
-            catchup = {k: dict(v) for k, v in load_index(store.uri, storage_options).details.index_catchup.items()}
+            catchup = {k: dict(v) for k, v in table.refresh().details.index_catchup.items()}
             try:
-                more = _round(store.uri, storage_options, config, execute, summary)
+                more = _round(uri, storage_options, config, execute, summary)
             finally:
-                _restore_catchup(store.uri, storage_options, catchup, config.use_lock)
+                _restore_catchup(table, catchup, config.use_lock)
             if config.use_lock:
                 summary.lock_held_s += time.monotonic() - t1
         summary.rounds += 1
         if summary.preempted_commits > committed_before:
             refused += 1
             if refused >= config.max_attempts:
-                summary.error = f"compaction of {store.uri} preempted {refused} times by concurrent commits"
+                summary.error = f"compaction of {uri} preempted {refused} times by concurrent commits"
                 log.warning("%s; the next run plans again", summary.error)
                 break
         if not more:
             break
-    after = open_table(store.uri, storage_options)
+    after = table.refresh().dataset
     summary.table_version_after = after.version
     summary.health_after = fragment_health(after, config.target_rows_per_fragment).to_dict()
     summary.duration_s = time.monotonic() - started
     log.info("compaction of %s: %s; %d tasks committed in %d rounds (%d preempted), fragments %d -> %d",
-             store.uri, "; ".join(summary.due) or "not due", summary.tasks_committed, summary.rounds,
+             uri, "; ".join(summary.due) or "not due", summary.tasks_committed, summary.rounds,
              summary.tasks_preempted, summary.health_before["fragments"], summary.health_after["fragments"])
     return summary

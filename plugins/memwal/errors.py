@@ -80,3 +80,9 @@ class MissingGenerationError(MemWalError):
 
 class WriterClosedError(MemWalError):
     """The writer was closed (or aborted after being fenced). Open a new writer."""
+
+
+def one_line(text: object, limit: int = 500) -> str:
+    """A message (or exception) on one line, at most `limit` characters: for task errors and logs."""
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."

@@ -22,13 +22,12 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
-import lance
-
 from memwal import naming
 from memwal.errors import AlreadyExistsError, MemWalError, RegionNotFoundError
 from memwal.faults import fault_point
+from memwal.job_config import GcConfig
 from memwal.lock import LOCK_DIR
-from memwal.mem_wal_index import MemWalIndex, load_index, read_details_at
+from memwal.mem_wal_index import MemWalIndex, read_details_at
 from memwal.region_manifest import (
     RegionManifest,
     commit_manifest,
@@ -37,8 +36,8 @@ from memwal.region_manifest import (
     load_manifest,
     select_regions,
 )
-from memwal.status import maintained_indexes
-from memwal.storage import ObjectStore, lance_storage_options
+from memwal.storage import ObjectStore
+from memwal.table import MemWalTable, TableLike
 from memwal.wal import list_wal_positions
 
 __all__ = ["GcAction", "GcConfig", "GcSummary", "gc_table", "plan_region_gc", "safe_generation"]
@@ -46,13 +45,6 @@ __all__ = ["GcAction", "GcConfig", "GcSummary", "gc_table", "plan_region_gc", "s
 log = logging.getLogger(__name__)
 
 STAGING_DIR = f"{naming.MEM_WAL_DIR}/_staging"
-
-
-@dataclass(frozen=True)
-class GcConfig:
-    keep_manifest_versions: int = 10
-    grace_period_s: float = 3600.0
-    dry_run: bool = False
 
 
 @dataclass(frozen=True)
@@ -99,10 +91,11 @@ class GcSummary:
         }
 
 
-def _retained_progress(store: ObjectStore, ds: lance.LanceDataset) -> dict[int, dict[str, int]]:
+def _retained_progress(table: MemWalTable) -> dict[int, dict[str, int]]:
     """merged_generations as of every base-table version Lance still keeps."""
+    store = table.store
     out = {}
-    for v in sorted(int(x["version"]) for x in ds.versions()):
+    for v in sorted(int(x["version"]) for x in table.dataset.versions()):
         try:
             details = read_details_at(store, v)
         except FileNotFoundError:
@@ -245,8 +238,7 @@ def _prune_locks(store: ObjectStore, dry_run: bool) -> list[GcAction]:
 
 
 def gc_table(
-    uri: str,
-    storage_options: dict[str, str] | None = None,
+    table: TableLike,
     regions: Sequence[str] | None = None,
     config: GcConfig | None = None,
 ) -> GcSummary:
@@ -254,11 +246,11 @@ def gc_table(
     config = config or GcConfig()
     started = time.monotonic()
     now = datetime.now(UTC).timestamp()
-    store = ObjectStore(uri, storage_options)
-    index = load_index(store.uri, storage_options)
-    ds = lance.dataset(store.uri, storage_options=lance_storage_options(storage_options))
-    retained = _retained_progress(store, ds)
-    indexes = maintained_indexes(index, storage_options)
+    table = MemWalTable.of(table)
+    store = table.store
+    index = table.refresh().index
+    retained = _retained_progress(table)
+    indexes = table.maintained_indexes()
     summary = GcSummary(store.uri, config.dry_run, retained_table_versions=sorted(retained))
     for region_id, problem in select_regions(store, regions):
         if problem:

@@ -12,10 +12,10 @@ from typing import Any
 
 from memwal import naming
 from memwal.compaction import fragment_health
-from memwal.gc import GcConfig, gc_table
+from memwal.gc import gc_table
+from memwal.job_config import GcConfig
 from memwal.maintenance_config import CompactionConfig
-from memwal.mem_wal_index import open_table
-from memwal.storage import ObjectStore
+from memwal.table import MemWalTable, TableLike
 
 __all__ = ["TableHealth", "table_health"]
 
@@ -40,11 +40,13 @@ class TableHealth:
         return asdict(self)
 
 
-def table_health(uri: str, storage_options: dict[str, str] | None = None,
+def table_health(table: TableLike,
                  target_rows_per_fragment: int = CompactionConfig.target_rows_per_fragment) -> TableHealth:
-    """One reading of the table's health (lists the table's objects once, and plans GC without deleting)."""
-    ds = open_table(uri, storage_options)
-    store = ObjectStore(uri, storage_options)
+    """One reading of the table's health at its latest version (lists the table's objects once, and plans
+    GC without deleting)."""
+    table = MemWalTable.of(table)
+    ds = table.refresh().dataset
+    store = table.store
     frags = fragment_health(ds, target_rows_per_fragment)
     versions = sorted(int(v["version"]) for v in ds.versions())
     out = TableHealth(fragments=frags.fragments, small_fragments=frags.small_fragments,
@@ -62,7 +64,7 @@ def table_health(uri: str, storage_options: dict[str, str] | None = None,
         else:
             out.base_bytes += meta.size
     out.generation_dirs = len(generations)
-    plan = gc_table(uri, storage_options, config=GcConfig(dry_run=True)).to_dict()
+    plan = gc_table(table, config=GcConfig(dry_run=True)).to_dict()
     out.gc_reclaimable_bytes = plan["bytes"]
     out.gc_reclaimable = plan["would_delete"]
     out.gc_limited_by = {r["region_id"]: r["limited_by"] for r in plan["regions"] if r.get("limited_by")}

@@ -1,9 +1,10 @@
 """The four background jobs behind one calling convention, shared by the `memwal` command, the Spark
-entry points (`spark_jobs/`) and the Airflow operators: the same arguments, summaries and exit codes.
+entry points (`spark_jobs/`) and the Airflow operators: the same options, summaries and exit codes.
 
-Every job takes the table URI, storage options (`--storage-option KEY=VALUE`, repeatable, or
-`--storage-options-json '{...}'` / `@FILE`) and a region selection (`--region UUID`, repeatable; default
-all), plus its own options (`add_job_arguments`).
+In process, a job is `run_job(job, table handle, JobOptions, regions)`: typed, no argv. Argv is parsed only
+where it arrives (the CLI and the Spark entry points): the table URI, storage options (`--storage-option
+KEY=VALUE`, repeatable, or `--storage-options-json '{...}'` / `@FILE`), a region selection (`--region UUID`,
+repeatable; default all) and the job's own options (`add_job_arguments`, read back by `job_options`).
 """
 
 from __future__ import annotations
@@ -13,9 +14,16 @@ import json
 import logging
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from memwal.job_config import DEFAULT_INLINE_THRESHOLD, GcConfig, JobOptions, MergeConfig
+from memwal.maintenance_config import CompactionConfig, RetentionConfig
+
+if TYPE_CHECKING:
+    from memwal.table import MemWalTable
 
 __all__ = [
     "EXIT_FAILED",
@@ -24,17 +32,18 @@ __all__ = [
     "EXIT_PARTIAL",
     "EXIT_USAGE",
     "JOBS",
+    "TableJobs",
     "add_common_arguments",
     "add_job_arguments",
     "byte_size",
     "failure_reason",
-    "job_argv",
     "job_options",
     "parse_storage_options",
     "positive_int",
     "region_id",
     "run_job",
-    "validate_job_arguments",
+    "storage_options_of",
+    "validate_job_options",
 ]
 
 log = logging.getLogger(__name__)
@@ -107,10 +116,11 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_job_arguments(parser: argparse.ArgumentParser, job: str) -> None:
-    """The options of one job (besides the common ones)."""
+    """The options of one job (besides the common ones); defaults from `memwal.job_config`."""
+    merge, gc = MergeConfig(), GcConfig()
     if job == "merge":
-        parser.add_argument("--max-generations-per-commit", type=positive_int, default=8)
-        parser.add_argument("--max-bytes-per-commit", type=byte_size, default=512 * 1024 * 1024,
+        parser.add_argument("--max-generations-per-commit", type=positive_int, default=merge.max_generations_per_commit)
+        parser.add_argument("--max-bytes-per-commit", type=byte_size, default=merge.max_bytes_per_commit,
                             help="e.g. 536870912, 512MiB, 1g")
         parser.add_argument("--up-to-generation", type=positive_int, default=None,
                             help="merge no generation above this one (needs exactly one --region)")
@@ -118,16 +128,14 @@ def add_job_arguments(parser: argparse.ArgumentParser, job: str) -> None:
         parser.add_argument("--index", action="append", default=None, metavar="NAME",
                             help="only this base-table index (repeatable; default: every maintained index)")
     elif job == "snapshot":
-        parser.add_argument("--inline-threshold", type=int, default=100,
+        parser.add_argument("--inline-threshold", type=int, default=DEFAULT_INLINE_THRESHOLD,
                             help="store snapshots inline up to this many regions, else as index.lance")
     elif job == "gc":
         parser.add_argument("--dry-run", action="store_true", help="list what would be deleted, delete nothing")
-        parser.add_argument("--keep-manifest-versions", type=positive_int, default=10)
-        parser.add_argument("--grace-period-s", type=float, default=3600.0,
+        parser.add_argument("--keep-manifest-versions", type=positive_int, default=gc.keep_manifest_versions)
+        parser.add_argument("--grace-period-s", type=float, default=gc.grace_period_s,
                             help="age after which an unlisted generation directory counts as a failed flush")
     elif job == "compaction":
-        from memwal.maintenance_config import CompactionConfig
-
         d = CompactionConfig()
         parser.add_argument("--target-rows-per-fragment", type=positive_int, default=d.target_rows_per_fragment)
         parser.add_argument("--materialize-deletions-threshold", type=_ratio,
@@ -145,8 +153,6 @@ def add_job_arguments(parser: argparse.ArgumentParser, job: str) -> None:
         parser.add_argument("--no-lock", dest="use_lock", action="store_false",
                             help="do not hold the MemWAL index lock (merges may then preempt a round)")
     elif job == "retention":
-        from memwal.maintenance_config import RetentionConfig
-
         d = RetentionConfig()
         parser.add_argument("--older-than-s", type=_seconds, default=d.older_than_s,
                             help="remove table versions older than this many seconds (default 7 days)")
@@ -178,91 +184,102 @@ def _number_in(low: float, high: float | None = None) -> Callable[[str], float]:
 _ratio, _seconds = _number_in(0, 1), _number_in(0)
 
 
-def job_argv(job: str, values: argparse.Namespace | dict[str, Any]) -> list[str]:
-    """The job-specific options among values (a Namespace or a dict keyed by option dest) as argv, the
-    inverse of add_job_arguments; options at their default are left out."""
-    values = vars(values) if isinstance(values, argparse.Namespace) else dict(values)
-    parser = argparse.ArgumentParser(add_help=False)
-    add_job_arguments(parser, job)
-    argv: list[str] = []
-    for action in parser._actions:
-        value = values.get(action.dest, action.default)
-        if value is None or value == action.default or not action.option_strings:
-            continue
-        flag = action.option_strings[0]
-        if isinstance(action, argparse._StoreTrueAction | argparse._StoreFalseAction):
-            argv.append(flag)
-        elif isinstance(action, argparse._AppendAction):
-            for item in value:
-                argv += [flag, str(item)]
-        else:
-            argv += [flag, str(value)]
-    return argv
+def job_options(job: str, args: argparse.Namespace) -> JobOptions:
+    """The typed options of a parsed command line (the CLI's and the Spark entry points')."""
+    base = MergeConfig()
+    if job == "merge":
+        return JobOptions(
+            merge=replace(base, max_generations_per_commit=args.max_generations_per_commit,
+                          max_bytes_per_commit=args.max_bytes_per_commit),
+            up_to_generation=args.up_to_generation)
+    if job == "catchup":
+        return JobOptions(indexes=tuple(args.index) if args.index else None)
+    if job == "snapshot":
+        return JobOptions(inline_threshold=args.inline_threshold)
+    if job == "gc":
+        return JobOptions(gc=GcConfig(keep_manifest_versions=args.keep_manifest_versions,
+                                      grace_period_s=args.grace_period_s, dry_run=args.dry_run))
+    if job == "compaction":
+        return JobOptions(compaction=CompactionConfig(
+            target_rows_per_fragment=args.target_rows_per_fragment,
+            materialize_deletions_threshold=args.materialize_deletions_threshold,
+            max_fragments=args.max_fragments, max_small_fragments=args.max_small_fragments,
+            max_deleted_ratio=args.max_deleted_ratio, max_tasks_per_round=args.max_tasks_per_round,
+            force=args.force, use_lock=args.use_lock))
+    if job == "retention":
+        return JobOptions(retention=RetentionConfig(
+            older_than_s=args.older_than_s, keep_versions=args.keep_versions,
+            delete_unverified=args.delete_unverified, dry_run=args.dry_run))
+    raise ValueError(f"unknown job {job!r}; expected one of {JOBS}")
 
 
-def validate_job_arguments(job: str, args: argparse.Namespace) -> None:
-    """Checks across options; raises ArgumentTypeError with a one-line reason."""
-    if job == "merge" and args.up_to_generation is not None and len(args.region or []) != 1:
-        raise argparse.ArgumentTypeError("--up-to-generation needs exactly one --region")
+def validate_job_options(job: str, options: JobOptions, regions: Sequence[str] | None) -> None:
+    """Checks across options; raises ValueError with a one-line reason."""
+    if job == "merge" and options.up_to_generation is not None and len(regions or []) != 1:
+        raise ValueError("--up-to-generation needs exactly one --region")
 
 
-def job_options(args: argparse.Namespace) -> dict[str, str] | None:
+def storage_options_of(args: argparse.Namespace) -> dict[str, str] | None:
+    """The storage options of a parsed command line (--storage-option over --storage-options-json)."""
     return parse_storage_options(args.storage_option, args.storage_options_json)
 
 
-def run_job(job: str, args: argparse.Namespace, *, dedup: Callable | None = None,
-            read_manifests: Callable | None = None, execute: Callable | None = None) -> dict[str, Any]:
-    """Run one job in this process; returns its JSON-ready summary. Spark passes its own hooks (dedup,
-    read_manifests, and execute: where compaction tasks run)."""
-    validate_job_arguments(job, args)
+def run_job(job: str, table: MemWalTable, options: JobOptions | None = None, regions: Sequence[str] | None = None,
+            *, dedup: Callable | None = None, read_manifests: Callable | None = None,
+            execute: Callable | None = None) -> dict[str, Any]:
+    """Run one job on the table in this process; returns its JSON-ready summary. Spark passes its own hooks
+    (dedup, read_manifests, and execute: where compaction tasks run)."""
+    options = options or JobOptions()
+    regions = list(dict.fromkeys(regions)) if regions else None
+    validate_job_options(job, options, regions)
     from memwal.memory import limit_malloc_arenas
 
     limit_malloc_arenas()  # before the job's first Lance work: memory follows one commit, not their number
-    options = job_options(args)
-    regions = list(dict.fromkeys(args.region)) if args.region else None
     if job == "merge":
-        from memwal.merge import MergeConfig, local_dedup, merge_table
+        from memwal.merge import local_dedup, merge_table
 
-        config = MergeConfig(max_generations_per_commit=args.max_generations_per_commit,
-                             max_bytes_per_commit=args.max_bytes_per_commit)
-        return merge_table(args.table, options, regions, config, dedup or local_dedup,
-                           up_to_generation=args.up_to_generation).to_dict()
+        return merge_table(table, regions, options.merge, dedup or local_dedup,
+                           up_to_generation=options.up_to_generation).to_dict()
     if job in ("catchup", "snapshot", "compaction", "retention") and regions:
         log.warning("--region is ignored: %s always covers the whole table", job)
     if job == "catchup":
         from memwal.catchup import catchup_table
 
-        return catchup_table(args.table, options, index_names=args.index).to_dict()
+        return catchup_table(table, index_names=options.indexes).to_dict()
     if job == "snapshot":
         from memwal.snapshot import read_manifests_threaded, refresh_snapshot
 
-        return refresh_snapshot(args.table, options, inline_threshold=args.inline_threshold,
+        return refresh_snapshot(table, inline_threshold=options.inline_threshold,
                                 read_manifests=read_manifests or read_manifests_threaded).to_dict()
     if job == "gc":
-        from memwal.gc import GcConfig, gc_table
+        from memwal.gc import gc_table
 
-        config = GcConfig(keep_manifest_versions=args.keep_manifest_versions,
-                          grace_period_s=args.grace_period_s, dry_run=args.dry_run)
-        return gc_table(args.table, options, regions, config).to_dict()
+        return gc_table(table, regions, options.gc).to_dict()
     if job == "compaction":
         from memwal.compaction import compact_table, execute_in_process
-        from memwal.maintenance_config import CompactionConfig
 
-        config = CompactionConfig(
-            target_rows_per_fragment=args.target_rows_per_fragment,
-            materialize_deletions_threshold=args.materialize_deletions_threshold,
-            max_fragments=args.max_fragments, max_small_fragments=args.max_small_fragments,
-            max_deleted_ratio=args.max_deleted_ratio, max_tasks_per_round=args.max_tasks_per_round,
-            force=args.force, use_lock=args.use_lock)
-        return compact_table(args.table, options, config, execute or execute_in_process).to_dict()
+        return compact_table(table, options.compaction, execute or execute_in_process).to_dict()
     if job == "retention":
-        from memwal.maintenance_config import RetentionConfig
         from memwal.retention import retain_versions
 
-        config = RetentionConfig(older_than_s=args.older_than_s, keep_versions=args.keep_versions,
-                                 delete_unverified=args.delete_unverified, dry_run=args.dry_run)
-        return retain_versions(args.table, options, config).to_dict()
+        return retain_versions(table, options.retention).to_dict()
     raise ValueError(f"unknown job {job!r}; expected one of {JOBS}")
+
+
+class TableJobs:
+    """A table's jobs bound to its handle (`MemWalTable.jobs`), each returning its JSON-ready summary."""
+
+    def __init__(self, table: MemWalTable):
+        self.table = table
+
+    def run(self, job: str, options: JobOptions | None = None, regions: Sequence[str] | None = None,
+            **hooks: Callable) -> dict[str, Any]:
+        return run_job(job, self.table, options, regions, **hooks)
+
+    def status(self, regions: Sequence[str] | None = None) -> dict[str, Any]:
+        from memwal.status import table_status
+
+        return table_status(self.table, regions).to_dict()
 
 
 def failure_reason(summary: dict[str, Any]) -> str | None:

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from memwal.table import TableLike
 
 __all__ = ["HEALTH_METRICS", "HEALTH_THRESHOLDS", "REGION_THRESHOLDS", "TABLE_THRESHOLDS", "THRESHOLD_KEYS",
            "breaches", "measure", "validate_thresholds"]
@@ -53,26 +56,27 @@ def validate_thresholds(thresholds: Mapping[str, Any] | None, where: str = "thre
     return out
 
 
-def measure(uri: str, storage_options: dict[str, str] | None = None, now: float | None = None,
-            health: bool = False) -> dict[str, Any]:
-    """`memwal status` of the table (its JSON summary) plus `snapshot_ts_millis` and `snapshot_age_s`, and
-    with health=True `health` (`memwal.health.table_health`: it lists the table, so the lag trigger's
-    frequent polls leave it out).
+def measure(table: TableLike, now: float | None = None, health: bool = False) -> dict[str, Any]:
+    """`memwal status` of the table at its latest version (the handle is refreshed: a poller keeps one
+    handle) plus `snapshot_ts_millis` and `snapshot_age_s`, from one index load, and with health=True
+    `health` (`memwal.health.table_health`: it lists the table, so the lag trigger's frequent polls leave
+    it out).
 
     snapshot_age_s is None when no snapshot was ever written.
     """
-    from memwal.mem_wal_index import load_index  # here, not at import: DAG files import this module
-    from memwal.status import table_status
+    from memwal.status import table_status  # here, not at import: DAG files import this module
+    from memwal.table import MemWalTable
 
+    table = MemWalTable.of(table)
     now = time.time() if now is None else now
-    summary = table_status(uri, storage_options).to_dict()
-    ts = load_index(uri, storage_options).details.snapshot_ts_millis
+    summary = table_status(table.refresh()).to_dict()
+    ts = table.details.snapshot_ts_millis
     summary["snapshot_ts_millis"] = ts or None
     summary["snapshot_age_s"] = max(0.0, now - ts / 1000.0) if ts else None
     if health:
         from memwal.health import table_health
 
-        summary["health"] = table_health(uri, storage_options).to_dict()
+        summary["health"] = table_health(table).to_dict()
     return summary
 
 

@@ -21,7 +21,7 @@ import struct
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import lance
 from google.protobuf.message import DecodeError
@@ -30,9 +30,11 @@ from memwal import naming
 from memwal._proto import memwal_pb2
 from memwal.errors import CommitConflictError, CorruptFileError, MemWalNotInitializedError, RegionSpecError
 from memwal.faults import fault_point
-from memwal.lock import index_lock
 from memwal.region_spec import RegionSpec
 from memwal.storage import ObjectStore, lance_storage_options
+
+if TYPE_CHECKING:
+    from memwal.table import MemWalTable
 
 __all__ = [
     "MemWalIndex",
@@ -40,6 +42,7 @@ __all__ = [
     "commit_details",
     "decode_details",
     "encode_details",
+    "index_of",
     "initialize_mem_wal",
     "load_index",
     "read_details_at",
@@ -341,22 +344,14 @@ def _progress_floor(ds: lance.LanceDataset, store: ObjectStore) -> MemWalIndexDe
     return floor
 
 
-def load_index(
-    uri: str,
-    storage_options: dict[str, str] | None = None,
-    version: int | None = None,
-    *,
-    monotone: bool = True,
-) -> MemWalIndex:
-    """The MemWAL index at version (default latest); MemWalNotInitializedError if there is none.
+def index_of(ds: lance.LanceDataset, store: ObjectStore, *, monotone: bool = True) -> MemWalIndex:
+    """The MemWAL index of an open dataset at its version; MemWalNotInitializedError if there is none.
 
     monotone=True raises progress to the floor left by a rebased rewrite (see module docstring).
     """
-    ds = open_table(uri, storage_options, version)
-    store = ObjectStore(uri, storage_options)
     entry = _read_entry(store, ds.version)
     if entry is None:
-        raise MemWalNotInitializedError(uri)
+        raise MemWalNotInitializedError(store.uri)
     details = entry.details
     if monotone:
         floor = _progress_floor(ds, store)
@@ -364,7 +359,19 @@ def load_index(
             log.warning("MemWAL index at version %d is below a concurrent merge (%s); using the maximum",
                         ds.version, "; ".join(details.progress_below(floor)))
             details = details.with_progress_at_least(floor)
-    return MemWalIndex(uri, ds.version, details, entry.uuid, entry.dataset_version)
+    return MemWalIndex(store.uri, ds.version, details, entry.uuid, entry.dataset_version)
+
+
+def load_index(
+    uri: str,
+    storage_options: dict[str, str] | None = None,
+    version: int | None = None,
+    *,
+    monotone: bool = True,
+) -> MemWalIndex:
+    """The MemWAL index at version (default latest) of a table not otherwise open (a job carries a
+    `memwal.table.MemWalTable` instead); MemWalNotInitializedError if there is none."""
+    return index_of(open_table(uri, storage_options, version), ObjectStore(uri, storage_options), monotone=monotone)
 
 
 def _create_index_op(
@@ -397,8 +404,7 @@ def _create_index_op(
 
 
 def commit_details(
-    uri: str,
-    storage_options: dict[str, str] | None,
+    table: MemWalTable,
     mutate: Callable[[MemWalIndexDetails], MemWalIndexDetails],
     prepare: Callable[[str], None] | None = None,
 ) -> MemWalIndex:
@@ -407,16 +413,17 @@ def commit_details(
     mutate must only change what its job owns (snapshot fields, index_catchup, config); progress it
     did not raise is taken from the latest version, and a rebase over a concurrent merge is repaired.
     prepare(entry_uuid), if given, runs before each commit attempt, e.g. to write _indices/{uuid}/ files.
+    The table handle ends at the committed version.
     """
-    store = ObjectStore(uri, storage_options)
-    with index_lock(store):
-        return _commit_details_locked(uri, storage_options, store, mutate, prepare)
+    with table.index_lock():
+        return _commit_details_locked(table, mutate, prepare)
 
 
-def _commit_details_locked(uri, storage_options, store, mutate, prepare) -> MemWalIndex:
+def _commit_details_locked(table: MemWalTable, mutate, prepare) -> MemWalIndex:
+    store = table.store
     floor: MemWalIndexDetails | None = None
     for attempt in range(_MAX_COMMIT_ATTEMPTS):
-        current = load_index(uri, storage_options, monotone=True)
+        current = table.refresh().index
         proposed = mutate(current.details)
         if floor is not None:
             proposed = proposed.with_progress_at_least(floor)
@@ -427,23 +434,30 @@ def _commit_details_locked(uri, storage_options, store, mutate, prepare) -> MemW
         if prepare is not None:
             prepare(entry_uuid)
         ds = lance.LanceDataset.commit(
-            uri,
+            table.uri,
             _create_index_op(current, proposed, current.table_version, entry_uuid),
             read_version=current.table_version,
-            storage_options=lance_storage_options(storage_options),
+            storage_options=lance_storage_options(table.storage_options),
         )
         fault_point("details.after_commit")
         if ds.version == current.table_version + 1:
-            return load_index(uri, storage_options, version=ds.version, monotone=False)
+            return _adopt(table, ds)
         # Other commits landed between our read and our commit: check what we overwrote.
         floor = _fold_progress(store, range(current.table_version + 1, ds.version), floor)
         if floor is None or not proposed.progress_below(floor):
-            return load_index(uri, storage_options, version=ds.version, monotone=False)
+            return _adopt(table, ds)
         log.warning(
             "details commit at version %d rebased over a concurrent merge (%s); repairing (attempt %d)",
             ds.version, "; ".join(proposed.progress_below(floor)), attempt + 1,
         )
-    raise CommitConflictError(f"MemWAL index details of {uri} kept conflicting with concurrent commits")
+    raise CommitConflictError(f"MemWAL index details of {table.uri} kept conflicting with concurrent commits")
+
+
+def _adopt(table: MemWalTable, ds: lance.LanceDataset) -> MemWalIndex:
+    """The index as committed (read as it is: no monotone floor), now the handle's state."""
+    index = index_of(ds, table.store, monotone=False)
+    table.adopt(ds, index)
+    return index
 
 
 def initialize_mem_wal(

@@ -25,7 +25,6 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
-import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -34,13 +33,14 @@ from memwal.dedup import GEN_COLUMN, ROWADDR_COLUMN, newest_per_key
 from memwal.errors import CommitConflictError, MemWalError, MissingGenerationError
 from memwal.faults import fault_point
 from memwal.generation import open_generation
-from memwal.lock import index_lock
+from memwal.job_config import MergeConfig
 from memwal.mem_wal_index import load_index
 from memwal.memory import release_unused
 from memwal.merge_commit import CommitPasses, Overtaken, commit_passes
-from memwal.primary_key import primary_key_columns
-from memwal.region_manifest import canonical_region_id, load_latest_manifest, select_regions
-from memwal.storage import ObjectStore, lance_storage_options
+from memwal.planning import leading_batch
+from memwal.region_manifest import load_latest_manifest, select_regions
+from memwal.storage import ObjectStore
+from memwal.table import MemWalTable, TableLike
 
 __all__ = [
     "GenerationRef",
@@ -49,7 +49,6 @@ __all__ = [
     "MergeSummary",
     "RegionMergeResult",
     "local_dedup",
-    "merge_region",
     "merge_table",
     "pending_generations",
     "plan_batch",
@@ -57,23 +56,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class MergeConfig:
-    """Budgets of one commit (over all the regions it carries) and of one planning round.
-
-    max_generations_per_commit / max_bytes_per_commit: generations and generation bytes one commit may
-    apply (always at least one generation). max_commits_per_round: how many commits are planned (and, with
-    a batch dedup, staged) before the index is read again. max_attempts: refused commits of a region
-    before it is reported failed. planning_threads: region manifests read in parallel while planning.
-    """
-
-    max_generations_per_commit: int = 8
-    max_bytes_per_commit: int = 512 * 1024 * 1024
-    max_attempts: int = 20
-    max_commits_per_round: int = 32
-    planning_threads: int = 8
 
 
 @dataclass(frozen=True)
@@ -158,25 +140,26 @@ def _generation_bytes(store: ObjectStore, region_id: str, path: str) -> int:
     return sum(m.size for m in store.list(f"{naming.generation_dir(region_id, path)}/data"))
 
 
-def pending_generations(store: ObjectStore, region_id: str, merged_generation: int) -> list[GenerationRef]:
+def pending_generations(table: MemWalTable, region_id: str, merged_generation: int) -> list[GenerationRef]:
     """Flushed generations above merged_generation, ascending; they must be consecutive.
 
     merged_generation was read before the manifest: if a merge and a GC ran in between, the generations
     just above it are already merged and pruned from the manifest. That is a race, not a gap: the index is
     reloaded and the pending list starts from what is really merged. Only a generation still missing after
-    the reload is refused.
+    the reload is refused (a load of its own: planning threads share the handle).
     """
+    store = table.store
     manifest = load_latest_manifest(store, region_id)
     pending = sorted(
         (fg for fg in manifest.flushed_generations if fg.generation > merged_generation),
         key=lambda fg: fg.generation,
     )
     if pending and pending[0].generation > merged_generation + 1:
-        reloaded = load_index(store.uri, store.storage_options).details.merged_generation(region_id)
+        reloaded = load_index(table.uri, table.storage_options).details.merged_generation(region_id)
         if reloaded > merged_generation:
             log.info("region %s: generations up to %d were merged meanwhile; continuing from there",
                      region_id, reloaded)
-            return pending_generations(store, region_id, reloaded)
+            return pending_generations(table, region_id, reloaded)
     expected = merged_generation + 1
     refs = []
     for fg in pending:
@@ -196,16 +179,8 @@ def pending_generations(store: ObjectStore, region_id: str, merged_generation: i
 
 def plan_batch(pending: Sequence[GenerationRef], config: MergeConfig) -> list[GenerationRef]:
     """The first consecutive generations that fit one commit (always at least one)."""
-    batch: list[GenerationRef] = []
-    total = 0
-    for ref in pending:
-        if batch and (
-            len(batch) >= config.max_generations_per_commit or total + ref.nbytes > config.max_bytes_per_commit
-        ):
-            break
-        batch.append(ref)
-        total += ref.nbytes
-    return batch
+    n = leading_batch([r.nbytes for r in pending], config.max_generations_per_commit, config.max_bytes_per_commit)
+    return list(pending[:n])
 
 
 def plan_commits(
@@ -278,27 +253,16 @@ def _is_stale_marker(exc: BaseException) -> bool:
     return isinstance(exc, Overtaken) or "Stale SSTable compaction" in str(exc)
 
 
-def _commit(uri: str, storage_options, region_id: str, last_gen: int, data: MergeInput, pk, schema,
+def _commit(table: MemWalTable, markers: Sequence[tuple[str, int]], data: MergeInput,
             since: Mapping[str, int] | None = None) -> CommitPasses:
-    """One commit of one region's upserts + deletes + marker, under the MemWAL index lock."""
-    return _commit_many(uri, storage_options, [(region_id, last_gen)], data, pk, schema, since)
-
-
-def _commit_many(uri: str, storage_options, markers: Sequence[tuple[str, int]], data: MergeInput, pk,
-                 schema, since: Mapping[str, int] | None = None) -> CommitPasses:
     """One commit of upserts + deletes + one marker per region, under the MemWAL index lock, held across
-    both passes (memwal.merge_commit). since: each region's merged generation the plan started from (a
-    pass refuses to run once it moved); without it, the generation below its marker. Lance refuses the
-    commit as a whole when any marker is stale."""
-    with index_lock(ObjectStore(uri, storage_options)):
-        return _commit_locked(uri, storage_options, markers, data, pk, schema, since)
-
-
-def _commit_locked(uri: str, storage_options, markers: Sequence[tuple[str, int]], data: MergeInput, pk,
-                   schema, since: Mapping[str, int] | None = None) -> CommitPasses:
+    both passes (memwal.merge_commit); the handle moves to the version committed. since: each region's
+    merged generation the plan started from (a pass refuses to run once it moved); without it, the
+    generation below its marker. Lance refuses the commit as a whole when any marker is stale."""
     if since is None:
         since = {r: g - 1 for r, g in markers}
-    return commit_passes(uri, storage_options, markers, since, data.open_upserts(), data.deleted_keys, pk)
+    with table.index_lock():
+        return commit_passes(table, markers, since, data.open_upserts(), data.deleted_keys)
 
 
 # --- the merge loop ---------------------------------------------------------------------------------
@@ -395,13 +359,13 @@ class _Round:
         self.made = keep
 
 
-def _pending_all(store: ObjectStore, merged: dict[str, int], up_to_generation: int | None,
+def _pending_all(table: MemWalTable, merged: dict[str, int], up_to_generation: int | None,
                  config: MergeConfig) -> dict[str, list[GenerationRef] | BaseException]:
     """Pending generations of every region (manifests read in parallel), or the region's error."""
 
     def one(region_id: str) -> list[GenerationRef] | BaseException:
         try:
-            pending = pending_generations(store, region_id, merged[region_id])
+            pending = pending_generations(table, region_id, merged[region_id])
         except (MemWalError, MissingGenerationError, OSError) as exc:
             return exc
         if up_to_generation is not None:
@@ -416,8 +380,7 @@ def _pending_all(store: ObjectStore, merged: dict[str, int], up_to_generation: i
 
 
 def _merge_regions(
-    uri: str,
-    storage_options: dict[str, str] | None,
+    table: MemWalTable,
     region_ids: Sequence[str],
     config: MergeConfig,
     dedup: Dedup,
@@ -425,9 +388,7 @@ def _merge_regions(
     timings: dict[str, float],
 ) -> tuple[dict[str, RegionMergeResult], dict[str, BaseException], int]:
     """Merge the regions; (results, errors by region, Lance commits made)."""
-    store = ObjectStore(uri, storage_options)
-    schema = lance.dataset(store.uri, storage_options=lance_storage_options(storage_options)).schema
-    pk = primary_key_columns(schema, where=store.uri)
+    store, schema, pk = table.store, table.schema, table.primary_key
     results = {r: RegionMergeResult(r) for r in region_ids}
     started = {r: time.monotonic() for r in region_ids}
     errors: dict[str, BaseException] = {}
@@ -455,14 +416,14 @@ def _merge_regions(
 
     while active:
         t0 = time.monotonic()
-        details = load_index(store.uri, storage_options).details
+        details = table.refresh().details
         merged = {r: details.merged_generation(r) for r in active}
         for r in active:
             if first:
                 results[r].merged_generation_before = merged[r]
             results[r].merged_generation_after = max(results[r].merged_generation_after, merged[r])
         first = False
-        pending = _pending_all(store, merged, up_to_generation, config)
+        pending = _pending_all(table, merged, up_to_generation, config)
         for r, got in pending.items():
             if isinstance(got, BaseException):
                 fail(r, got)
@@ -479,7 +440,7 @@ def _merge_regions(
                 inputs = rnd.inputs(c)
                 failed = [(refs, x) for refs, x in zip(batches, inputs, strict=True) if isinstance(x, BaseException)]
                 if failed:
-                    now = load_index(store.uri, storage_options).details
+                    now = table.refresh().details
                     for refs, exc in failed:
                         region_id, gens = refs[0].region_id, [r.generation for r in refs]
                         if now.merged_generation(region_id) < gens[0]:
@@ -505,10 +466,10 @@ def _merge_regions(
                     data = combined.input
                 try:
                     if combined is None:
-                        done = _commit(store.uri, storage_options, *markers[0], data, pk, schema, since)
+                        done = _commit(table, markers, data, since)
                         upserted = [done.upserted]
                     else:
-                        done = _commit_many(store.uri, storage_options, markers, data, pk, schema, since)
+                        done = _commit(table, markers, data, since)
                         upserted = combined.upserted
                 except OSError as exc:
                     stale = _is_stale_marker(exc)
@@ -557,28 +518,8 @@ def _merge_regions(
     return results, errors, table_commits
 
 
-def merge_region(
-    uri: str,
-    storage_options: dict[str, str] | None,
-    region_id: str,
-    config: MergeConfig | None = None,
-    dedup: Dedup = local_dedup,
-    up_to_generation: int | None = None,
-) -> RegionMergeResult:
-    """Merge the pending generations of one region (all, or up to a generation); safe to run
-    concurrently with other mergers. Raises what made the region fail."""
-    region_id = canonical_region_id(region_id)
-    store = ObjectStore(uri, storage_options)
-    results, errors, _ = _merge_regions(store.uri, storage_options, [region_id], config or MergeConfig(), dedup,
-                                        up_to_generation, {})
-    if region_id in errors:
-        raise errors[region_id]
-    return results[region_id]
-
-
 def merge_table(
-    uri: str,
-    storage_options: dict[str, str] | None = None,
+    table: TableLike,
     regions: Sequence[str] | None = None,
     config: MergeConfig | None = None,
     dedup: Dedup = local_dedup,
@@ -586,18 +527,17 @@ def merge_table(
 ) -> MergeSummary:
     """Merge all regions (or the given ones), each up to up_to_generation if given, several regions per
     commit. A region that fails is reported, the others still run."""
-    store = ObjectStore(uri, storage_options)
+    table = MemWalTable.of(table)
     started = time.monotonic()
-    index = load_index(store.uri, storage_options)
-    summary = MergeSummary(store.uri, table_version_before=index.table_version)
-    selected = select_regions(store, regions)
+    summary = MergeSummary(table.uri, table_version_before=table.refresh().index.table_version)
+    selected = select_regions(table.store, regions)
     good = [r for r, problem in selected if not problem]
     results: dict[str, RegionMergeResult] = {}
     errors: dict[str, BaseException] = {}
     if good:
         try:
             results, errors, summary.table_commits = _merge_regions(
-                store.uri, storage_options, good, config or MergeConfig(), dedup, up_to_generation, summary.timings_s)
+                table, good, config or MergeConfig(), dedup, up_to_generation, summary.timings_s)
         except (MemWalError, MissingGenerationError, OSError) as exc:  # the table itself (schema, key)
             log.error("merge failed: %s", exc)
             errors = dict.fromkeys(good, exc)
@@ -610,8 +550,6 @@ def merge_table(
             summary.regions.append(res)
         else:
             summary.regions.append(results[region_id])
-    summary.table_version_after = lance.dataset(
-        store.uri, storage_options=lance_storage_options(storage_options)
-    ).version
+    summary.table_version_after = table.refresh().version
     summary.duration_s = time.monotonic() - started
     return summary

@@ -16,10 +16,10 @@ source is small against the table, else by scanning the key column alone (`ROWS_
 from measurement); never the full outer join over every row and column that a by-source delete plans.
 
 Why it is safe (each case is a test in tests/test_merge_passes.py and tests/crash/):
-- Each pass opens the latest version v and first checks that merged_generations of every region in the
-  commit is still where the plan started (`since`); if not, another merger overtook us and the whole
-  commit is replanned (`Overtaken`, handled like a stale marker). So a pass only ever deletes rows of
-  keys whose tombstone sits in a generation that is unmerged at v.
+- Each pass refreshes the table handle to the latest version v and first checks that merged_generations
+  of every region in the commit is still where the plan started (`since`); if not, another merger
+  overtook us and the whole commit is replanned (`Overtaken`, handled like a stale marker). So a pass only
+  ever deletes rows of keys whose tombstone sits in a generation that is unmerged at v.
 - Lance's own retry (`conflict_retries`, default 10) is off: it re-runs the join on the latest version,
   where a merger not holding our lock may have re-inserted a deleted key from a later generation, and the
   delete pass, having no marker, would not be refused. With retries off, Lance either rebases the pass
@@ -43,8 +43,7 @@ import pyarrow as pa
 from lance.mem_wal import CompactedSsTable
 
 from memwal.faults import fault_point
-from memwal.mem_wal_index import load_index
-from memwal.storage import lance_storage_options
+from memwal.table import MemWalTable
 
 __all__ = ["CommitPasses", "Overtaken", "commit_passes", "is_conflict"]
 
@@ -79,9 +78,10 @@ def is_conflict(exc: BaseException) -> bool:
     return "Too many concurrent writers" in str(exc)
 
 
-def _check_progress(uri: str, storage_options, version: int, since: Mapping[str, int]) -> None:
-    """Raise Overtaken unless every region's merged generation at `version` is the planned one."""
-    details = load_index(uri, storage_options, version=version).details
+def _check_progress(table: MemWalTable, since: Mapping[str, int]) -> None:
+    """Raise Overtaken unless every region's merged generation at the handle's version is as planned."""
+    version = table.version
+    details = table.details
     moved = {r: details.merged_generation(r) for r, g in since.items() if details.merged_generation(r) != g}
     if moved:
         raise Overtaken(f"merged_generations moved since the commit was planned (at table version {version}: "
@@ -96,30 +96,31 @@ def _use_index(ds: lance.LanceDataset, keys: int) -> bool:
     return keys * rows_per_key <= sum(f.metadata.physical_rows for f in fragments)
 
 
-def _run_pass(uri: str, storage_options, since: Mapping[str, int], build: Callable, source: pa.Table,
+def _run_pass(table: MemWalTable, since: Mapping[str, int], build: Callable, source: pa.Table,
               what: str) -> dict:
     """One pass on the latest version after the progress check, without Lance's retry; a conflict
-    reopens, checks again and reruns (at most PASS_ATTEMPTS times)."""
+    refreshes, checks again and reruns (at most PASS_ATTEMPTS times). The handle ends at the pass's commit."""
     for attempt in range(1, PASS_ATTEMPTS + 1):
-        ds = lance.dataset(uri, storage_options=lance_storage_options(storage_options))
-        _check_progress(uri, storage_options, ds.version, since)
+        ds = table.refresh().dataset
+        _check_progress(table, since)
         try:
             return build(ds).use_index(_use_index(ds, source.num_rows)).conflict_retries(0).execute(source)
         except OSError as exc:
             if not is_conflict(exc) or attempt == PASS_ATTEMPTS:
                 raise
-            log.info("merge %s pass conflicted with a concurrent commit (attempt %d): %s; reopening",
+            log.info("merge %s pass conflicted with a concurrent commit (attempt %d): %s; refreshing",
                      what, attempt, str(exc).splitlines()[0])
     raise AssertionError("unreachable")
 
 
-def commit_passes(uri: str, storage_options, markers: Sequence[tuple[str, int]], since: Mapping[str, int],
-                  upserts: pa.Table, deleted_keys: pa.Table, pk: Sequence[str]) -> CommitPasses:
-    """Apply one commit's deletes, then its upserts with one marker per region (see module docstring).
-    Call under the MemWAL index lock. `since`: merged generation per region the plan started from."""
+def commit_passes(table: MemWalTable, markers: Sequence[tuple[str, int]], since: Mapping[str, int],
+                  upserts: pa.Table, deleted_keys: pa.Table) -> CommitPasses:
+    """Apply one commit's deletes, then its upserts with one marker per region (see module docstring), on
+    the table's key. Call under the MemWAL index lock. `since`: merged generation per region the plan
+    started from."""
     out = CommitPasses()
     compacted = [CompactedSsTable(r, g) for r, g in markers]
-    pk = list(pk)
+    pk = list(table.primary_key)
     if deleted_keys.num_rows:
         only = upserts.num_rows == 0
 
@@ -128,7 +129,7 @@ def commit_passes(uri: str, storage_options, markers: Sequence[tuple[str, int]],
             return b.mark_sstables_as_compacted(compacted) if only else b
 
         started = time.monotonic()
-        stats = _run_pass(uri, storage_options, since, delete, deleted_keys, "delete")
+        stats = _run_pass(table, since, delete, deleted_keys, "delete")
         out.timings_s["delete_pass"] = time.monotonic() - started
         out.deleted, out.table_commits = stats.get("num_deleted_rows", 0), 1
         if only:
@@ -140,7 +141,7 @@ def commit_passes(uri: str, storage_options, markers: Sequence[tuple[str, int]],
                 .mark_sstables_as_compacted(compacted))
 
     started = time.monotonic()
-    _run_pass(uri, storage_options, since, upsert, upserts, "upsert")
+    _run_pass(table, since, upsert, upserts, "upsert")
     out.timings_s["upsert_pass"] = time.monotonic() - started
     out.upserted = upserts.num_rows
     out.table_commits += 1

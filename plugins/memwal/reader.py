@@ -23,12 +23,12 @@ import pyarrow.compute as pc
 from memwal import naming
 from memwal.dedup import GEN_COLUMN, ROWADDR_COLUMN, newest_per_key
 from memwal.errors import MemWalError, MemWalNotInitializedError, MissingGenerationError
+from memwal.field_ids import source_names_from_schema
 from memwal.generation import open_generation
-from memwal.mem_wal_index import load_index
-from memwal.primary_key import primary_key_columns
-from memwal.region_manifest import RegionManifest, list_regions, load_latest_manifest
-from memwal.region_spec import parse_simple_predicates, prune, source_names_from_schema
-from memwal.storage import ObjectStore, lance_storage_options
+from memwal.pruning import prune
+from memwal.region_manifest import RegionManifest
+from memwal.sql_predicates import parse_simple_predicates
+from memwal.table import MemWalTable, TableLike
 
 __all__ = ["LsmReader", "Source"]
 
@@ -56,24 +56,27 @@ def _memory_dataset(table: pa.Table) -> lance.LanceDataset:
 
 
 class LsmReader:
-    """Reads a MemWAL table as of now (or a base-table version), optionally with live MemTables.
+    """Reads a MemWAL table as of its handle's version (or a base-table version), optionally with live
+    MemTables. A table given as a URI is opened at its latest version.
 
     memtables: (region_id, generation, rows with _tombstone), e.g. from RegionWriter.memtable_table().
     """
 
     def __init__(
         self,
-        table_uri: str,
+        table: TableLike,
         *,
-        storage_options: dict[str, str] | None = None,
         version: int | None = None,
         memtables: Sequence[tuple[str, int, pa.Table]] = (),
         regions: Sequence[str] | None = None,
     ):
-        self.store = ObjectStore(table_uri, storage_options)
+        self.table = MemWalTable.of(table)
+        self.store = self.table.store
         wanted = set(regions) if regions is not None else None
-        for _ in range(_MAX_OPEN_ATTEMPTS):
-            collected = self._open(version, storage_options, wanted)
+        for attempt in range(_MAX_OPEN_ATTEMPTS):
+            if attempt:
+                self.table.refresh()
+            collected = self._open(version, wanted)
             if collected is None:
                 break
             region_id, generation, merged = collected
@@ -91,23 +94,20 @@ class LsmReader:
             if rows.num_rows and (wanted is None or region_id in wanted):
                 self.sources.append(Source(region_id, generation, _memory_dataset(rows), True))
 
-    def _open(
-        self, version: int | None, storage_options: dict[str, str] | None, wanted: set[str] | None
-    ) -> tuple[str, int, int] | None:
+    def _open(self, version: int | None, wanted: set[str] | None) -> tuple[str, int, int] | None:
         """Open the base version and the generations above its merged_generations.
 
         Returns (region, generation, merged) when a generation above the base version's merged generation
         is no longer in the region manifest: merged after that version and collected by GC while we opened
         it, so neither the base nor the generations hold its rows (check-then-act on the manifest).
         """
-        self.base = lance.dataset(
-            self.store.uri, version=version, storage_options=lance_storage_options(storage_options)
-        )
-        self.pk = primary_key_columns(self.base.schema, where=self.store.uri)
+        at = self.table if version is None else self.table.checkout(version)
+        self.base = at.dataset
+        self.pk = at.primary_key
         try:
             # merged_generations as of the very base version we scan: a merge committed meanwhile must
             # not make us skip generations the older base does not hold.
-            details = load_index(self.store.uri, storage_options, version=self.base.version).details
+            details = at.details
         except MemWalNotInitializedError:
             details = None
         merged = dict(details.merged_generations) if details else {}
@@ -116,10 +116,10 @@ class LsmReader:
         self._region_values: dict[str, tuple] | None = None
         self.last_scan_regions: set[str] | None = None
         self.sources: list[Source] = [Source(None, 0, self.base, False)]
-        for region_id in list_regions(self.store):
+        for region_id in at.regions():
             if wanted is not None and region_id not in wanted:
                 continue
-            manifest = load_latest_manifest(self.store, region_id)
+            manifest = at.manifest(region_id)
             self.manifests[region_id] = manifest
             floor = merged.get(region_id, 0)
             listed = {fg.generation for fg in manifest.flushed_generations}

@@ -25,8 +25,9 @@ import lance
 from memwal import naming
 from memwal.errors import MemWalError
 from memwal.maintenance_config import RetentionConfig
-from memwal.mem_wal_index import _LOOKBACK_VERSIONS, open_table, recent_transactions
+from memwal.mem_wal_index import _LOOKBACK_VERSIONS, recent_transactions
 from memwal.storage import ObjectStore
+from memwal.table import MemWalTable, TableLike
 
 __all__ = ["RetentionConfig", "RetentionPlan", "RetentionSummary", "VersionEntry", "plan_retention",
            "repair_window", "retain_versions"]
@@ -122,13 +123,13 @@ def _sizes(store: ObjectStore, paths: Iterable[str]) -> int:
     return total
 
 
-def plan_retention(uri: str, storage_options: dict[str, str] | None, config: RetentionConfig,
-                   now: datetime | None = None) -> RetentionPlan:
+def plan_retention(table: TableLike, config: RetentionConfig, now: datetime | None = None) -> RetentionPlan:
     """Every version of the table with its verdict under the policy, and the bytes each removal frees
     (files no retained version references; manifests included)."""
     now = now or datetime.now(UTC)
-    ds = open_table(uri, storage_options)
-    store = ObjectStore(uri, storage_options)
+    table = MemWalTable.of(table)
+    ds = table.refresh().dataset
+    store = table.store
     latest = ds.version
     tags: dict[int, list[str]] = {}
     for name, tag in ds.tags.list().items():
@@ -180,25 +181,25 @@ def _manifest_names(version: int) -> set[str]:
     return {f"{version}.manifest", f"{2**64 - 1 - version}.manifest"}
 
 
-def retain_versions(uri: str, storage_options: dict[str, str] | None = None,
-                    config: RetentionConfig | None = None) -> RetentionSummary:
+def retain_versions(table: TableLike, config: RetentionConfig | None = None) -> RetentionSummary:
     """Plan and (unless dry_run or disabled) remove the versions the policy no longer keeps."""
     config = config or RetentionConfig()
     started = time.monotonic()
-    plan = plan_retention(uri, storage_options, config)
+    table = MemWalTable.of(table)
+    plan = plan_retention(table, config)
     summary = RetentionSummary(plan.table_uri, config.dry_run, config.enabled, versions_before=len(plan.versions),
                                versions=plan.versions)
     remove = plan.to_remove if config.enabled else []
     if remove and not config.dry_run:
         log.info("retention: removing table versions %s of %s (policy: older than %gs, keep %d)",
                  remove, plan.table_uri, config.older_than_s, config.keep_versions)
-        ds = open_table(uri, storage_options)
+        ds = table.refresh().dataset
         if ds.version in remove:
             raise MemWalError(f"{plan.table_uri}: retention planned to remove the latest version {ds.version}")
         stats = ds.cleanup_old_versions(versions=remove, error_if_tagged_old_versions=False,
                                         delete_unverified=config.delete_unverified)
         summary.bytes_removed = int(stats.bytes_removed)
-        left = {int(v["version"]) for v in open_table(uri, storage_options).versions()}
+        left = {int(v["version"]) for v in table.refresh().dataset.versions()}
         summary.versions_removed = [v for v in remove if v not in left]
     elif remove:
         summary.versions_removed, summary.bytes_removed = remove, plan.bytes

@@ -26,11 +26,15 @@ from lance.file import LanceFileReader, LanceFileWriter
 from memwal import naming, wal
 from memwal.errors import MemWalError
 from memwal.faults import fault_point
+from memwal.field_ids import source_names_from_schema
 from memwal.generation import open_generation
-from memwal.mem_wal_index import MemWalIndexDetails, commit_details, load_index, recent_transactions
-from memwal.region_manifest import RegionManifest, list_regions, load_latest_manifest
-from memwal.region_spec import RegionSpec, evaluate, source_names_from_schema
-from memwal.storage import ObjectStore, lance_storage_options
+from memwal.job_config import DEFAULT_INLINE_THRESHOLD
+from memwal.mem_wal_index import MemWalIndexDetails, recent_transactions
+from memwal.region_manifest import RegionManifest, load_latest_manifest
+from memwal.region_spec import RegionSpec
+from memwal.storage import ObjectStore
+from memwal.table import MemWalTable, TableLike
+from memwal.transforms import evaluate
 
 __all__ = [
     "DEFAULT_INLINE_THRESHOLD",
@@ -45,7 +49,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-DEFAULT_INLINE_THRESHOLD = 100
 SNAPSHOT_FILE = "index.lance"
 _TS_KEY = b"snapshot_ts_millis"
 
@@ -163,9 +166,8 @@ def decode_snapshot(data: bytes) -> pa.Table:
         return LanceFileReader(path).read_all().to_table()
 
 
-def _snapshot_entry_uuids(uri: str, storage_options: dict[str, str] | None, lookback: int) -> list[str]:
+def _snapshot_entry_uuids(ds: lance.LanceDataset, lookback: int) -> list[str]:
     """UUIDs the __lance_mem_wal entry had in recent details rewrites, newest first."""
-    ds = lance.dataset(uri, storage_options=lance_storage_options(storage_options))
     out = []
     for txn in recent_transactions(ds, lookback):
         if txn is not None and type(txn.operation).__name__ == "CreateIndex":
@@ -173,9 +175,7 @@ def _snapshot_entry_uuids(uri: str, storage_options: dict[str, str] | None, look
     return out
 
 
-def read_snapshot(
-    uri: str, storage_options: dict[str, str] | None = None, lookback: int = 100
-) -> pa.Table | None:
+def read_snapshot(table: TableLike, lookback: int = 100) -> pa.Table | None:
     """The region snapshot rows recorded in the MemWAL index (inline or external), or None.
 
     An external snapshot lives at _indices/{entry uuid}/index.lance, but a merge commit gives the
@@ -183,14 +183,15 @@ def read_snapshot(
     commit that wrote it (stamped with snapshot_ts_millis). A snapshot that can no longer be found is
     stale metadata, not an error: None is returned and the next refresh rebuilds it.
     """
-    index = load_index(uri, storage_options)
+    table = MemWalTable.of(table)
+    index = table.index
     d = index.details
     if d.inline_snapshots is not None:
         return decode_snapshot(d.inline_snapshots)
     if d.num_regions == 0:
         return None
-    store = ObjectStore(uri, storage_options)
-    for entry_uuid in [index.entry_uuid, *_snapshot_entry_uuids(index.table_uri, storage_options, lookback)]:
+    store = table.store
+    for entry_uuid in [index.entry_uuid, *_snapshot_entry_uuids(table.dataset, lookback)]:
         try:
             table = decode_snapshot(store.get(f"_indices/{entry_uuid}/{SNAPSHOT_FILE}"))
         except FileNotFoundError:
@@ -198,7 +199,7 @@ def read_snapshot(
         if (table.schema.metadata or {}).get(_TS_KEY) == str(d.snapshot_ts_millis).encode():
             return table
     log.warning("external region snapshot of %s (ts %d) is gone; run a snapshot refresh",
-                uri, d.snapshot_ts_millis)
+                table.uri, d.snapshot_ts_millis)
     return None
 
 
@@ -212,23 +213,21 @@ def read_manifests_threaded(store: ObjectStore, region_ids: Sequence[str]) -> li
 
 
 def refresh_snapshot(
-    uri: str,
-    storage_options: dict[str, str] | None = None,
+    table: TableLike,
     inline_threshold: int = DEFAULT_INLINE_THRESHOLD,
     read_manifests: ManifestReader = read_manifests_threaded,
 ) -> SnapshotSummary:
     """Rebuild the region snapshots from every region manifest and commit them to the MemWAL index."""
     started = time.monotonic()
-    store = ObjectStore(uri, storage_options)
-    index = load_index(store.uri, storage_options)
-    base_schema = lance.dataset(
-        store.uri, version=index.table_version, storage_options=lance_storage_options(storage_options)
-    ).schema
-    region_ids = list_regions(store)
+    table = MemWalTable.of(table)
+    store = table.store
+    index = table.refresh().index
+    base_schema = table.schema
+    region_ids = table.regions()
     manifests = read_manifests(store, region_ids)
-    table = snapshot_table(store, manifests, index.details.region_specs, base_schema)
+    rows = snapshot_table(store, manifests, index.details.region_specs, base_schema)
     ts = int(time.time() * 1000)
-    data = encode_snapshot(table.replace_schema_metadata({_TS_KEY: str(ts).encode()}))
+    data = encode_snapshot(rows.replace_schema_metadata({_TS_KEY: str(ts).encode()}))
     external = len(manifests) > inline_threshold
 
     def prepare(entry_uuid: str) -> None:
@@ -241,7 +240,7 @@ def refresh_snapshot(
             d, snapshot_ts_millis=ts, num_regions=len(manifests), inline_snapshots=None if external else data
         )
 
-    committed = commit_details(store.uri, storage_options, mutate, prepare=prepare)
+    committed = table.commit_details(mutate, prepare=prepare)
     summary = SnapshotSummary(
         table_uri=store.uri,
         num_regions=len(manifests),

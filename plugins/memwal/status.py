@@ -17,15 +17,17 @@ from datetime import UTC, datetime
 import lance
 
 from memwal import naming
-from memwal.errors import MemWalError
-from memwal.mem_wal_index import MemWalIndex, load_index
-from memwal.region_manifest import list_regions, load_latest_manifest
+from memwal.errors import MemWalError, one_line
+from memwal.generation import open_generation
+from memwal.mem_wal_index import MemWalIndex
+from memwal.region_manifest import load_latest_manifest
 from memwal.storage import ObjectStore, lance_storage_options
+from memwal.table import MemWalTable, TableLike
 
 __all__ = [
     "RegionStatus",
     "TableStatus",
-    "maintained_indexes",
+    "pending_work",
     "region_status",
     "table_status",
 ]
@@ -74,17 +76,6 @@ class TableStatus:
         return out
 
 
-def maintained_indexes(index: MemWalIndex, storage_options: dict[str, str] | None) -> list[str]:
-    """Base-table indexes the MemWAL maintains: the listed ones, or all of them (maintain_all_indexes)."""
-    if index.details.maintained_indexes:
-        return list(index.details.maintained_indexes)
-    if not index.details.maintain_all_indexes:
-        return []
-    ds = lance.dataset(index.table_uri, version=index.table_version,
-                       storage_options=lance_storage_options(storage_options))
-    return sorted({i.name for i in ds.describe_indices() if i.name != naming.MEM_WAL_INDEX_NAME})
-
-
 def region_status(
     store: ObjectStore, index: MemWalIndex, region_id: str, indexes: Sequence[str], now: float | None = None
 ) -> RegionStatus:
@@ -129,21 +120,52 @@ def region_status(
     return status
 
 
-def table_status(
-    uri: str, storage_options: dict[str, str] | None = None, regions: Sequence[str] | None = None
-) -> TableStatus:
-    """Status of every region (or the given ones), read in parallel."""
-    store = ObjectStore(uri, storage_options)
-    index = load_index(store.uri, storage_options)
-    indexes = maintained_indexes(index, storage_options)
-    ids = list(regions) if regions is not None else list_regions(store)
+def table_status(table: TableLike, regions: Sequence[str] | None = None) -> TableStatus:
+    """Status of every region (or the given ones), read in parallel, as of the handle's version."""
+    table = MemWalTable.of(table)
+    index = table.index
+    indexes = table.maintained_indexes()
+    ids = list(regions) if regions is not None else table.regions()
     now = time.time()
     with ThreadPoolExecutor(max_workers=8) as pool:
-        statuses = list(pool.map(lambda r: region_status(store, index, r, indexes, now), ids))
+        statuses = list(pool.map(lambda r: region_status(table.store, index, r, indexes, now), ids))
     return TableStatus(
-        table_uri=store.uri,
+        table_uri=table.uri,
         table_version=index.table_version,
         generated_at=datetime.now(UTC).isoformat(timespec="seconds"),
         regions=statuses,
         maintained_indexes=indexes,
     )
+
+
+def pending_work(table: MemWalTable, regions: Sequence[str] | None = None,
+                 up_to_generation: int | None = None) -> list[dict]:
+    """What a merge would do now, per region with unmerged generations: region_id, merged_generation,
+    generations (ascending), generation_bytes, rows, bytes; a region whose manifest cannot be read is
+    listed with its error (its merge reports it)."""
+    from memwal.merge import pending_generations
+
+    index = table.index
+    out = []
+    for rid in list(regions) if regions else sorted(table.regions()):
+        merged = index.details.merged_generation(rid)
+        try:
+            refs = pending_generations(table, rid, merged)
+        except (MemWalError, OSError) as exc:
+            out.append({"region_id": rid, "merged_generation": merged, "generations": [], "rows": 0,
+                        "bytes": 0, "error": one_line(exc)})
+            continue
+        refs = [r for r in refs if up_to_generation is None or r.generation <= up_to_generation]
+        if refs:
+            out.append({"region_id": rid, "merged_generation": merged, "generations": [r.generation for r in refs],
+                        "rows": sum(_rows(table.store, r) for r in refs), "bytes": sum(r.nbytes for r in refs),
+                        "generation_bytes": [r.nbytes for r in refs]})
+    return out
+
+
+def _rows(store: ObjectStore, ref) -> int:
+    """Rows of a pending generation (0 if it cannot be read: its merge reports why)."""
+    try:
+        return open_generation(store, ref.region_id, ref.generation, ref.path).count_rows()
+    except (MemWalError, OSError, ValueError):
+        return 0

@@ -25,6 +25,7 @@ from obstore import exceptions as obx
 from obstore.store import LocalStore, S3Store
 
 from memwal.errors import AlreadyExistsError, MemWalError
+from memwal.job_config import is_true
 
 # Storage option keys that obstore takes as client options rather than S3 config.
 _CLIENT_OPTION_KEYS = {
@@ -63,6 +64,14 @@ def join_uri(uri: str, *parts: str) -> str:
     return f"{base}/{rel}" if rel else base
 
 
+_SECRET_HINTS = ("secret", "password", "token", "credential", "session", "access_key", "key_id")
+
+
+def is_secret_option(key: str) -> bool:
+    """Whether a storage option (or connection field) named `key` holds a secret: never log or show it."""
+    return any(h in key.lower() for h in _SECRET_HINTS)
+
+
 def lance_storage_options(storage_options: dict[str, str] | None) -> dict[str, str] | None:
     """Storage options as Lance takes them (all values strings)."""
     if not storage_options:
@@ -89,7 +98,7 @@ class ObjectStore:
         for key, value in self.storage_options.items():
             lower = key.lower()
             if lower in _CLIENT_OPTION_KEYS:
-                client[lower] = str(value).lower() in ("1", "true", "yes") if lower.startswith("allow") else value
+                client[lower] = is_true(value) if lower.startswith("allow") else value
             else:
                 config[lower] = str(value)
         try:

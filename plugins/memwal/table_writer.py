@@ -17,10 +17,12 @@ from collections.abc import Sequence
 import pyarrow as pa
 
 from memwal.errors import MemWalError
+from memwal.field_ids import source_names_from_schema
 from memwal.mem_wal_index import load_index
 from memwal.region_manifest import list_regions
-from memwal.region_spec import RegionSpec, route, source_names_from_schema
+from memwal.region_spec import RegionSpec
 from memwal.storage import ObjectStore
+from memwal.transforms import route
 from memwal.writer import RegionWriter, WriterConfig
 
 __all__ = ["TableWriter", "lancedb_shard_id", "region_id_for", "writer_region_id"]

@@ -25,7 +25,8 @@ def table(local_location, tmp_path, monkeypatch):
 
 
 def test_defers_then_completes_when_merged(table):
-    sensor = MemWalLagSensor(task_id="wait_caught_up", table="orders", poke_interval=0.01, timeout=600)
+    sensor = MemWalLagSensor(task_id="wait_caught_up", table="orders", poke_interval=0.01, timeout=600,
+                             deferrable=True)
     with pytest.raises(TaskDeferred) as deferred:
         sensor.execute({})
     trigger = deferred.value.trigger

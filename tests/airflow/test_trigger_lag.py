@@ -192,12 +192,12 @@ def test_the_status_is_read_off_the_event_loop(monkeypatch):
     started, gate = threading.Event(), threading.Event()
     blocked = []
 
-    def blocking_measure(uri, options):
+    def blocking_measure(table):
         started.set()
         if not gate.wait(timeout=60):
-            blocked.append(uri)
+            blocked.append(table.uri)
             raise TimeoutError("gate never opened")
-        return {"table_uri": uri, "num_regions": 1, "unmerged_generations": 9,
+        return {"table_uri": table.uri, "num_regions": 1, "unmerged_generations": 9,
                 "regions": [{"region_id": "r", "unmerged_generations": 9}]}
 
     monkeypatch.setattr(triggers, "measure", blocking_measure)

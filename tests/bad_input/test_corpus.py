@@ -23,6 +23,7 @@ import uuid
 import lance
 import pyarrow as pa
 import pytest
+from maintenance import merge_region
 from tables import SCHEMA, create_base, open_base, rows
 
 from memwal import naming, wal
@@ -40,7 +41,7 @@ from memwal.errors import (
 )
 from memwal.gc import GcConfig, gc_table
 from memwal.mem_wal_index import initialize_mem_wal, load_index
-from memwal.merge import merge_region, merge_table
+from memwal.merge import merge_table
 from memwal.reader import LsmReader
 from memwal.region_manifest import (
     decode_manifest,

@@ -10,7 +10,7 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from maintenance import ONE_GEN_PER_FLUSH
+from maintenance import ONE_GEN_PER_FLUSH, merge_region
 from storage_hooks import before_first
 from tables import create_base, open_base, rows, view
 
@@ -19,7 +19,7 @@ from memwal.errors import CommitConflictError, CorruptFileError, FencedError, Mi
 from memwal.fencing import claim_region
 from memwal.gc import GcConfig, gc_table
 from memwal.lock import TableLock
-from memwal.merge import merge_region, merge_table
+from memwal.merge import merge_table
 from memwal.reader import LsmReader
 from memwal.region_manifest import latest_version, list_manifest_versions, load_latest_manifest
 from memwal.snapshot import read_snapshot, refresh_snapshot

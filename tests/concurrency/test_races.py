@@ -40,6 +40,7 @@ from memwal.mem_wal_index import load_index, read_details_at
 from memwal.merge import merge_table
 from memwal.reader import LsmReader
 from memwal.region_manifest import latest_version, list_manifest_versions, load_latest_manifest, load_manifest
+from memwal.table import MemWalTable
 from memwal.writer import RegionWriter, WriterConfig
 
 WORKER = Path(__file__).with_name("worker.py")
@@ -193,7 +194,7 @@ class Observer:
         # "transient") proves nothing about reads, and the test requires a successful one.
         while self.reads == 0 or time.time() < self.stop_at:
             try:
-                reader = LsmReader(uri, storage_options=so)
+                reader = LsmReader(MemWalTable(uri, so))
                 got = view(reader.scan())
             except Exception as exc:
                 self._classify(exc)
@@ -244,7 +245,7 @@ def run_race(loc, record_property, capsys, label: str, race_s: float = RACE_S) -
         w = RegionWriter(loc.uri, region, storage_options=loc.storage_options, config=NEVER)
         assert w.stats.replayed_entries == 0, "the writer closed cleanly: nothing may be left to replay"
         w.close()
-    ours = view(LsmReader(loc.uri, storage_options=loc.storage_options).scan())
+    ours = view(LsmReader(MemWalTable(loc.uri, loc.storage_options)).scan())
     assert ours == model, "LSM view after the race differs from the model of acknowledged writes"
     assert view(lance_core_scan(loc)) == ours
     store = loc.store()
@@ -264,12 +265,12 @@ def run_race(loc, record_property, capsys, label: str, race_s: float = RACE_S) -
             d = read_details_at(store, v)
             print(v, type(t.operation).__name__ if t else None, t.read_version if t else None,
                   {k[:4]: g for k, g in (d.merged_generations.items() if d else [])})
-    assert not merge_table(loc.uri, loc.storage_options).failed_regions
+    assert not merge_table(MemWalTable(loc.uri, loc.storage_options)).failed_regions
     assert view(open_base(loc).to_table()) == model, "fully merged base table differs from the model"
-    catchup_table(loc.uri, loc.storage_options)
+    catchup_table(MemWalTable(loc.uri, loc.storage_options))
     open_base(loc).cleanup_old_versions(older_than=timedelta(0))
-    gc_table(loc.uri, loc.storage_options, config=GcConfig(grace_period_s=0))
-    assert view(LsmReader(loc.uri, storage_options=loc.storage_options).scan()) == model
+    gc_table(MemWalTable(loc.uri, loc.storage_options), config=GcConfig(grace_period_s=0))
+    assert view(LsmReader(MemWalTable(loc.uri, loc.storage_options)).scan()) == model
 
     def count(job: str, key: str) -> int:
         return sum(r.get(key, 0) for r in jobs if r.get("job") == job)

@@ -83,12 +83,13 @@ def _guarded(job: str, fn) -> None:
 
 def merger(spec: dict, rng: random.Random) -> None:
     from memwal.merge import MergeConfig, local_dedup, merge_table
+    from memwal.table import MemWalTable
 
     dedup = PREPARED.get("dedup", local_dedup)
     engine = "spark" if "dedup" in PREPARED else "local"
 
     def once(forced: bool = False) -> None:
-        summary = merge_table(spec["uri"], spec.get("storage_options"),
+        summary = merge_table(MemWalTable(spec["uri"], spec.get("storage_options")),
                               config=MergeConfig(max_generations_per_commit=rng.randint(1, 3)), dedup=dedup)
         emit({"job": "merge", "engine": engine, "commits": summary.commits,
               "conflicts": sum(r.conflicts for r in summary.regions), "forced_conflict": forced,
@@ -118,6 +119,7 @@ def _forced_conflict(spec: dict, run: Callable[[], None]) -> None:
     unmerged generations are certain to be planned."""
     import memwal.merge as merge_mod
     from memwal.merge import merge_table
+    from memwal.table import MemWalTable
 
     real = merge_mod.fault_point
     fired: list[str] = []
@@ -125,7 +127,7 @@ def _forced_conflict(spec: dict, run: Callable[[], None]) -> None:
     def point(name: str) -> None:
         if name == "merge.before_commit" and not fired:
             fired.append(name)
-            merge_table(spec["uri"], spec.get("storage_options"))  # the other merger, first to commit
+            merge_table(MemWalTable(spec["uri"], spec.get("storage_options")))  # the other merger, first to commit
         real(name)
 
     merge_mod.fault_point = point
@@ -149,13 +151,14 @@ def prepare_spark_merger() -> None:
 def snapshot(spec: dict, rng: random.Random) -> None:
     from memwal.catchup import catchup_table
     from memwal.snapshot import refresh_snapshot
+    from memwal.table import MemWalTable
 
     def snap() -> None:
-        s = refresh_snapshot(spec["uri"], spec.get("storage_options"), inline_threshold=100)
+        s = refresh_snapshot(MemWalTable(spec["uri"], spec.get("storage_options")), inline_threshold=100)
         emit({"job": "snapshot", "regions": s.num_regions, "version": s.table_version, "errors": []})
 
     def catch_up() -> None:
-        c = catchup_table(spec["uri"], spec.get("storage_options"))
+        c = catchup_table(MemWalTable(spec["uri"], spec.get("storage_options")))
         emit({"job": "catchup", "errors": [x.error for x in c.indexes if x.error]})
 
     i = 0
@@ -169,16 +172,17 @@ def gc(spec: dict, rng: random.Random) -> None:
     from memwal.catchup import catchup_table
     from memwal.gc import GcConfig, gc_table
     from memwal.retention import RetentionConfig, retain_versions
+    from memwal.table import MemWalTable
 
     deleted_generations = 0
 
     def once(closing: bool) -> None:
         nonlocal deleted_generations
         if closing:  # the snapshot worker may have stopped before catching up the last merge
-            catchup_table(spec["uri"], spec.get("storage_options"))
-        retain_versions(spec["uri"], spec.get("storage_options"),
+            catchup_table(MemWalTable(spec["uri"], spec.get("storage_options")))
+        retain_versions(MemWalTable(spec["uri"], spec.get("storage_options")),
                         RetentionConfig(older_than_s=spec.get("cleanup_s", 2.0), keep_versions=1))
-        s = gc_table(spec["uri"], spec.get("storage_options"),
+        s = gc_table(MemWalTable(spec["uri"], spec.get("storage_options")),
                      config=GcConfig(grace_period_s=spec.get("grace_period_s", 30.0), keep_manifest_versions=3))
         kinds: dict[str, int] = {}
         for a in s.actions:
@@ -195,13 +199,14 @@ def gc(spec: dict, rng: random.Random) -> None:
 
 def compactor(spec: dict, rng: random.Random) -> None:
     from memwal.compaction import CompactionConfig, compact_table
+    from memwal.table import MemWalTable
 
     committed = 0
     i = 0
 
     def once(use_lock: bool) -> None:
         nonlocal committed
-        s = compact_table(spec["uri"], spec.get("storage_options"),
+        s = compact_table(MemWalTable(spec["uri"], spec.get("storage_options")),
                           CompactionConfig(force=True, target_rows_per_fragment=1000, use_lock=use_lock))
         committed += s.tasks_committed
         emit({"job": "compaction", "use_lock": use_lock, "tasks": s.tasks_committed, "preempted": s.tasks_preempted,

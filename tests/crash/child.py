@@ -26,6 +26,8 @@ def emit(record: dict) -> None:
 
 
 def run(spec: dict) -> None:
+    from memwal.table import MemWalTable
+
     uri, so = spec["uri"], spec.get("storage_options")
     scenario = spec["scenario"]
     if scenario == "write":
@@ -57,24 +59,25 @@ def run(spec: dict) -> None:
             from spark_helpers import staging_spark_dedup
 
             dedup = staging_spark_dedup("crash-merge")
-        summary = merge_table(uri, so, config=MergeConfig(max_generations_per_commit=1), dedup=dedup)
+        summary = merge_table(MemWalTable(uri, so), config=MergeConfig(max_generations_per_commit=1), dedup=dedup)
         emit({"merge": summary.to_dict()["failed_regions"]})
     elif scenario == "snapshot":
         from memwal.snapshot import refresh_snapshot
 
-        refresh_snapshot(uri, so, inline_threshold=spec.get("inline_threshold", 100))
+        refresh_snapshot(MemWalTable(uri, so), inline_threshold=spec.get("inline_threshold", 100))
     elif scenario == "catchup":
         from memwal.catchup import catchup_table
 
-        catchup_table(uri, so)
+        catchup_table(MemWalTable(uri, so))
     elif scenario == "gc":
         from memwal.gc import GcConfig, gc_table
 
-        gc_table(uri, so, config=GcConfig(grace_period_s=0, keep_manifest_versions=spec.get("keep", 1)))
+        gc_table(MemWalTable(uri, so), config=GcConfig(grace_period_s=0, keep_manifest_versions=spec.get("keep", 1)))
     elif scenario == "compaction":
         from memwal.compaction import CompactionConfig, compact_table
 
-        compact_table(uri, so, CompactionConfig(force=True, target_rows_per_fragment=spec.get("target_rows", 1000)))
+        compact_table(MemWalTable(uri, so),
+                      CompactionConfig(force=True, target_rows_per_fragment=spec.get("target_rows", 1000)))
     else:
         raise SystemExit(f"unknown scenario {scenario!r}")
     emit({"done": scenario})

@@ -34,6 +34,7 @@ from memwal.merge import MergeConfig, merge_table
 from memwal.reader import LsmReader
 from memwal.region_manifest import list_regions, load_latest_manifest
 from memwal.snapshot import read_snapshot, refresh_snapshot
+from memwal.table import MemWalTable
 from memwal.writer import RegionWriter, WriterConfig
 
 CHILD = Path(__file__).with_name("child.py")
@@ -71,7 +72,7 @@ def apply(model: Model, ops: list[dict]) -> Model:
 
 
 def lsm(loc, memtables=()) -> Model:
-    return view(LsmReader(loc.uri, storage_options=loc.storage_options, memtables=memtables).scan())
+    return view(LsmReader(MemWalTable(loc.uri, loc.storage_options), memtables=memtables).scan())
 
 
 def new_table(loc, regions: int) -> list[str]:
@@ -152,16 +153,16 @@ def final_check(loc, model: Model) -> None:
         RegionWriter(loc.uri, region, storage_options=loc.storage_options, config=NEVER).close()
     assert lsm(loc) == model, "LSM view after recovery differs from the model"
     assert view(lance_core_scan(loc)) == model, "Lance core's LSM view differs from the model"
-    summary = merge_table(loc.uri, loc.storage_options)
+    summary = merge_table(MemWalTable(loc.uri, loc.storage_options))
     assert not summary.failed_regions, [r.error for r in summary.regions]
     assert view(open_base(loc).to_table()) == model, "merged base table differs from the model"
     merged_history(loc)
     merged = load_index(loc.uri, loc.storage_options).merged_generations
     for region in list_regions(store):
         assert merged.get(region, 0) == load_latest_manifest(store, region).current_generation - 1
-    catchup_table(loc.uri, loc.storage_options)
+    catchup_table(MemWalTable(loc.uri, loc.storage_options))
     open_base(loc).cleanup_old_versions(older_than=timedelta(0))
-    gc_table(loc.uri, loc.storage_options, config=GcConfig(grace_period_s=0, keep_manifest_versions=1))
+    gc_table(MemWalTable(loc.uri, loc.storage_options), config=GcConfig(grace_period_s=0, keep_manifest_versions=1))
     assert lsm(loc) == model, "a final GC changed the LSM view"
     for region in list_regions(store):
         assert gen_dirs(loc, region) == [], f"GC left generation directories in {region}"

@@ -250,6 +250,7 @@ def test_init_writes_the_demo_table_with_the_compose_connection(compose, s3_endp
     import boto3
 
     from memwal.status import table_status
+    from memwal.table import MemWalTable
 
     env_c = env_of(compose["services"]["airflow-init"])
     conn = json.loads(env_c["AIRFLOW_CONN_MEMWAL_MINIO"])
@@ -268,8 +269,8 @@ def test_init_writes_the_demo_table_with_the_compose_connection(compose, s3_endp
     assert "wrote s3://memwal/demo.lance" in first.stdout
     options = {"aws_endpoint": s3_endpoint, "aws_access_key_id": conn["login"],
                "aws_secret_access_key": conn["password"], "aws_region": "us-east-1", "allow_http": "true"}
-    status = table_status("s3://memwal/demo.lance", options).to_dict()
+    status = table_status(MemWalTable("s3://memwal/demo.lance", options)).to_dict()
     assert status["num_regions"] == 4 and status["unmerged_generations"] > 0
     second = subprocess.run(script, env=env, capture_output=True, text=True, timeout=300)
     assert second.returncode == 0 and "exists" in second.stdout, second.stderr[-3000:]
-    assert table_status("s3://memwal/demo.lance", options).table_version == status["table_version"]
+    assert table_status(MemWalTable("s3://memwal/demo.lance", options)).table_version == status["table_version"]

@@ -48,6 +48,7 @@ import lance
 import pyarrow as pa
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from maintenance import merge_region
 from tables import SCHEMA, Row, lance_core_scan, view
 
 from memwal.catchup import catchup_table
@@ -55,12 +56,13 @@ from memwal.compaction import CompactionConfig, compact_table
 from memwal.errors import FencedError, WriterClosedError
 from memwal.gc import GcConfig, gc_table
 from memwal.mem_wal_index import initialize_mem_wal, load_index
-from memwal.merge import MergeConfig, local_dedup, merge_region, merge_table
+from memwal.merge import MergeConfig, local_dedup, merge_table
 from memwal.reader import LsmReader
 from memwal.region_manifest import list_regions, load_latest_manifest
 from memwal.retention import RetentionConfig, retain_versions
 from memwal.snapshot import read_snapshot, refresh_snapshot
 from memwal.storage import ObjectStore, lance_storage_options
+from memwal.table import MemWalTable
 from memwal.wal import list_wal_positions
 from memwal.writer import RegionWriter, WriterConfig
 
@@ -234,7 +236,7 @@ class LsmMachine(RuleBasedStateMachine):
         ]
 
     def _lsm(self, with_memtables: bool) -> dict[int, Row]:
-        reader = LsmReader(self.uri, storage_options=self.so, memtables=self._memtables() if with_memtables else ())
+        reader = LsmReader(MemWalTable(self.uri, self.so), memtables=self._memtables() if with_memtables else ())
         return view(reader.scan())
 
     def _expected_strong(self) -> dict[int, Row]:
@@ -398,7 +400,7 @@ class LsmMachine(RuleBasedStateMachine):
         before_view = self._lsm(False)
         before = self._check_merged_monotonic()
         if up_to is None:
-            summary = merge_table(self.uri, self.so, config=config, dedup=self.dedup)
+            summary = merge_table(MemWalTable(self.uri, self.so), config=config, dedup=self.dedup)
             assert not summary.failed_regions, [x.error for x in summary.regions]
             targets = {ri: None for ri in range(len(self.regions))}
         else:
@@ -423,7 +425,7 @@ class LsmMachine(RuleBasedStateMachine):
     @rule()
     @_tracked
     def catch_up(self) -> None:
-        summary = catchup_table(self.uri, self.so)
+        summary = catchup_table(MemWalTable(self.uri, self.so))
         assert all(i.error is None and i.covered for i in summary.indexes), summary
         self._check_merged_monotonic()
 
@@ -431,11 +433,11 @@ class LsmMachine(RuleBasedStateMachine):
     @rule(inline_threshold=st.sampled_from([0, 100]))
     @_tracked
     def snapshot(self, inline_threshold: int) -> None:
-        summary = refresh_snapshot(self.uri, self.so, inline_threshold=inline_threshold)
+        summary = refresh_snapshot(MemWalTable(self.uri, self.so), inline_threshold=inline_threshold)
         store = self.store
         regions = sorted(list_regions(store))
         assert summary.num_regions == len(regions)
-        snap = read_snapshot(self.uri, self.so)
+        snap = read_snapshot(MemWalTable(self.uri, self.so))
         got = {str(uuid.UUID(bytes=r["region_id"])): r for r in snap.to_pylist()} if snap is not None else {}
         assert sorted(got) == regions
         for region, row in got.items():
@@ -455,10 +457,10 @@ class LsmMachine(RuleBasedStateMachine):
         store = self.store
         cleanup = "cleanup" in prepare
         if prepare.startswith("merge"):
-            merge_table(self.uri, self.so, dedup=self.dedup)
+            merge_table(MemWalTable(self.uri, self.so), dedup=self.dedup)
             self._check_merged_monotonic()
         if "catch-up" in prepare:
-            catchup_table(self.uri, self.so)
+            catchup_table(MemWalTable(self.uri, self.so))
         before_flushed, before_strong = self._lsm(False), self._lsm(True)
         unflushed = {}
         for ri, region in enumerate(self.regions):
@@ -468,7 +470,8 @@ class LsmMachine(RuleBasedStateMachine):
         if cleanup:
             lance.dataset(self.uri, storage_options=lance_storage_options(self.so)).cleanup_old_versions(
                 older_than=timedelta(0))
-        summary = gc_table(self.uri, self.so, config=GcConfig(grace_period_s=0, keep_manifest_versions=keep))
+        summary = gc_table(MemWalTable(self.uri, self.so),
+                           config=GcConfig(grace_period_s=0, keep_manifest_versions=keep))
         assert not [r for r in summary.regions if r.error], [r.error for r in summary.regions]
         type(self).stats["gc_deleted_generations"] += sum(a.kind == "generation" for a in summary.actions)
         type(self).stats["gc_deleted_wal_entries"] += sum(a.kind == "wal_entry" for a in summary.actions)
@@ -486,8 +489,8 @@ class LsmMachine(RuleBasedStateMachine):
         """Forced compaction: the LSM view, merged_generations and index_catchup stay as they were."""
         before_flushed, before_strong = self._lsm(False), self._lsm(True)
         index = load_index(self.uri, self.so).details
-        summary = compact_table(self.uri, self.so, CompactionConfig(force=True, target_rows_per_fragment=target_rows,
-                                                                    use_lock=use_lock))
+        summary = compact_table(MemWalTable(self.uri, self.so),
+                                CompactionConfig(force=True, target_rows_per_fragment=target_rows, use_lock=use_lock))
         assert summary.error is None and summary.tasks_preempted == 0, summary.to_dict()
         type(self).stats["compaction_tasks"] += summary.tasks_committed
         after = load_index(self.uri, self.so).details
@@ -505,15 +508,15 @@ class LsmMachine(RuleBasedStateMachine):
         """Version retention (then GC): a time-travel LSM read at every retained version is unchanged."""
         ds = lance.dataset(self.uri, storage_options=lance_storage_options(self.so))
         newest = sorted(int(v["version"]) for v in ds.versions())[-keep:]
-        before = {v: view(LsmReader(self.uri, storage_options=self.so, version=v).scan()) for v in newest}
-        summary = retain_versions(self.uri, self.so, RetentionConfig(older_than_s=0, keep_versions=keep))
+        before = {v: view(LsmReader(MemWalTable(self.uri, self.so), version=v).scan()) for v in newest}
+        summary = retain_versions(MemWalTable(self.uri, self.so), RetentionConfig(older_than_s=0, keep_versions=keep))
         assert set(newest) <= set(summary.retained_versions), "the newest keep_versions versions stay"
         type(self).stats["retention_removed_versions"] += len(summary.versions_removed)
         if then_gc:
-            gc = gc_table(self.uri, self.so, config=GcConfig(grace_period_s=0))
+            gc = gc_table(MemWalTable(self.uri, self.so), config=GcConfig(grace_period_s=0))
             assert not [r for r in gc.regions if r.error], [r.error for r in gc.regions]
         for v in newest:
-            got = view(LsmReader(self.uri, storage_options=self.so, version=v).scan())
+            got = view(LsmReader(MemWalTable(self.uri, self.so), version=v).scan())
             assert got == before[v], f"LSM read at retained version {v} changed"
         self._check_merged_monotonic()
 
@@ -524,7 +527,7 @@ class LsmMachine(RuleBasedStateMachine):
     def read(self, keys: list[int]) -> None:
         self._recover_all()
         expected = self._expected_strong()
-        reader = LsmReader(self.uri, storage_options=self.so, memtables=self._memtables())
+        reader = LsmReader(MemWalTable(self.uri, self.so), memtables=self._memtables())
         assert view(reader.scan()) == expected, "strong LSM read differs from the model"
         for k in keys:
             got = reader.get(k)
@@ -574,7 +577,7 @@ class LsmMachine(RuleBasedStateMachine):
         assert self._lsm(False) == self.model, "after recovery the LSM view differs from the model"
         assert view(lance_core_scan(self.loc)) == self.model, "Lance core's view differs from the model"
         before = self._check_merged_monotonic()
-        summary = merge_table(self.uri, self.so, dedup=self.dedup)
+        summary = merge_table(MemWalTable(self.uri, self.so), dedup=self.dedup)
         assert not summary.failed_regions, [r.error for r in summary.regions]
         merged = self._check_merged_monotonic()
         for region in self.regions:  # every region has a manifest now (the closing put)
@@ -584,8 +587,9 @@ class LsmMachine(RuleBasedStateMachine):
         base = lance.dataset(self.uri, storage_options=lance_storage_options(self.so))
         assert view(base.to_table()) == self.model, "the fully merged base table differs from the model"
         base.cleanup_old_versions(older_than=timedelta(0))
-        catchup_table(self.uri, self.so)
-        summary = gc_table(self.uri, self.so, config=GcConfig(grace_period_s=0, keep_manifest_versions=1))
+        catchup_table(MemWalTable(self.uri, self.so))
+        summary = gc_table(MemWalTable(self.uri, self.so),
+                           config=GcConfig(grace_period_s=0, keep_manifest_versions=1))
         assert not [r for r in summary.regions if r.error], [r.error for r in summary.regions]
         deleted = {a.region_id for a in summary.actions if a.kind == "generation"}
         assert deleted == set(self.regions), (

@@ -9,17 +9,19 @@ import uuid
 from datetime import timedelta
 
 import pyarrow as pa
+from maintenance import merge_region
 from tables import SCHEMA, create_base, lance_core_scan, open_base
 
 from memwal import naming
 from memwal.catchup import catchup_table
 from memwal.gc import GcConfig, gc_table
 from memwal.mem_wal_index import load_index
-from memwal.merge import MergeConfig, merge_region, merge_table
+from memwal.merge import MergeConfig, merge_table
 from memwal.reader import LsmReader
 from memwal.region_manifest import load_latest_manifest
 from memwal.snapshot import read_snapshot, refresh_snapshot
 from memwal.status import table_status
+from memwal.table import MemWalTable
 from memwal.writer import RegionWriter, WriterConfig
 
 Model = dict[int, tuple[str, float]]
@@ -64,8 +66,8 @@ def test_full_pipeline_against_the_model(location):
 
     def check(stage: str, merged_fully: bool = False) -> None:
         memtables = [(r, w.memtable.generation, w.memtable_table()) for r, w in writers.items() if w is not None]
-        assert _view(LsmReader(loc.uri, storage_options=so, memtables=memtables).scan()) == model, stage
-        flushed = _view(LsmReader(loc.uri, storage_options=so).scan())
+        assert _view(LsmReader(MemWalTable(loc.uri, so), memtables=memtables).scan()) == model, stage
+        flushed = _view(LsmReader(MemWalTable(loc.uri, so)).scan())
         assert _view(lance_core_scan(loc)) == flushed, f"{stage}: Lance core differs"
         if merged_fully:
             assert _view(open_base(loc).to_table()) == model, f"{stage}: base table differs"
@@ -87,18 +89,18 @@ def test_full_pipeline_against_the_model(location):
     merge_region(loc.uri, so, regions[0], MergeConfig(max_generations_per_commit=1), up_to_generation=2)
     assert load_index(loc.uri, so).merged_generations[regions[0]] == 2
     check("partial merge")
-    refresh_snapshot(loc.uri, so, inline_threshold=0)
-    snap = read_snapshot(loc.uri, so)
+    refresh_snapshot(MemWalTable(loc.uri, so), inline_threshold=0)
+    snap = read_snapshot(MemWalTable(loc.uri, so))
     assert snap is not None and snap.num_rows == 2
-    summary = merge_table(loc.uri, so, config=MergeConfig(max_generations_per_commit=2))
+    summary = merge_table(MemWalTable(loc.uri, so), config=MergeConfig(max_generations_per_commit=2))
     assert not summary.failed_regions
     check("full merge", merged_fully=True)
-    catch = catchup_table(loc.uri, so)
+    catch = catchup_table(MemWalTable(loc.uri, so))
     assert [i.covered for i in catch.indexes] == [True]
     details = load_index(loc.uri, so).details
     assert details.index_catchup["name_idx"] == dict(details.merged_generations)
-    refresh_snapshot(loc.uri, so)
-    snap = read_snapshot(loc.uri, so)
+    refresh_snapshot(MemWalTable(loc.uri, so))
+    snap = read_snapshot(MemWalTable(loc.uri, so))
     rows = {str(uuid.UUID(bytes=r["region_id"])): r for r in snap.to_pylist()}
     for region in regions:
         m = load_latest_manifest(loc.store(), region)
@@ -108,7 +110,7 @@ def test_full_pipeline_against_the_model(location):
     delete([1])
     check("more writes")
     open_base(loc).cleanup_old_versions(older_than=timedelta(0))
-    gc = gc_table(loc.uri, so, config=GcConfig(grace_period_s=0, keep_manifest_versions=2))
+    gc = gc_table(MemWalTable(loc.uri, so), config=GcConfig(grace_period_s=0, keep_manifest_versions=2))
     assert not [r for r in gc.regions if r.error]
     assert sum(a.kind == "generation" for a in gc.actions) > 0, "GC must collect merged, caught-up generations"
     check("after GC")
@@ -121,7 +123,7 @@ def test_full_pipeline_against_the_model(location):
     for w in writers.values():
         w.close()
     writers = {r: None for r in regions}
-    assert not merge_table(loc.uri, so).failed_regions
+    assert not merge_table(MemWalTable(loc.uri, so)).failed_regions
     check("closed and merged", merged_fully=True)
-    status = table_status(loc.uri, so)
+    status = table_status(MemWalTable(loc.uri, so))
     assert all(r.unmerged_generations == 0 and r.error is None for r in status.regions)

@@ -12,24 +12,25 @@ from datetime import timedelta
 
 import pyarrow as pa
 import pytest
-from maintenance import build_table, merge_without_our_lock
+from maintenance import build_table, merge_region, merge_without_our_lock
 from tables import SCHEMA, create_base, open_base, rows
 
 from memwal import naming, wal
 from memwal.errors import CorruptFileError, FencedError
 from memwal.gc import GcConfig, gc_table
-from memwal.merge import merge_region, merge_table
+from memwal.merge import merge_table
 from memwal.reader import LsmReader
 from memwal.region_manifest import latest_version, list_manifest_versions, load_manifest
 from memwal.schema import with_tombstone
 from memwal.snapshot import refresh_snapshot
+from memwal.table import MemWalTable
 from memwal.writer import RegionWriter, WriterConfig
 
 NEVER = WriterConfig(max_memtable_rows=10**9, max_memtable_bytes=10**12, max_flush_interval_s=None)
 
 
 def _ids(loc) -> list[int]:
-    return sorted(LsmReader(loc.uri, storage_options=loc.storage_options).scan().column("id").to_pylist())
+    return sorted(LsmReader(MemWalTable(loc.uri, loc.storage_options)).scan().column("id").to_pylist())
 
 
 def _table(loc):
@@ -72,21 +73,25 @@ def test_reader_sees_rows_merged_while_it_opens(local_location, monkeypatch):
     """
     The reader opens the base table at V (generation 1 unmerged), a merger commits V+1 (merged 1), then the
     reader loads the index at V+1, skips generation 1 and reads base V: row 10 is missing.
-    Fix (reader.py): load_index(self.store.uri, storage_options, version=self.base.version).
+    Fix (reader.py): the index of the very base version it scans (now MemWalTable.index, loaded from the
+    handle's dataset at its version).
     """
-    import memwal.reader as reader_mod
+    import memwal.table as table_mod
 
     loc = local_location
     region = _table(loc)
     with RegionWriter(loc.uri, region, config=NEVER) as w:
         w.put(rows([10], "g1"))
-    real = reader_mod.load_index
+    real = table_mod.index_of
+    merged = []
 
     def merge_meanwhile(*args, **kwargs):
-        merge_region(loc.uri, None, region)
+        if not merged:  # once: the merge below loads the index too
+            merged.append(True)
+            merge_region(loc.uri, None, region)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(reader_mod, "load_index", merge_meanwhile)
+    monkeypatch.setattr(table_mod, "index_of", merge_meanwhile)
     assert 10 in _ids(loc)
 
 
@@ -145,13 +150,13 @@ def test_stale_merge_in_the_details_rebase_window_loses_an_update(local_location
     store = loc.store()
     schema = open_base(loc).schema
     pk = primary_key_columns(schema)
-    x_data = local_dedup(pending_generations(store, region, 1)[:1], pk, schema, store)  # merger X: generation 2
+    x_data = local_dedup(pending_generations(MemWalTable(loc.uri), region, 1)[:1], pk, schema, store)  # merger X
     outcome: dict[str, object] = {}
     threads: dict[str, threading.Thread] = {}
 
     def merger_x() -> None:
         try:
-            merge_mod._commit(loc.uri, None, region, 2, x_data, pk, schema)
+            merge_mod._commit(MemWalTable(loc.uri), [(region, 2)], x_data)
             outcome["x"] = "committed"
         except OSError as exc:
             outcome["x"] = f"refused: {exc}"

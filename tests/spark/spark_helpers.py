@@ -11,6 +11,7 @@ from tables import create_base, open_base, rows, sorted_rows
 
 from memwal.reader import LsmReader
 from memwal.storage import ObjectStore
+from memwal.table import MemWalTable
 from memwal.writer import RegionWriter, WriterConfig
 
 ONE_GEN_PER_FLUSH = WriterConfig(max_memtable_rows=10**9, max_flush_interval_s=None)
@@ -62,7 +63,7 @@ def build_table(loc, n_regions: int = 2, gens=GENS) -> list[str]:
 
 
 def lsm_view(loc) -> list[dict]:
-    return sorted_rows(LsmReader(loc.uri, storage_options=loc.storage_options).scan())
+    return sorted_rows(LsmReader(MemWalTable(loc.uri, loc.storage_options)).scan())
 
 
 def base_rows(loc) -> list[dict]:

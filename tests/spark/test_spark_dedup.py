@@ -124,12 +124,12 @@ def test_staging_is_removed_after_failed_commits(spark, tmp_path, monkeypatch):
     version = open_base(loc).version
     attempts = []
 
-    def failing_commit(uri, so, region_id, last_gen, data, pk, schema, since=None):
+    def failing_commit(table, markers, data, since=None):
         staged = loc.store().list(STAGING_DIR)
         first, again = data.open_upserts(), data.open_upserts()
         attempts.append((len(staged), first.num_rows, data.deleted_keys.num_rows))
         assert staged and first.equals(again), "the staged upserts must be re-readable for a retry"
-        assert first.schema == schema
+        assert first.schema == table.schema
         raise OSError("injected commit failure")
 
     monkeypatch.setattr(merge_mod, "_commit", failing_commit)

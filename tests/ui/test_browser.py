@@ -16,7 +16,7 @@ from urllib.parse import unquote
 
 import pytest
 
-from tests.ui.conftest import TABLE
+from tests.ui.conftest import S3_CONTROLS, TABLE
 
 CHROMIUM = "/usr/bin/chromium"
 #: Flags for a headless chromium that talks to nothing but the server under test.
@@ -75,8 +75,15 @@ def screenshot(page, frame, path: Path, regions: int) -> None:
 
 
 def run_lag_monitor(af) -> None:
+    """One lag-monitor run: the page's table is measured; the S3 positive-control tables (connections
+    without endpoint or keys, see conftest) cannot be, so their checks and therefore the run fail."""
     run_id = af.trigger_dag("memwal_lag_monitor")
-    assert af.wait_for_run("memwal_lag_monitor", run_id, timeout=120) == "success"
+    state = af.wait_for_run("memwal_lag_monitor", run_id, timeout=240)
+    checks = {ti["rendered_map_index"]: ti["state"] for ti in af.task_instances("memwal_lag_monitor", run_id)
+              if ti["task_id"] == "check_lag"}
+    assert checks[TABLE] == "success", checks
+    assert all(checks[name] == "failed" for name in S3_CONTROLS), checks
+    assert state == "failed", "a table whose lag cannot be measured fails the monitor's run"
 
 
 @pytest.mark.slow

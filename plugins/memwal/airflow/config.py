@@ -42,6 +42,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from memwal.job_config import DEFAULT_INLINE_THRESHOLD, GcConfig, MergeConfig
 from memwal.maintenance_config import CompactionConfig, RetentionConfig
 
 __all__ = [
@@ -102,8 +103,8 @@ class GcSettings:
     """GC in the maintenance DAG: the `memwal gc` options (`enabled: false` skips the GC task's deletions)."""
 
     enabled: bool = True
-    keep_manifest_versions: int = 10
-    grace_period_s: float = 3600.0
+    keep_manifest_versions: int = GcConfig.keep_manifest_versions
+    grace_period_s: float = GcConfig.grace_period_s
 
 
 @dataclass(frozen=True)
@@ -118,10 +119,10 @@ class TableConfig:
     engine: str = "spark"
     spark_conn_id: str = "spark_default"
     spark_conf: Mapping[str, str] = field(default_factory=dict)
-    max_generations_per_commit: int = 8
-    max_bytes_per_commit: int = 512 * 1024 * 1024
+    max_generations_per_commit: int = MergeConfig.max_generations_per_commit
+    max_bytes_per_commit: int = MergeConfig.max_bytes_per_commit
     max_merge_applications: int = 4
-    snapshot_inline_threshold: int = 100
+    snapshot_inline_threshold: int = DEFAULT_INLINE_THRESHOLD
     gc: GcSettings = field(default_factory=GcSettings)
     retention: RetentionConfig = field(default_factory=RetentionConfig)
     compaction: CompactionConfig = field(default_factory=CompactionConfig)

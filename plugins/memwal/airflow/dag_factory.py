@@ -120,8 +120,7 @@ def plan_merge(params: dict | None = None) -> dict[str, Any]:
     params = params or {}
     cfg = _table(params.get("table", ""))
     hook = _hook(cfg)
-    what = f"table {cfg.name!r} ({cfg.uri})"
-    regions = hook.validate_regions(cfg.uri, [r for r in params.get("regions") or [] if str(r).strip()], what)
+    regions = hook.validate_regions(cfg, [r for r in params.get("regions") or [] if str(r).strip()])
     up_to = params.get("up_to_generation")
     if up_to is not None and len(regions or []) != 1:
         raise AirflowFailException("up_to_generation needs exactly one region (regions: one UUID)")
@@ -153,8 +152,7 @@ def plan_backfill(params: dict | None = None, ti: Any = None) -> list[dict[str, 
     params = params or {}
     cfg = _table(params.get("table", ""))
     hook = _hook(cfg)
-    what = f"table {cfg.name!r} ({cfg.uri})"
-    regions = hook.validate_regions(cfg.uri, [r for r in params.get("regions") or [] if str(r).strip()], what)
+    regions = hook.validate_regions(cfg, [r for r in params.get("regions") or [] if str(r).strip()])
     max_gens = params.get("max_generations_per_application") or None
     size = params.get("max_bytes_per_application")
     try:
@@ -183,7 +181,7 @@ def plan_backfill(params: dict | None = None, ti: Any = None) -> list[dict[str, 
 def verify_backlog_drained(table: str, targets: Mapping[str, int]) -> dict[str, Any]:
     """Every region merged up to what the plan found; else fail saying how to resume."""
     cfg = _table(table)
-    index = _hook(cfg).open_index(cfg.uri, f"table {cfg.name!r}")
+    index = _hook(cfg).table(cfg).index
     behind = {r: (index.details.merged_generation(r), g) for r, g in targets.items()
               if index.details.merged_generation(r) < g}
     if behind:

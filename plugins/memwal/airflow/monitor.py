@@ -27,11 +27,9 @@ def _measure(cfg: Any) -> tuple[dict[str, Any], list[dict[str, Any]], str | None
     """(summary, breaches, error): an unreadable table gives an empty summary and one breach."""
     from memwal.airflow.hooks.memwal import MemWalHook
 
-    what = f"table {cfg.name!r} ({cfg.uri})"
     try:
-        hook = MemWalHook.for_table(cfg)
-        hook.open_index(cfg.uri, what)  # one-line errors: missing table, no MemWAL, storage unreachable
-        summary = measure(cfg.uri, hook.storage_options, health=True)
+        # one-line errors: missing table, no MemWAL, storage unreachable
+        summary = measure(MemWalHook.for_table(cfg).table(cfg), health=True)
     except Exception as exc:
         error = " ".join(str(exc).split())[:500] or type(exc).__name__
         summary = {"table_uri": cfg.uri, "num_regions": 0, "regions": [], "error": error}

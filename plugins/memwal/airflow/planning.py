@@ -1,13 +1,16 @@
 """Pure planning for the DAGs: region batches for the maintenance merge and chunks for a backfill.
 
-No I/O here: the inputs are `MemWalHook.pending_work` rows (region_id, generations ascending,
-generation_bytes, rows, bytes), the outputs are what the mapped merge tasks expand over.
+No I/O here (the rules are `memwal.planning`'s): the inputs are `memwal.status.pending_work` rows
+(region_id, generations ascending, generation_bytes, rows, bytes), the outputs are what the mapped merge
+tasks expand over.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+
+from memwal.planning import largest_first, leading_batch
 
 __all__ = ["backfill_chunks", "region_batches"]
 
@@ -16,16 +19,11 @@ def region_batches(pending: Sequence[dict[str, Any]], max_batches: int) -> list[
     """Regions with pending work in at most `max_batches` groups of similar bytes (largest first into the
     lightest group), one Spark application each. Every region appears exactly once; ids sorted per batch.
     A region whose pending work could not be read (`error`) is batched too: its merge reports it."""
-    work = [p for p in pending if p.get("generations") or p.get("error")]
+    work = sorted((p for p in pending if p.get("generations") or p.get("error")), key=lambda p: p["region_id"])
     if not work:
         return []
-    n = max(1, min(max_batches, len(work)))
-    groups: list[tuple[int, list[str]]] = [(0, []) for _ in range(n)]
-    for p in sorted(work, key=lambda p: (-int(p.get("bytes", 0)), p["region_id"])):
-        i = min(range(n), key=lambda k: (groups[k][0], len(groups[k][1])))
-        total, ids = groups[i]
-        groups[i] = (total + int(p.get("bytes", 0)), [*ids, p["region_id"]])
-    return [sorted(ids) for _, ids in groups if ids]
+    groups = largest_first([int(p.get("bytes", 0)) for p in work], max_batches)
+    return [sorted(work[i]["region_id"] for i in group) for group in groups]
 
 
 def backfill_chunks(
@@ -40,18 +38,10 @@ def backfill_chunks(
         gens: list[int] = list(p.get("generations") or [])
         sizes: list[int] = list(p.get("generation_bytes") or [0] * len(gens))
         rows_per_gen = int(p.get("rows", 0)) / len(gens) if gens else 0
-        current: list[int] = []
-        current_bytes = 0
-        for g, b in zip(gens, sizes, strict=True):
-            full = (max_generations and len(current) >= max_generations) or (
-                max_bytes and current and current_bytes + b > max_bytes)
-            if current and full:
-                chunks.append(_chunk(p["region_id"], current, current_bytes, rows_per_gen))
-                current, current_bytes = [], 0
-            current.append(g)
-            current_bytes += b
-        if current:
-            chunks.append(_chunk(p["region_id"], current, current_bytes, rows_per_gen))
+        while gens:
+            n = leading_batch(sizes, max_generations, max_bytes)
+            chunks.append(_chunk(p["region_id"], gens[:n], sum(sizes[:n]), rows_per_gen))
+            gens, sizes = gens[n:], sizes[n:]
     return chunks
 
 

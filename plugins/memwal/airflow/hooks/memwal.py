@@ -1,5 +1,6 @@
-"""MemWalHook: one MemWAL table's storage (the `memwal` connection), its status, and the four jobs,
-run in-process or submitted with the Spark provider's SparkSubmitHook.
+"""MemWalHook: the tables of one `memwal` connection, each opened once per hook as a `memwal.table.MemWalTable`
+(`hook.table(cfg)`), their status, and the four jobs, run in-process or submitted with the Spark provider's
+SparkSubmitHook. An operator builds one hook (its cached `hook` property).
 
 Connection `memwal` (the form fields come from `memwal.airflow.get_provider_info`):
     host      -> aws_endpoint (e.g. http://127.0.0.1:9000; empty: the store's default)
@@ -29,8 +30,14 @@ from urllib.parse import urlparse
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowNotFoundException
 
+from memwal.errors import one_line
+from memwal.job_config import is_true
+from memwal.storage import is_secret_option
+
 if TYPE_CHECKING:
     from memwal.airflow.config import TableConfig
+    from memwal.job_config import JobOptions
+    from memwal.table import MemWalTable
 
 __all__ = ["JobRun", "MemWalHook", "MemWalTaskError"]
 
@@ -38,7 +45,6 @@ log = logging.getLogger(__name__)
 
 _UNREACHABLE_HINTS = ("error sending request", "connection refused", "dns error", "timed out", "connect error",
                       "failed to lookup address", "network is unreachable", "no route to host")
-_SECRET_HINTS = ("secret", "password", "token", "credential", "session", "access_key", "key_id")
 
 
 class MemWalTaskError(AirflowException):
@@ -53,11 +59,6 @@ class JobRun:
     summary: dict[str, Any]
     returncode: int
     reason: str | None = None
-
-
-def _one_line(text: Any, limit: int = 500) -> str:
-    line = " ".join(str(text).split())
-    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def _storage_problem(exc: BaseException, what: str, conn_id: str | None) -> AirflowException:
@@ -76,8 +77,8 @@ def _storage_problem(exc: BaseException, what: str, conn_id: str | None) -> Airf
         endpoint = next((w for w in text.split() if w.startswith(("http://", "https://"))), "")
         at = f" ({urlparse(endpoint).scheme}://{urlparse(endpoint).netloc})" if endpoint else ""
         return MemWalTaskError(f"{what}: storage unreachable{at}: check the endpoint in {conn} and that the "
-                               f"object store is up ({_one_line(text, 200)})")
-    return MemWalTaskError(f"{what}: {_one_line(text)}")
+                               f"object store is up ({one_line(text, 200)})")
+    return MemWalTaskError(f"{what}: {one_line(text)}")
 
 
 class MemWalHook(BaseHook):
@@ -92,6 +93,7 @@ class MemWalHook(BaseHook):
         super().__init__(**kwargs)
         self.memwal_conn_id = memwal_conn_id
         self._spark_hook: Any = None
+        self._tables: dict[str, MemWalTable] = {}
 
     @classmethod
     def for_table(cls, cfg: TableConfig) -> MemWalHook:
@@ -146,7 +148,7 @@ class MemWalHook(BaseHook):
             opts["aws_region"] = str(field("region"))
         allow_http = field("allow_http")
         if allow_http is not None and allow_http != "":
-            opts["allow_http"] = "true" if str(allow_http).lower() in ("true", "1", "yes") else "false"
+            opts["allow_http"] = "true" if is_true(allow_http) else "false"
         _mask(opts)
         return opts or None
 
@@ -158,58 +160,52 @@ class MemWalHook(BaseHook):
         try:
             opts = self.storage_options or {}
         except Exception as exc:
-            return False, _one_line(exc)
+            return False, one_line(exc)
         return True, f"storage options: {', '.join(sorted(opts)) or 'none'}"
 
-    # --- checks and status ----------------------------------------------------------------------------
+    # --- the tables -------------------------------------------------------------------------------
 
-    def open_index(self, uri: str, what: str | None = None) -> Any:
-        """The table's MemWAL index (memwal.mem_wal_index.MemWalIndex); one-line errors for a missing
-        table, a table without MemWAL and unreachable storage."""
-        from memwal.mem_wal_index import load_index
+    def table(self, table: str | TableConfig) -> MemWalTable:
+        """The table's handle (`memwal.table.MemWalTable`), opened once per hook with its MemWAL index
+        loaded; one-line errors for a missing table, a table without MemWAL and unreachable storage."""
+        from memwal.table import MemWalTable
 
-        what = what or f"table at {uri}"
-        try:
-            return load_index(uri, self.storage_options)
-        except AirflowException:
-            raise
-        except Exception as exc:
-            raise _storage_problem(exc, what, self.memwal_conn_id) from exc
+        uri, what = _uri_and_name(table)
+        if uri not in self._tables:
+            try:
+                handle = MemWalTable.open(uri, self.storage_options)
+                handle.index  # noqa: B018 - loads it: a table without MemWAL fails here
+            except AirflowException:
+                raise
+            except Exception as exc:
+                raise _storage_problem(exc, what, self.memwal_conn_id) from exc
+            self._tables[uri] = handle
+        return self._tables[uri]
 
-    def primary_key(self, uri: str, what: str | None = None) -> list[str]:
+    def _check_primary_key(self, handle: MemWalTable, what: str) -> list[str]:
         """The table's key columns by memwal.primary_key's rule (LanceDB's position-only marker included);
-        AirflowFailException naming the columns when there is none or its metadata contradicts itself."""
+        AirflowFailException naming the table and the columns when there is none or its metadata contradicts
+        itself."""
         from memwal.errors import InvalidPrimaryKeyError, NoPrimaryKeyError
-        from memwal.mem_wal_index import open_table
         from memwal.primary_key import primary_key_columns
 
-        what = what or f"table at {uri}"
         try:
-            schema = open_table(uri, self.storage_options).schema
-        except Exception as exc:
-            raise _storage_problem(exc, what, self.memwal_conn_id) from exc
-        try:
-            return primary_key_columns(schema, where=what)
+            return primary_key_columns(handle.schema, where=what)
         except (NoPrimaryKeyError, InvalidPrimaryKeyError) as exc:  # a retry cannot fix field metadata
-            raise AirflowFailException(_one_line(exc)) from exc
+            raise AirflowFailException(one_line(exc)) from exc
 
-    def list_regions(self, uri: str, what: str | None = None) -> list[str]:
-        from memwal.region_manifest import list_regions
-        from memwal.storage import ObjectStore
-
-        try:
-            return sorted(list_regions(ObjectStore(uri, self.storage_options)))
-        except Exception as exc:
-            raise _storage_problem(exc, what or f"table at {uri}", self.memwal_conn_id) from exc
-
-    def validate_regions(self, uri: str, regions: Sequence[str] | None, what: str | None = None) -> list[str] | None:
+    def validate_regions(self, table: str | TableConfig, regions: Sequence[str] | None) -> list[str] | None:
         """Canonical region ids; AirflowFailException naming a malformed or unknown one. None: all regions."""
         import uuid
 
         if not regions:
             return None
-        what = what or f"table at {uri}"
-        known = set(self.list_regions(uri, what))
+        _, what = _uri_and_name(table)
+        handle = self.table(table)
+        try:
+            known = set(handle.regions())
+        except Exception as exc:
+            raise _storage_problem(exc, what, self.memwal_conn_id) from exc
         out = []
         for r in regions:
             try:
@@ -225,75 +221,34 @@ class MemWalHook(BaseHook):
 
     def status(self, table: str | TableConfig, regions: Sequence[str] | None = None) -> dict[str, Any]:
         """`memwal status` of the table (a URI or a TableConfig) as a dict."""
-        from memwal.status import table_status
-
-        uri, what = _uri_and_name(table)
-        self.open_index(uri, what)
+        _, what = _uri_and_name(table)
+        handle = self.table(table)
         try:
-            return table_status(uri, self.storage_options, regions).to_dict()
+            return handle.jobs.status(regions)
         except Exception as exc:
             raise _storage_problem(exc, what, self.memwal_conn_id) from exc
 
     def pending_work(self, table: str | TableConfig, regions: Sequence[str] | None = None,
                      up_to_generation: int | None = None) -> list[dict[str, Any]]:
-        """Per region with unmerged generations: region_id, merged_generation, generations, rows, bytes
-        (what a merge would do now; ascending generations)."""
-        from memwal.merge import pending_generations
-        from memwal.storage import ObjectStore
+        """`memwal.status.pending_work` of the table: what a merge would do now, per region."""
+        from memwal.status import pending_work
 
-        uri, what = _uri_and_name(table)
-        index = self.open_index(uri, what)
-        store = ObjectStore(uri, self.storage_options)
-        ids = list(regions) if regions else self.list_regions(uri, what)
-        out = []
-        for rid in ids:
-            merged = index.details.merged_generation(rid)
-            try:
-                refs = pending_generations(store, rid, merged)
-            except Exception as exc:
-                out.append({"region_id": rid, "merged_generation": merged, "generations": [], "rows": 0,
-                            "bytes": 0, "error": _one_line(exc)})
-                continue
-            if up_to_generation is not None:
-                refs = [r for r in refs if r.generation <= up_to_generation]
-            if refs:
-                out.append({"region_id": rid, "merged_generation": merged,
-                            "generations": [r.generation for r in refs], "rows": _rows(refs, store),
-                            "bytes": sum(r.nbytes for r in refs), "generation_bytes": [r.nbytes for r in refs]})
-        return out
+        _, what = _uri_and_name(table)
+        handle = self.table(table)
+        try:
+            return pending_work(handle, regions, up_to_generation)
+        except Exception as exc:
+            raise _storage_problem(exc, what, self.memwal_conn_id) from exc
 
     def rebuild_indexes(self, table: str | TableConfig, names: Sequence[str] | None = None) -> list[str]:
-        """Recreate the maintained scalar indexes (or `names`) from scratch (Lance replace=True), under the
-        MemWAL index lock; catch-up then records them as covering the table. Vector indexes are left to
-        catch-up (their build parameters are not recorded in the table)."""
-        import lance
+        """`memwal.catchup.rebuild_indexes` of the table; an unknown index name fails the task."""
+        from memwal.catchup import rebuild_indexes
 
-        from memwal import naming
-        from memwal.lock import index_lock
-        from memwal.status import maintained_indexes
-        from memwal.storage import ObjectStore, lance_storage_options
-
-        uri, what = _uri_and_name(table)
-        index = self.open_index(uri, what)
-        wanted = list(names) if names else maintained_indexes(index, self.storage_options)
-        ds = lance.dataset(uri, storage_options=lance_storage_options(self.storage_options))
-        described = {d.name: d for d in ds.describe_indices() if d.name != naming.MEM_WAL_INDEX_NAME}
-        missing = [n for n in wanted if n not in described]
-        if missing:
-            raise AirflowFailException(f"{what}: no index named {', '.join(missing)} (indexes: "
-                                       f"{', '.join(sorted(described)) or 'none'})")
-        rebuilt = []
-        with index_lock(ObjectStore(uri, self.storage_options)):
-            for name in wanted:
-                d = described[name]
-                if len(d.field_names) != 1 or "vector" in d.type_url.lower() or "ivf" in d.type_url.lower():
-                    log.warning("%s: index %s (%s) is not a scalar index on one column; catch-up optimises it "
-                                "instead of a rebuild", what, name, d.type_url)
-                    continue
-                ds = lance.dataset(uri, storage_options=lance_storage_options(self.storage_options))
-                ds.create_scalar_index(d.field_names[0], d.index_type, name=name, replace=True)
-                rebuilt.append(name)
-        return rebuilt
+        _, what = _uri_and_name(table)
+        try:
+            return rebuild_indexes(self.table(table), names)
+        except ValueError as exc:
+            raise AirflowFailException(f"{what}: {exc}") from None
 
     # --- jobs -----------------------------------------------------------------------------------------
 
@@ -303,81 +258,92 @@ class MemWalHook(BaseHook):
         table: str | TableConfig,
         *,
         regions: Sequence[str] | None = None,
-        options: Mapping[str, Any] | None = None,
+        options: JobOptions | None = None,
         engine: str = "in_process",
         spark_conn_id: str = "spark_default",
         spark_conf: Mapping[str, str] | None = None,
         on_spark_hook: Callable[[Any], None] | None = None,
     ) -> JobRun:
-        """Run one job (merge, catchup, snapshot, gc) with `options` as `memwal.jobs.job_argv` takes them.
-        Returns the summary with exit 0 or 3; raises a one-line AirflowException otherwise."""
-        from memwal.jobs import JOBS
+        """Run one job (merge, catchup, snapshot, gc) with its typed options. Returns the summary with exit 0
+        or 3; raises a one-line AirflowException otherwise."""
+        from memwal.job_config import JobOptions
+        from memwal.jobs import JOBS, validate_job_options
 
         if job not in JOBS:
             raise AirflowFailException(f"unknown job {job!r} (one of {', '.join(JOBS)})")
-        uri, what = _uri_and_name(table)
-        self.open_index(uri, what)  # a missing table, no MemWAL or unreachable storage: one line, nothing run
+        _, what = _uri_and_name(table)
+        handle = self.table(table)  # a missing table, no MemWAL or unreachable storage: one line, nothing run
+        options = options or JobOptions()
+        try:
+            validate_job_options(job, options, regions)
+        except ValueError as exc:
+            raise AirflowFailException(f"memwal {job}: {exc}") from None
         if job == "merge":
-            self.primary_key(uri, what)  # a merge needs the key: a bad one fails once, not once per region
+            self._check_primary_key(handle, what)  # a merge needs the key: a bad one fails once, not per region
         if engine == "in_process":
-            return self._run_in_process(job, uri, what, regions, options or {})
+            return self._run_in_process(job, handle, what, regions, options)
         if engine == "spark":
-            return self._run_spark(job, uri, what, regions, options or {}, spark_conn_id, spark_conf or {},
+            return self._run_spark(job, handle, what, regions, options, spark_conn_id, spark_conf or {},
                                    on_spark_hook)
         raise AirflowFailException(f"{what}: engine {engine!r} is not spark or in_process")
 
-    def _run_in_process(self, job: str, uri: str, what: str, regions, options) -> JobRun:
+    def _run_in_process(self, job: str, handle: MemWalTable, what: str, regions, options: JobOptions) -> JobRun:
         from memwal import jobs
 
-        args = _job_namespace(job, uri, regions, options)
-        args.storage_options_json = json.dumps(self.storage_options) if self.storage_options else None
         try:
-            summary = jobs.run_job(job, args)
+            summary = jobs.run_job(job, handle, options, regions)
         except Exception as exc:
             raise _storage_problem(exc, f"memwal {job} on {what}", self.memwal_conn_id) from exc
         reason = jobs.failure_reason(summary)
         return JobRun(job, summary, jobs.EXIT_PARTIAL if reason else jobs.EXIT_OK, reason)
 
-    def _run_spark(self, job, uri, what, regions, options, spark_conn_id, spark_conf, on_spark_hook) -> JobRun:
+    def _spark_submit_hook(self, job: str, spark_conn_id: str, what: str, **kwargs: Any) -> Any:
+        """The Spark provider's SparkSubmitHook for the connection; a missing connection is named (the
+        provider would fall back to a default master)."""
         from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
+        try:
+            self.get_connection(spark_conn_id)
+            return SparkSubmitHook(conn_id=spark_conn_id, name=f"memwal-{job}", **kwargs)
+        except AirflowNotFoundException:
+            raise AirflowFailException(
+                f"{what}: Spark connection {spark_conn_id!r} is not defined: create it (type spark, host "
+                "local[*] or spark://HOST with port 7077) or set spark_conn_id / engine: in_process for the table"
+            ) from None
+
+    def _run_spark(self, job, handle: MemWalTable, what, regions, options: JobOptions, spark_conn_id, spark_conf,
+                   on_spark_hook) -> JobRun:
         from memwal import jobs
         from spark_jobs.submit import (
             job_script,
             package_code,
-            spark_submit_command,
+            spark_conf_defaults,
             spark_submit_env,
             spark_submit_executable,
         )
 
-        master = self._spark_master(spark_conn_id, what)
-        _check_master_reachable(master, spark_conn_id, what)
-        args = _job_namespace(job, uri, regions, options)  # validates the options before anything starts
-        # The provider builds the command; take our defaults (Python, log4j) from the existing builder.
-        reference = spark_submit_command(job, uri, master=master, conf=dict(spark_conf), spark_submit="spark-submit",
-                                         ship_code=False)
-        conf = {k: v for k, v in (reference[i + 1].split("=", 1) for i, a in enumerate(reference) if a == "--conf")}
-        submit_bin = spark_submit_executable()
         env = spark_submit_env()
         env_vars = {k: env[k] for k in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_HOME")}
-        env_vars["PATH"] = os.pathsep.join([str(Path(submit_bin).parent), os.environ.get("PATH", "")])
-        app_args = [args.table]
-        for r in args.region or []:
+        env_vars["PATH"] = os.pathsep.join([str(Path(spark_submit_executable()).parent), os.environ.get("PATH", "")])
+        app_args = [handle.uri]
+        for r in regions or []:
             app_args += ["--region", r]
-        app_args += jobs.job_argv(job, args)
+        app_args += options.argv(job)
         workdir = tempfile.mkdtemp(prefix=f"memwal-{job}-")
         result_file = Path(workdir) / "result.json"
         env_vars["MEMWAL_RESULT_FILE"] = str(result_file)
         try:
-            if self.storage_options:
+            if handle.storage_options:
                 opts_file = Path(workdir) / "storage-options.json"
                 fd = os.open(opts_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
                 with os.fdopen(fd, "w") as f:
-                    json.dump(self.storage_options, f)
+                    json.dump(handle.storage_options, f)
                 app_args += ["--storage-options-json", f"@{opts_file}"]
             # py_files: the executors import memwal and spark_jobs from this zip, installed on the workers or not.
-            spark = SparkSubmitHook(conf=conf, conn_id=spark_conn_id, name=f"memwal-{job}", py_files=package_code(),
-                                    application_args=app_args, env_vars=env_vars)
+            spark = self._spark_submit_hook(job, spark_conn_id, what, conf=spark_conf_defaults(spark_conf),
+                                            py_files=package_code(), application_args=app_args, env_vars=env_vars)
+            master = spark._connection["master"]  # as the provider resolved it (it has no public accessor)
+            _check_master_reachable(master, spark_conn_id, what)
             self._spark_hook = spark
             if on_spark_hook:
                 on_spark_hook(spark)
@@ -396,7 +362,7 @@ class MemWalHook(BaseHook):
         if result is None:
             tail = next((ln for ln in reversed(str(failure or "").splitlines()) if ln.strip()), "no output")
             raise MemWalTaskError(f"memwal-{job} on {what}: spark-submit (master {master}, Spark connection "
-                                  f"{spark_conn_id!r}) ended before the job reported a result: {_one_line(tail)}; "
+                                  f"{spark_conn_id!r}) ended before the job reported a result: {one_line(tail)}; "
                                   "see the log above, the task retry resumes from merged_generations")
         code, summary, error = result.get("exit"), result.get("summary"), result.get("error")
         if code in (jobs.EXIT_OK, jobs.EXIT_PARTIAL) and isinstance(summary, dict):
@@ -405,21 +371,6 @@ class MemWalHook(BaseHook):
         if code == jobs.EXIT_USAGE:
             raise AirflowFailException(f"memwal-{job} on {what}: {error}")
         raise _storage_problem(RuntimeError(error), f"memwal-{job} on {what} (Spark)", self.memwal_conn_id)
-
-    def _spark_master(self, spark_conn_id: str, what: str) -> str:
-        """The master URL the Spark provider will use for this connection (as SparkSubmitHook derives it)."""
-        try:
-            conn = self.get_connection(spark_conn_id)
-        except AirflowNotFoundException:
-            raise AirflowFailException(
-                f"{what}: Spark connection {spark_conn_id!r} is not defined: create it (type spark, host "
-                "local[*] or spark://HOST with port 7077) or set spark_conn_id / engine: in_process for the table"
-            ) from None
-        if conn.conn_type == "spark" and conn.host and ("://" in conn.host or not conn.port):
-            master = conn.host
-        else:
-            master = f"{conn.conn_type}://{conn.host or ''}"
-        return f"{master}:{conn.port}" if conn.port else master
 
     def on_kill(self) -> None:
         if self._spark_hook is not None:
@@ -455,45 +406,6 @@ def _uri_and_name(table: str | TableConfig) -> tuple[str, str]:
     return table.uri, f"table {table.name!r} ({table.uri})"
 
 
-def _rows(refs: Sequence[Any], store: Any) -> int:
-    import lance
-
-    from memwal.storage import lance_storage_options
-
-    total = 0
-    for r in refs:
-        try:
-            total += lance.dataset(r.uri, storage_options=lance_storage_options(store.storage_options)).count_rows()
-        except Exception:
-            continue
-    return total
-
-
-def _job_namespace(job: str, uri: str, regions: Sequence[str] | None, options: Mapping[str, Any]) -> Any:
-    """argparse.Namespace of a job as `memwal.jobs` parses it (validated; one-line AirflowFailException)."""
-    import argparse
-
-    from memwal import jobs
-
-    parser = argparse.ArgumentParser(prog=f"memwal-{job}", add_help=False, exit_on_error=False)
-    jobs.add_common_arguments(parser)
-    jobs.add_job_arguments(parser, job)
-    known = {a.dest for a in parser._actions}
-    unknown = set(options) - known
-    if unknown:
-        raise AirflowFailException(f"memwal {job}: unknown option(s) {sorted(unknown)}")
-    argv = [uri]
-    for r in regions or []:
-        argv += ["--region", str(r)]
-    argv += jobs.job_argv(job, {k: v for k, v in options.items() if v is not None})
-    try:
-        args = parser.parse_args(argv)
-        jobs.validate_job_arguments(job, args)
-    except (argparse.ArgumentError, argparse.ArgumentTypeError) as exc:
-        raise AirflowFailException(f"memwal {job}: {exc}") from None
-    return args
-
-
 def _mask(opts: Mapping[str, str]) -> None:
     """Register secret-looking storage option values with Airflow's secrets masker."""
     try:
@@ -501,6 +413,6 @@ def _mask(opts: Mapping[str, str]) -> None:
     except ImportError:  # pragma: no cover
         return
     for key, value in opts.items():
-        if value and any(h in key.lower() for h in _SECRET_HINTS):
+        if value and is_secret_option(key):
             mask_secret(value, key)
 

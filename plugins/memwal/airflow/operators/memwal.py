@@ -14,15 +14,17 @@ through its AssetAlias outlet when it merged anything, its extra carrying the me
 
 from __future__ import annotations
 
-import ast
-import json
 from collections.abc import Sequence
+from dataclasses import replace
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.sdk import AssetAlias, BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from memwal.airflow.hooks.memwal import JobRun, MemWalHook, MemWalTaskError
+from memwal.airflow.params import flag, optional_int, string_list
+from memwal.job_config import GcConfig, JobOptions, MergeConfig
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -42,38 +44,6 @@ __all__ = [
 ]
 
 
-def _regions(value: Any) -> list[str] | None:
-    """Regions as given (a list, a JSON/Python list rendered by a template, comma-separated, or empty)."""
-    if value is None or value == "" or value == []:
-        return None
-    if isinstance(value, str):
-        text = value.strip()
-        if text in ("", "None", "[]", "all"):
-            return None
-        if text.startswith("["):
-            try:
-                value = json.loads(text)
-            except ValueError:
-                value = ast.literal_eval(text)
-        else:
-            value = [p for p in (s.strip() for s in text.split(",")) if p]
-    if not isinstance(value, Sequence) or isinstance(value, str):
-        raise AirflowFailException(f"regions must be a list of region ids (UUIDs), got {value!r}")
-    return [str(v) for v in value] or None
-
-
-def _optional_int(name: str, value: Any) -> int | None:
-    if value is None or (isinstance(value, str) and value.strip() in ("", "None", "null")):
-        return None
-    try:
-        out = int(value)
-    except (TypeError, ValueError):
-        raise AirflowFailException(f"{name} must be an integer, got {value!r}") from None
-    if out < 1:
-        raise AirflowFailException(f"{name} must be >= 1, got {out}")
-    return out
-
-
 class MemWalJobOperator(BaseOperator):
     """Base: run `job` on a configured table; subclasses add the job's options."""
 
@@ -81,27 +51,34 @@ class MemWalJobOperator(BaseOperator):
     template_fields: Sequence[str] = ("table", "regions", "engine")
     ui_color = "#e8f0fe"
 
-    def __init__(self, *, table: str, regions: Any = None, engine: str | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, table: str, regions: Sequence[str] | str | None = None, engine: str | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.table = table
         self.regions = regions
         self.engine = engine
-        self._hook: MemWalHook | None = None
 
     # what subclasses override
-    def job_options(self, cfg: TableConfig) -> dict[str, Any]:
-        return {}
+    def job_options(self, cfg: TableConfig) -> JobOptions:
+        return JobOptions()
 
     def after_job(self, context: Context, cfg: TableConfig, run: JobRun) -> None:
         """Called with the summary of a job that ran (exit 0 or 3), before the task's outcome."""
 
-    def table_config(self) -> TableConfig:
+    @cached_property
+    def cfg(self) -> TableConfig:
+        """The table's configuration, resolved at run time (after templating)."""
         from memwal.airflow.config import TableConfigError, get_table
 
         try:
             return get_table(str(self.table).strip())
         except TableConfigError as exc:
             raise AirflowFailException(str(exc)) from None
+
+    @cached_property
+    def hook(self) -> MemWalHook:
+        """One hook per operator (the table's connection and its opened table)."""
+        return MemWalHook.for_table(self.cfg)
 
     def resolved_engine(self, cfg: TableConfig) -> str:
         engine = (self.engine or "").strip() if isinstance(self.engine, str) else self.engine
@@ -112,12 +89,11 @@ class MemWalJobOperator(BaseOperator):
         return engine
 
     def execute(self, context: Context) -> dict[str, Any]:
-        cfg = self.table_config()
-        self._hook = MemWalHook.for_table(cfg)
+        cfg = self.cfg
         what = f"table {cfg.name!r} ({cfg.uri})"
-        regions = self._hook.validate_regions(cfg.uri, _regions(self.regions), what) if self.job in (
+        regions = self.hook.validate_regions(cfg, string_list("regions", self.regions)) if self.job in (
             "merge", "gc") else None
-        run = self._hook.run_job(
+        run = self.hook.run_job(
             self.job, cfg, regions=regions, options=self.job_options(cfg), engine=self.resolved_engine(cfg),
             spark_conn_id=cfg.spark_conn_id, spark_conf=cfg.spark_conf,
         )
@@ -131,8 +107,8 @@ class MemWalJobOperator(BaseOperator):
         return summary
 
     def on_kill(self) -> None:
-        if self._hook is not None:
-            self._hook.on_kill()
+        if "hook" in self.__dict__:  # only a hook this task built
+            self.hook.on_kill()
 
 
 def merge_event_extra(cfg: TableConfig, summary: dict[str, Any]) -> dict[str, Any]:
@@ -185,9 +161,9 @@ class MemWalMergeOperator(MemWalJobOperator):
         "max_generations_per_run", "max_bytes_per_run",
     )
 
-    def __init__(self, *, up_to_generation: Any = None, max_generations_per_commit: Any = None,
-                 max_bytes_per_commit: Any = None, max_generations_per_run: Any = None,
-                 max_bytes_per_run: Any = None, **kwargs: Any) -> None:
+    def __init__(self, *, up_to_generation: int | str | None = None, max_generations_per_commit: int | None = None,
+                 max_bytes_per_commit: int | None = None, max_generations_per_run: int | str | None = None,
+                 max_bytes_per_run: int | str | None = None, **kwargs: Any) -> None:
         kwargs.setdefault("outlets", [AssetAlias(MERGED_ALIAS)])
         super().__init__(**kwargs)
         self.up_to_generation = up_to_generation
@@ -196,22 +172,21 @@ class MemWalMergeOperator(MemWalJobOperator):
         self.max_generations_per_run = max_generations_per_run
         self.max_bytes_per_run = max_bytes_per_run
 
-    def job_options(self, cfg: TableConfig) -> dict[str, Any]:
-        return {
-            "max_generations_per_commit": _optional_int("max_generations_per_commit", self.max_generations_per_commit)
+    def job_options(self, cfg: TableConfig) -> JobOptions:
+        budgets = MergeConfig(
+            max_generations_per_commit=optional_int("max_generations_per_commit", self.max_generations_per_commit)
             or cfg.max_generations_per_commit,
-            "max_bytes_per_commit": _optional_int("max_bytes_per_commit", self.max_bytes_per_commit)
-            or cfg.max_bytes_per_commit,
-            "up_to_generation": _optional_int("up_to_generation", self.up_to_generation),
-        }
+            max_bytes_per_commit=optional_int("max_bytes_per_commit", self.max_bytes_per_commit)
+            or cfg.max_bytes_per_commit)
+        return JobOptions(merge=budgets, up_to_generation=optional_int("up_to_generation", self.up_to_generation))
 
     def execute(self, context: Context) -> dict[str, Any]:
-        gens = _optional_int("max_generations_per_run", self.max_generations_per_run)
-        nbytes = _optional_int("max_bytes_per_run", self.max_bytes_per_run)
+        gens = optional_int("max_generations_per_run", self.max_generations_per_run)
+        nbytes = optional_int("max_bytes_per_run", self.max_bytes_per_run)
         if gens or nbytes:
             bounded = self._bounded_up_to(gens, nbytes)
             if bounded is None:
-                cfg = self.table_config()
+                cfg = self.cfg
                 self.log.info("table %s: nothing pending within this chunk; already merged", cfg.name)
                 context["memwal_merged_label"] = "nothing to merge"
                 return {"job": "merge", "table": cfg.name, "table_uri": cfg.uri, "generations_merged": 0,
@@ -221,23 +196,17 @@ class MemWalMergeOperator(MemWalJobOperator):
 
     def _bounded_up_to(self, gens: int | None, nbytes: int | None) -> int | None:
         """The highest generation this chunk may merge from where its region stands now (None: nothing)."""
-        cfg = self.table_config()
-        hook = MemWalHook.for_table(cfg)
-        what = f"table {cfg.name!r} ({cfg.uri})"
-        regions = hook.validate_regions(cfg.uri, _regions(self.regions), what) or []
+        from memwal.planning import leading_batch
+
+        regions = self.hook.validate_regions(self.cfg, string_list("regions", self.regions)) or []
         if len(regions) != 1:
             raise AirflowFailException("a bounded merge chunk (max_generations_per_run / max_bytes_per_run) needs "
                                        "exactly one region")
-        limit = _optional_int("up_to_generation", self.up_to_generation)
-        pending = hook.pending_work(cfg, regions, limit)
+        limit = optional_int("up_to_generation", self.up_to_generation)
+        pending = self.hook.pending_work(self.cfg, regions, limit)
         if not pending or not pending[0]["generations"]:
             return None
-        up_to, total = None, 0
-        for i, (g, b) in enumerate(zip(pending[0]["generations"], pending[0]["generation_bytes"], strict=True)):
-            if i and ((gens and i >= gens) or (nbytes and total + b > nbytes)):
-                break
-            up_to, total = g, total + b
-        return up_to
+        return pending[0]["generations"][leading_batch(pending[0]["generation_bytes"], gens, nbytes) - 1]
 
     def after_job(self, context: Context, cfg: TableConfig, run: JobRun) -> None:
         context["memwal_merged_label"] = merged_label(run.summary)  # a mapped task's label (map_index_template)
@@ -261,20 +230,20 @@ class MemWalCatchupOperator(MemWalJobOperator):
     job = "catchup"
     template_fields: Sequence[str] = ("table", "engine", "indexes", "rebuild")
 
-    def __init__(self, *, indexes: Any = None, rebuild: Any = False, **kwargs: Any) -> None:
+    def __init__(self, *, indexes: Sequence[str] | str | None = None, rebuild: bool | str = False,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.indexes = indexes
         self.rebuild = rebuild
 
-    def job_options(self, cfg: TableConfig) -> dict[str, Any]:
-        return {"index": _regions(self.indexes)}
+    def job_options(self, cfg: TableConfig) -> JobOptions:
+        indexes = string_list("indexes", self.indexes)
+        return JobOptions(indexes=tuple(indexes) if indexes else None)
 
     def execute(self, context: Context) -> dict[str, Any]:
-        if str(self.rebuild).lower() in ("true", "1", "yes"):
-            cfg = self.table_config()
-            hook = MemWalHook.for_table(cfg)
-            rebuilt = hook.rebuild_indexes(cfg, _regions(self.indexes))
-            self.log.info("table %s: rebuilt indexes %s from scratch", cfg.name, ", ".join(rebuilt) or "(none)")
+        if flag(self.rebuild):
+            rebuilt = self.hook.rebuild_indexes(self.cfg, string_list("indexes", self.indexes))
+            self.log.info("table %s: rebuilt indexes %s from scratch", self.cfg.name, ", ".join(rebuilt) or "(none)")
         return super().execute(context)
 
 
@@ -284,8 +253,8 @@ class MemWalSnapshotOperator(MemWalJobOperator):
     job = "snapshot"
     template_fields: Sequence[str] = ("table", "engine")
 
-    def job_options(self, cfg: TableConfig) -> dict[str, Any]:
-        return {"inline_threshold": cfg.snapshot_inline_threshold}
+    def job_options(self, cfg: TableConfig) -> JobOptions:
+        return JobOptions(inline_threshold=cfg.snapshot_inline_threshold)
 
 
 class MemWalGcOperator(MemWalJobOperator):
@@ -295,14 +264,14 @@ class MemWalGcOperator(MemWalJobOperator):
     job = "gc"
     template_fields: Sequence[str] = ("table", "regions", "engine", "dry_run")
 
-    def __init__(self, *, dry_run: Any = False, **kwargs: Any) -> None:
+    def __init__(self, *, dry_run: bool | str = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.dry_run = dry_run
 
-    def job_options(self, cfg: TableConfig) -> dict[str, Any]:
-        dry = str(self.dry_run).lower() in ("true", "1", "yes") or not cfg.gc.enabled
-        return {"dry_run": dry, "keep_manifest_versions": cfg.gc.keep_manifest_versions,
-                "grace_period_s": cfg.gc.grace_period_s}
+    def job_options(self, cfg: TableConfig) -> JobOptions:
+        return JobOptions(gc=GcConfig(keep_manifest_versions=cfg.gc.keep_manifest_versions,
+                                      grace_period_s=cfg.gc.grace_period_s,
+                                      dry_run=flag(self.dry_run) or not cfg.gc.enabled))
 
 
 class MemWalCompactionOperator(MemWalJobOperator):
@@ -312,20 +281,15 @@ class MemWalCompactionOperator(MemWalJobOperator):
     job = "compaction"
     template_fields: Sequence[str] = ("table", "engine", "force")
 
-    def __init__(self, *, force: Any = False, **kwargs: Any) -> None:
+    def __init__(self, *, force: bool | str = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.force = force
 
-    def job_options(self, cfg: TableConfig) -> dict[str, Any]:
-        c = cfg.compaction
-        return {"target_rows_per_fragment": c.target_rows_per_fragment,
-                "materialize_deletions_threshold": c.materialize_deletions_threshold,
-                "max_fragments": c.max_fragments, "max_small_fragments": c.max_small_fragments,
-                "max_deleted_ratio": c.max_deleted_ratio, "max_tasks_per_round": c.max_tasks_per_round,
-                "use_lock": c.use_lock, "force": str(self.force).lower() in ("true", "1", "yes")}
+    def job_options(self, cfg: TableConfig) -> JobOptions:
+        return JobOptions(compaction=replace(cfg.compaction, force=flag(self.force)))
 
     def execute(self, context: Context) -> dict[str, Any]:
-        cfg = self.table_config()
+        cfg = self.cfg
         if not cfg.compaction.enabled:
             self.log.info("table %s: compaction.enabled is false; nothing compacted", cfg.name)
             return {"job": "compaction", "table": cfg.name, "table_uri": cfg.uri, "enabled": False,
@@ -340,12 +304,10 @@ class MemWalRetentionOperator(MemWalJobOperator):
     job = "retention"
     template_fields: Sequence[str] = ("table", "engine", "dry_run")
 
-    def __init__(self, *, dry_run: Any = False, **kwargs: Any) -> None:
+    def __init__(self, *, dry_run: bool | str = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.dry_run = dry_run
 
-    def job_options(self, cfg: TableConfig) -> dict[str, Any]:
-        r = cfg.retention
-        dry = str(self.dry_run).lower() in ("true", "1", "yes") or not r.enabled
-        return {"older_than_s": r.older_than_s, "keep_versions": r.keep_versions,
-                "delete_unverified": r.delete_unverified, "dry_run": dry}
+    def job_options(self, cfg: TableConfig) -> JobOptions:
+        return JobOptions(retention=replace(cfg.retention,
+                                            dry_run=flag(self.dry_run) or not cfg.retention.enabled))

@@ -1,16 +1,19 @@
 """MemWalLagSensor: wait until a table is within its lag thresholds (or until one is breached).
 
-Deferrable by default: it pokes once in the worker and, if it has to wait, defers to `MemWalLagTrigger`,
-so the waiting happens in the triggerer and holds no worker slot. `deferrable=False` pokes in the worker
-as a classic sensor (mode poke or reschedule).
+Deferrable (`deferrable=True`, default from Airflow's `[operators] default_deferrable` as providers do): it
+pokes once in the worker and, if it has to wait, defers to `MemWalLagTrigger`, so the waiting happens in the
+triggerer and holds no worker slot. `deferrable=False` pokes in the worker as a classic sensor (mode poke or
+reschedule).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
+from functools import cached_property
 from typing import Any
 
+from airflow.configuration import conf
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException
 
@@ -27,14 +30,16 @@ class MemWalLagSensor(BaseSensorOperator):
     :param table: name of a table in the tables file (templated)
     :param thresholds: thresholds to use instead of the table's (same keys as the tables file)
     :param wait_for: "within" or "breached"
-    :param deferrable: wait in the triggerer (default) rather than in a worker slot
+    :param deferrable: wait in the triggerer rather than in a worker slot (default: Airflow's
+        `[operators] default_deferrable`, as providers do)
     """
 
     template_fields: Sequence[str] = ("table",)
     ui_color = "#d6eaf8"
 
     def __init__(self, *, table: str, thresholds: Mapping[str, Any] | None = None, wait_for: str = "within",
-                 deferrable: bool = True, poke_interval: timedelta | float = 60, **kwargs: Any) -> None:
+                 deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+                 poke_interval: timedelta | float = 60, **kwargs: Any) -> None:
         super().__init__(poke_interval=poke_interval, **kwargs)
         if wait_for not in WAIT_FOR:
             raise ValueError(f"{self.task_id}: wait_for must be one of {', '.join(WAIT_FOR)}, got {wait_for!r}")
@@ -49,13 +54,16 @@ class MemWalLagSensor(BaseSensorOperator):
         cfg = get_table(self.table)
         return cfg, (self.thresholds if self.thresholds is not None else thresholds_of(cfg))
 
-    def _check(self) -> tuple[bool, dict[str, Any]]:
+    @cached_property
+    def hook(self) -> Any:
+        """One hook per sensor: pokes in one worker process reuse its opened table (each poke refreshes it)."""
         from memwal.airflow.hooks.memwal import MemWalHook
 
+        return MemWalHook.for_table(self._config()[0])
+
+    def _check(self) -> tuple[bool, dict[str, Any]]:
         cfg, thresholds = self._config()
-        hook = MemWalHook.for_table(cfg)
-        hook.open_index(cfg.uri, f"table {cfg.name!r} ({cfg.uri})")
-        summary = measure(cfg.uri, hook.storage_options)
+        summary = measure(self.hook.table(cfg))
         found = breaches(summary, thresholds)
         for b in found:
             self.log.info("table %s: %s", cfg.name, b["message"])

@@ -47,11 +47,12 @@ async def resolve_connection(conn_id: str | None) -> Any:
     return await BaseHook.aget_connection(conn_id)
 
 
-def _measure_with(conn: Any, uri: str) -> dict[str, Any]:
-    """Storage options from the connection, then the measurement (blocking: run in a thread)."""
+def _table_with(conn: Any, uri: str) -> Any:
+    """The table's handle with the storage options of its connection (None: no connection)."""
     from memwal.airflow.hooks.memwal import MemWalHook
+    from memwal.table import MemWalTable
 
-    return measure(uri, MemWalHook.storage_options_from(conn) if conn is not None else None)
+    return MemWalTable(uri, MemWalHook.storage_options_from(conn) if conn is not None else None)
 
 
 def lag_event_payload(table: str, summary: Mapping[str, Any], found: list[dict[str, Any]]) -> dict[str, Any]:
@@ -87,8 +88,15 @@ class _LagPoller:
         self.poll_interval_s = float(poll_interval_s)
 
     async def _poll(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        conn = await resolve_connection(self.conn_id)
-        summary = await asyncio.to_thread(_measure_with, conn, self.table_uri)
+        """One measurement; the table's handle is kept between polls (each poll refreshes it) and dropped
+        after a failure, so the next poll resolves the connection and opens the table again."""
+        if getattr(self, "_handle", None) is None:
+            self._handle = _table_with(await resolve_connection(self.conn_id), self.table_uri)
+        try:
+            summary = await asyncio.to_thread(measure, self._handle)
+        except Exception:
+            self._handle = None
+            raise
         return summary, breaches(summary, self.thresholds)
 
 

@@ -46,16 +46,15 @@ def table_status(cfg: Any) -> tuple[dict, int | None]:
     """`memwal status --json` of the table (with its health) and its region snapshot timestamp (ms, None
     if never)."""
     from memwal.health import table_health
-    from memwal.mem_wal_index import load_index
     from memwal.status import table_status as read_status
+    from memwal.table import MemWalTable
 
-    options = _storage_options(cfg)
-    status = read_status(cfg.uri, options).to_dict()
+    table = MemWalTable(cfg.uri, _storage_options(cfg))
+    status = read_status(table).to_dict()
     compaction = getattr(cfg, "compaction", None)
     target = getattr(compaction, "target_rows_per_fragment", None)
-    status["health"] = (table_health(cfg.uri, options, target) if target else table_health(cfg.uri, options)).to_dict()
-    ts = load_index(cfg.uri, options).details.snapshot_ts_millis
-    return status, ts or None
+    status["health"] = (table_health(table, target) if target else table_health(table)).to_dict()
+    return status, table.details.snapshot_ts_millis or None
 
 
 def history_points(table: str, since: datetime) -> list[dict]:

@@ -1,0 +1,156 @@
+"""MemWalTable: one MemWAL table opened once and carried through every job (like pyiceberg's `Table`).
+
+The handle holds the table's object store, its base dataset (with its schema and primary key) and its
+MemWAL index, each opened or loaded once. `refresh()` moves the dataset to the latest version in place
+(Lance's `checkout_latest`) and reloads the index only when the version moved. The jobs, status, lag, the
+LSM reader and GC take a handle; it pickles down to its URI and storage options (what a Spark executor
+needs to open the table again), never to open handles.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import cached_property
+from typing import Any
+
+import lance
+import pyarrow as pa
+
+from memwal import naming
+from memwal.lock import TableLock, index_lock
+from memwal.mem_wal_index import MemWalIndex, MemWalIndexDetails, commit_details, index_of
+from memwal.primary_key import primary_key_columns
+from memwal.region_manifest import RegionManifest, list_regions, load_latest_manifest
+from memwal.storage import ObjectStore, lance_storage_options
+
+__all__ = ["MemWalTable", "TableLike"]
+
+
+class MemWalTable:
+    """A MemWAL table: store, base dataset, schema, primary key and MemWAL index, each opened once."""
+
+    def __init__(self, uri: str, storage_options: dict[str, str] | None = None, *, version: int | None = None):
+        """Nothing is read here: the dataset opens on first use (`open` opens it at once)."""
+        self.store = ObjectStore(uri, storage_options)
+        self._version = version
+        self._dataset: lance.LanceDataset | None = None
+        self._index: MemWalIndex | None = None
+
+    @classmethod
+    def open(cls, uri: str, storage_options: dict[str, str] | None = None, version: int | None = None) -> MemWalTable:
+        """Open the table (the latest version, or `version`); a missing table fails here, not later."""
+        table = cls(uri, storage_options, version=version)
+        table.dataset  # noqa: B018 - opens it
+        return table
+
+    @classmethod
+    def of(cls, table: TableLike) -> MemWalTable:
+        """A handle as given, or a URI opened without storage options (a local path, or the environment's
+        credentials)."""
+        return table if isinstance(table, MemWalTable) else cls(table)
+
+    def __reduce__(self) -> tuple[Any, tuple]:
+        return MemWalTable, (self.uri, self.storage_options)
+
+    def __repr__(self) -> str:
+        return f"MemWalTable({self.uri!r})"
+
+    # --- what was opened ----------------------------------------------------------------------------
+
+    @property
+    def uri(self) -> str:
+        return self.store.uri
+
+    @property
+    def storage_options(self) -> dict[str, str] | None:
+        return self.store.storage_options or None
+
+    @property
+    def dataset(self) -> lance.LanceDataset:
+        """The base table at the handle's version."""
+        if self._dataset is None:
+            self._dataset = lance.dataset(self.uri, version=self._version,
+                                          storage_options=lance_storage_options(self.storage_options))
+        return self._dataset
+
+    @property
+    def version(self) -> int:
+        return self.dataset.version
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.dataset.schema
+
+    @cached_property
+    def primary_key(self) -> list[str]:
+        """The primary key columns; NoPrimaryKeyError naming the table if it has none."""
+        return primary_key_columns(self.schema, where=self.uri)
+
+    @property
+    def index(self) -> MemWalIndex:
+        """The MemWAL index at the handle's version (loaded once per version); MemWalNotInitializedError."""
+        if self._index is None or self._index.table_version != self.version:
+            self._index = index_of(self.dataset, self.store)
+        return self._index
+
+    @property
+    def details(self) -> MemWalIndexDetails:
+        return self.index.details
+
+    def refresh(self) -> MemWalTable:
+        """Move to the latest version in place (the index is reloaded only if the version moved)."""
+        if self._dataset is None:
+            self.dataset  # noqa: B018 - a first open is already the latest
+        else:
+            self._dataset.checkout_latest()
+        return self
+
+    def checkout(self, version: int) -> MemWalTable:
+        """Another handle on the same store at `version` (this one stays where it is)."""
+        other = MemWalTable.__new__(MemWalTable)
+        other.store, other._version, other._index = self.store, version, None
+        other._dataset = self.dataset.checkout_version(version)
+        return other
+
+    # --- regions, lock, index commit ----------------------------------------------------------------
+
+    def regions(self) -> list[str]:
+        return list_regions(self.store)
+
+    def manifest(self, region_id: str) -> RegionManifest:
+        """The region's latest manifest."""
+        return load_latest_manifest(self.store, region_id)
+
+    def index_lock(self) -> TableLock:
+        """The lock around every commit that changes the MemWAL index (merges and rewrites)."""
+        return index_lock(self.store)
+
+    def commit_details(self, mutate: Callable[[MemWalIndexDetails], MemWalIndexDetails],
+                       prepare: Callable[[str], None] | None = None) -> MemWalIndex:
+        """Commit mutate(latest details) without regressing progress (`mem_wal_index.commit_details`)."""
+        return commit_details(self, mutate, prepare)
+
+    def adopt(self, dataset: lance.LanceDataset, index: MemWalIndex | None = None) -> None:
+        """Take a dataset this process just committed (and its index) as the handle's current state."""
+        self._dataset, self._index = dataset, index
+
+    def maintained_indexes(self) -> list[str]:
+        """Base-table indexes the MemWAL maintains: the listed ones, or all of them (maintain_all_indexes)."""
+        details = self.details
+        if details.maintained_indexes:
+            return list(details.maintained_indexes)
+        if not details.maintain_all_indexes:
+            return []
+        return sorted({i.name for i in self.dataset.describe_indices() if i.name != naming.MEM_WAL_INDEX_NAME})
+
+    # --- the jobs -----------------------------------------------------------------------------------
+
+    @property
+    def jobs(self) -> Any:
+        """The table's jobs (`memwal.jobs.TableJobs`: merge, catchup, snapshot, gc, status)."""
+        from memwal.jobs import TableJobs
+
+        return TableJobs(self)
+
+
+TableLike = MemWalTable | str
