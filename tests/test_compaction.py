@@ -204,3 +204,31 @@ def test_after_a_remapping_compaction_every_job_still_reads_the_history(local_lo
     assert read_snapshot(loc.uri).num_rows == 1
     assert load_index(loc.uri).merged_generations[region] == 1
     assert lsm(loc)[50] == ("w0-50", 25.0)
+
+
+def test_catchup_preempted_by_a_compaction_records_nothing_and_the_next_run_catches_up(local_location, monkeypatch):
+    """Catch-up optimises the index from version V0; a compaction commits first (found by the race test).
+    Lance refuses the index commit as preempted: catch-up records nothing this run (no error), the next
+    run records the merged generation."""
+    from lance.dataset import DatasetOptimizer
+
+    loc = local_location
+    region = fragmented_table(loc, base_rows=40)
+    write(loc, region, [([1, 50], [2])])
+    merge_table(loc.uri)
+    real = DatasetOptimizer.optimize_indices
+    fired: list[bool] = []
+
+    def compaction_first(self, **kwargs):
+        if not fired:
+            fired.append(True)
+            compact_table(loc.uri, config=PAIRS)
+        return real(self, **kwargs)
+
+    monkeypatch.setattr(DatasetOptimizer, "optimize_indices", compaction_first)
+    first = catchup_table(loc.uri)
+    monkeypatch.undo()
+    assert fired and first.indexes[0].error is None and not first.indexes[0].covered
+    assert load_index(loc.uri).details.index_catchup.get("name_idx", {}).get(region, 0) == 0
+    second = catchup_table(loc.uri)
+    assert second.indexes[0].covered and load_index(loc.uri).details.index_catchup["name_idx"][region] == 1
