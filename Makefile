@@ -53,6 +53,12 @@ bench-maintenance: setup
 bench-merge-scale: setup
 	$(BIN)/python bench/merge_scale.py
 
+# Issue 16: 40 cycles of writes + the maintenance jobs with retention and compaction on and off, compaction
+# on Spark against in process, and issue 10's scaling on a task-heavy workload (bench/README.md).
+.PHONY: bench-health
+bench-health: setup
+	$(BIN)/python bench/health.py --scaling
+
 clean:
 	rm -rf $(VENV) demo dist build
 

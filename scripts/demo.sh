@@ -18,11 +18,13 @@ echo; echo "== 4. index catch-up"
 $BIN/memwal catchup "$TABLE"
 echo; echo "== 5. snapshot refresh"
 $BIN/memwal snapshot "$TABLE"
-echo; echo "== 6. GC: nothing goes while retained table versions (time travel) still need the generations"
+echo; echo "== 6. compaction (when due), version retention, GC"
+echo "   GC keeps what retained table versions (time travel) still need:"
 $BIN/memwal gc "$TABLE" --dry-run
-echo "   ... a version-retention policy keeps only the newest table version (Lance cleanup_old_versions):"
-$BIN/python -m memwal.demo retain-latest "$TABLE"
-$BIN/memwal gc "$TABLE" --dry-run
+$BIN/memwal compaction "$TABLE" --max-small-fragments 4
+echo "   the demo table's retention policy (dags/memwal_tables.yaml): versions older than 0 s, keep the newest 2"
+$BIN/memwal retention "$TABLE" --older-than-s 0 --keep-versions 2 --dry-run
+$BIN/memwal retention "$TABLE" --older-than-s 0 --keep-versions 2
 $BIN/memwal gc "$TABLE"
 echo; echo "== 7. status after maintenance"
 $BIN/memwal status "$TABLE"
@@ -33,7 +35,7 @@ $BIN/python -m memwal.demo verify "$TABLE"
 # dags/memwal_tables.yaml's `demo` table is this one (demo/table.lance); another DEMO_TABLE gets its own file.
 if [ -n "${DEMO_TABLE:-}" ]; then
     export MEMWAL_TABLES_FILE="$(dirname "$TABLE")/memwal_tables.yaml"
-    printf 'tables:\n  demo: {uri: "%s", engine: spark, spark_conn_id: memwal_spark_local, max_merge_applications: 2}\n' \
+    printf 'tables:\n  demo: {uri: "%s", engine: spark, spark_conn_id: memwal_spark_local, max_merge_applications: 2, retention: {older_than_s: 0, keep_versions: 2}, compaction: {max_small_fragments: 4}}\n' \
         "$(cd "$(dirname "$TABLE")" && pwd)/$(basename "$TABLE")" > "$MEMWAL_TABLES_FILE"
 fi
 echo; echo "== 9. more writes arrive"

@@ -56,7 +56,8 @@ def maintain() -> int:
     airflow = str(Path(sys.executable).with_name("airflow"))
     print(f"demo: Airflow home {HOME} (SQLite); airflow db migrate")
     subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True)
-    print(f"demo: dag.test() of {DAG_ID} (merge in region batches, index catch-up, snapshot refresh, GC)")
+    print(f"demo: dag.test() of {DAG_ID} (merge in region batches, index catch-up, compaction, retention, "
+          "snapshot refresh, GC)")
     proc = subprocess.run([sys.executable, __file__, "_run"], env=env, capture_output=True, text=True)
     (HOME / "dag_test.log").write_text(proc.stdout + proc.stderr)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
@@ -72,6 +73,15 @@ def maintain() -> int:
         print(f"   merge: {s['generations_merged']} generations, {s['rows_upserted']} rows upserted, "
               f"{s['rows_deleted']} deleted, {s['commits']} commits, Spark application "
               f"{s.get('spark_application_id')} on {s.get('spark_master')}")
+    for s in report["upkeep"]:
+        if s.get("job") == "compaction":
+            print(f"   compaction: {'; '.join(s.get('due') or []) or 'not due'}, fragments "
+                  f"{s.get('health_before', {}).get('fragments')} -> {s.get('health_after', {}).get('fragments')}")
+        elif s.get("job") == "retention":
+            print(f"   retention: {s['num_versions_removed']} table versions removed ({s['bytes_removed']} bytes), "
+                  f"oldest retained {s['oldest_retained_version']}")
+        elif s.get("job") == "gc":
+            print(f"   gc: deleted {s['deleted']} ({s['bytes']} bytes)")
     print(f"demo: DAG run {report['state']} (full log: {HOME / 'dag_test.log'})")
     return 0 if report["state"] == "success" else 1
 
@@ -94,13 +104,19 @@ def _run() -> int:
     merges = session.scalars(select(XComModel).where(XComModel.dag_id == DAG_ID, XComModel.run_id == dr.run_id,
                                                      XComModel.task_id == "merge",
                                                      XComModel.key == "return_value")).all()
-    order = {"find_pending_regions": 0, "merge": 1, "index_catchup": 2, "snapshot_refresh": 3, "gc": 4}
+    upkeep = {t: XComModel.deserialize_value(x) for t in ("compaction", "retention", "gc")
+              for x in session.scalars(select(XComModel).where(
+                  XComModel.dag_id == DAG_ID, XComModel.run_id == dr.run_id, XComModel.task_id == t,
+                  XComModel.key == "return_value")).all()}
+    order = {"find_pending_regions": 0, "merge": 1, "index_catchup": 2, "compaction": 3, "retention": 4,
+             "snapshot_refresh": 5, "gc": 6}
     print(json.dumps({
         "state": str(dr.state),
         "tasks": [{"task_id": t.task_id, "map_index": t.map_index, "state": str(t.state),
                    "label": t.rendered_map_index} for t in sorted(tis, key=lambda t: (order.get(t.task_id, 9),
                                                                                       t.map_index))],
         "merges": [XComModel.deserialize_value(x) for x in sorted(merges, key=lambda x: x.map_index)],
+        "upkeep": list(upkeep.values()),
     }, default=str))
     return 0
 

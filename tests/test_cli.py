@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from maintenance import build_table
 from tables import create_base
 
@@ -84,3 +85,30 @@ def test_region_that_is_not_a_uuid_is_a_usage_error(local_location):
     with pytest.raises(SystemExit) as exc:
         main(["merge", local_location.uri, "--region", "bucket-3"])
     assert exc.value.code == 2
+
+
+def test_compaction_and_retention_commands_json_summaries(local_location, capsys):
+    """`memwal compaction --force` then `memwal retention`: stable JSON summaries; GC then frees generations."""
+    build_table(local_location, regions=2, generations=3)
+    assert main(["merge", local_location.uri]) == 0
+    capsys.readouterr()
+    assert main(["compaction", local_location.uri, "--force", "--target-rows-per-fragment", "1000", "--json"]) == 0
+    comp = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert comp["job"] == "compaction" and comp["compacted"] and comp["health_after"]["fragments"] == 1
+    assert main(["retention", local_location.uri, "--older-than-s", "0", "--keep-versions", "1", "--dry-run"]) == 0
+    assert "retention (dry run): would remove" in capsys.readouterr().out
+    assert main(["retention", local_location.uri, "--older-than-s", "0", "--keep-versions", "1", "--json"]) == 0
+    ret = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert ret["job"] == "retention" and ret["num_versions_retained"] == 1 and ret["bytes_removed"] > 0
+    assert main(["gc", local_location.uri, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["deleted"]["generation"] == 6
+
+
+def test_compaction_not_due_and_bad_policy_values(local_location, capsys):
+    build_table(local_location, regions=1, generations=1)
+    assert main(["compaction", local_location.uri]) == 0
+    assert "not due; nothing committed" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exc:
+        main(["compaction", local_location.uri, "--max-deleted-ratio", "2"])
+    assert exc.value.code == 2
+    assert "--max-deleted-ratio" in capsys.readouterr().err

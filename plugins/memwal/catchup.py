@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field, replace
 import lance
 
 from memwal import naming
+from memwal.compaction import is_preempted
 from memwal.mem_wal_index import MemWalIndexDetails
 from memwal.table import MemWalTable, TableLike
 
@@ -91,7 +92,14 @@ def catchup_table(table: TableLike, index_names: Sequence[str] | None = None) ->
             else:
                 log.warning("index %s does not cover fragments %s of version %d; not recording catch-up",
                             name, result.uncovered_fragments, index0.table_version)
-        except (OSError, ValueError) as exc:
+        except OSError as exc:
+            if not is_preempted(exc):
+                result.error = str(exc)
+                log.error("index %s: catch-up failed: %s", name, exc)
+            else:  # a compaction rewrote fragments meanwhile: nothing recorded, the next run catches up
+                log.warning("index %s: catch-up preempted by a concurrent commit; not recording catch-up: %s",
+                            name, str(exc).splitlines()[0])
+        except ValueError as exc:
             result.error = str(exc)
             log.error("index %s: catch-up failed: %s", name, exc)
         result.duration_s = time.monotonic() - t0

@@ -1,10 +1,12 @@
 """`memwal`: the operator's command line over the same library the Spark jobs and Airflow run.
 
-    memwal status TABLE                 regions: epoch, generations flushed/merged, backlog, age, index lag
+    memwal status TABLE                 regions (epoch, generations, backlog, age, index lag) and table health
     memwal merge TABLE [--region R]     merge due regions (--spark: through spark-submit)
     memwal catchup TABLE                bring maintained indexes up to date
     memwal snapshot TABLE               refresh the region snapshots in the MemWAL index
     memwal gc TABLE [--dry-run]         remove what no reader needs any more
+    memwal compaction TABLE [--force]   compact the base table's fragments when due (--spark: tasks on executors)
+    memwal retention TABLE [--dry-run]  remove base-table versions the retention policy no longer keeps
 
 Progress goes to stderr; `--json` prints the job's JSON summary to stdout. Exit status (memwal.jobs):
 0 done; 1 failed, with a one-line reason; 2 bad arguments; 3 the job ran but some region or index
@@ -52,6 +54,14 @@ def _parser() -> argparse.ArgumentParser:
                         help="alert (exit 3) when a region's oldest unmerged generation is older")
     status.add_argument("--max-index-lag", type=int, default=None,
                         help="alert (exit 3) when an index lags a region's merges by more generations")
+    status.add_argument("--max-fragments", type=int, default=None,
+                        help="alert (exit 4) when the base table has more fragments")
+    status.add_argument("--max-deleted-ratio", type=float, default=None,
+                        help="alert (exit 4) when the base table's deleted-row ratio is higher")
+    status.add_argument("--max-table-versions", type=int, default=None,
+                        help="alert (exit 4) when Lance keeps more table versions")
+    status.add_argument("--no-health", dest="health", action="store_false",
+                        help="leave out the table's health (fragments, versions, bytes, what GC could free)")
     status.add_argument("-v", "--verbose", action="store_true")
     for job in JOBS:
         p = sub.add_parser(job, help=f"run the {job} job")
@@ -111,6 +121,15 @@ def print_status(status: dict[str, Any]) -> None:
     for r in status["regions"]:
         if r["error"]:
             print(f"! region {r['region_id']}: {r['error']}")
+    h = status.get("health")
+    if h:
+        print(f"health: {h['fragments']} fragments ({h['small_fragments']} small), deleted-row ratio "
+              f"{h['deleted_ratio']:.3f}, {h['table_versions']} table versions (oldest {h['oldest_table_version']}), "
+              f"base {_bytes(h['base_bytes'])}, _mem_wal {_bytes(h['mem_wal_bytes'])} in {h['generation_dirs']} "
+              f"generation directories")
+        held = sorted(set(h["gc_limited_by"].values()))
+        print(f"gc: could free {_bytes(h['gc_reclaimable_bytes'])} now"
+              + (f"; held back by: {', '.join(held)}" if held else ""))
 
 
 def _summary_line(s: dict[str, Any]) -> str:
@@ -130,6 +149,19 @@ def _summary_line(s: dict[str, Any]) -> str:
         key = "would_delete" if s["dry_run"] else "deleted"
         counts = ", ".join(f"{v} {k}" for k, v in sorted(s[key].items())) or "nothing"
         return f"gc{' (dry run)' if s['dry_run'] else ''}: {key.replace('_', ' ')} {counts}, {_bytes(s['bytes'])}"
+    if job == "compaction":
+        if not s["compacted"]:
+            return f"compaction: {'; '.join(s['due']) or 'not due'}; nothing committed" + (
+                f" ({s['error']})" if s.get("error") else "")
+        return (f"compaction: {'; '.join(s['due'])}: {s['tasks_committed']} tasks in {s['rounds']} rounds "
+                f"({s['tasks_preempted']} preempted), fragments {s['health_before']['fragments']} -> "
+                f"{s['health_after']['fragments']}, table version {s['table_version_before']} -> "
+                f"{s['table_version_after']}")
+    if job == "retention":
+        verb = "would remove" if s["dry_run"] else "removed"
+        return (f"retention{' (dry run)' if s['dry_run'] else ''}: {verb} {s['num_versions_removed']} table "
+                f"versions ({_bytes(s['bytes_removed'])}); {s['num_versions_retained']} retained, oldest "
+                f"{s['oldest_retained_version']}")
     return json.dumps(s)
 
 
@@ -145,9 +177,15 @@ def main(argv: list[str] | None = None) -> int:
             from memwal.lag import breaches
 
             summary = table.jobs.status(args.region)
+            if args.health:
+                from memwal.health import table_health
+
+                summary["health"] = table_health(table).to_dict()
             alerts = [b["message"] for b in breaches(summary, {
                 "max_unmerged_generations": args.max_unmerged_generations,
-                "max_oldest_unmerged_age_s": args.max_age_s, "max_index_lag": args.max_index_lag})]
+                "max_oldest_unmerged_age_s": args.max_age_s, "max_index_lag": args.max_index_lag,
+                "max_fragments": args.max_fragments, "max_deleted_ratio": args.max_deleted_ratio,
+                "max_table_versions": args.max_table_versions})]
             summary["alerts"] = alerts
             if args.json:
                 print(json.dumps(summary, default=str))

@@ -1,8 +1,6 @@
 """Demo data for `make demo`: a bucket-partitioned table written through our writer, and a check.
 
     python -m memwal.demo write TABLE   base table + MemWAL (4 buckets) + generations with updates/deletes
-    python -m memwal.demo retain-latest TABLE  keep only the newest table version (Lance cleanup_old_versions),
-                                        as a user's version-retention policy would; GC then may remove more
     python -m memwal.demo verify TABLE  the LSM view equals the model of every write
 """
 
@@ -73,7 +71,7 @@ def verify(table: str, model: dict[int, float]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m memwal.demo")
-    p.add_argument("action", choices=["write", "retain-latest", "verify"])
+    p.add_argument("action", choices=["write", "verify"])
     p.add_argument("table")
     p.add_argument("--base-rows", type=int, default=20_000)
     p.add_argument("--batches", type=int, default=9)
@@ -87,11 +85,6 @@ def main(argv: list[str] | None = None) -> int:
         with open(model_path, "w") as f:
             json.dump(model, f)
         verify(args.table, model)
-    elif args.action == "retain-latest":
-        from datetime import timedelta
-
-        stats = lance.dataset(args.table).cleanup_old_versions(older_than=timedelta(0))
-        print(f"demo: Lance removed {stats.old_versions} old table versions ({stats.bytes_removed} bytes)")
     else:
         with open(model_path) as f:
             model = {int(k): v for k, v in json.load(f).items()}

@@ -19,6 +19,8 @@ FAULT_POINTS = (
     "gc.after_manifest_prune",  # manifest without the generations committed, nothing deleted yet
     "gc.mid_delete",  # some GC deletions done
     "snapshot.after_external_write",  # index.lance written, details not committed
+    "compaction.before_commit",  # compaction tasks executed (rewritten files written), not committed
+    "compaction.after_commit",  # compaction committed, not yet reported
 )
 
 _hits: dict[str, int] = {}

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from memwal.maintenance_config import CompactionConfig, RetentionConfig
+
 __all__ = ["DEFAULT_INLINE_THRESHOLD", "GcConfig", "JobOptions", "MergeConfig", "is_true"]
 
 DEFAULT_INLINE_THRESHOLD = 100  # regions up to which snapshots are stored inline in the MemWAL index
@@ -44,11 +46,12 @@ class GcConfig:
 
 @dataclass(frozen=True)
 class JobOptions:
-    """The typed options of the four jobs (each job reads its own): what `memwal.jobs.run_job` takes.
+    """The typed options of the jobs (each job reads its own): what `memwal.jobs.run_job` takes.
 
     merge, up_to_generation: the merge's budgets and its bound (up_to_generation needs exactly one region);
     indexes: the base-table indexes catch-up brings up to date (None: every maintained index);
-    inline_threshold: snapshots are stored inline up to this many regions; gc: GC's settings.
+    inline_threshold: snapshots are stored inline up to this many regions; gc: GC's settings;
+    compaction, retention: their policies (`memwal.maintenance_config`).
     """
 
     merge: MergeConfig = field(default_factory=MergeConfig)
@@ -56,6 +59,8 @@ class JobOptions:
     indexes: tuple[str, ...] | None = None
     inline_threshold: int = DEFAULT_INLINE_THRESHOLD
     gc: GcConfig = field(default_factory=GcConfig)
+    compaction: CompactionConfig = field(default_factory=CompactionConfig)
+    retention: RetentionConfig = field(default_factory=RetentionConfig)
 
     def argv(self, job: str) -> list[str]:
         """The options of `job` that differ from their defaults, as the job's command line takes them
@@ -82,6 +87,23 @@ class JobOptions:
                 out.append("--dry-run")
             flag("--keep-manifest-versions", self.gc.keep_manifest_versions, default.gc.keep_manifest_versions)
             flag("--grace-period-s", self.gc.grace_period_s, default.gc.grace_period_s)
+        elif job == "compaction":
+            c, d = self.compaction, default.compaction
+            for name in ("target_rows_per_fragment", "materialize_deletions_threshold", "max_fragments",
+                         "max_small_fragments", "max_deleted_ratio", "max_tasks_per_round"):
+                flag("--" + name.replace("_", "-"), getattr(c, name), getattr(d, name))
+            if c.force:
+                out.append("--force")
+            if not c.use_lock:
+                out.append("--no-lock")
+        elif job == "retention":
+            r, d = self.retention, default.retention
+            flag("--older-than-s", r.older_than_s, d.older_than_s)
+            flag("--keep-versions", r.keep_versions, d.keep_versions)
+            if r.delete_unverified:
+                out.append("--delete-unverified")
+            if r.dry_run:
+                out.append("--dry-run")
         return out
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memwal.job_config import DEFAULT_INLINE_THRESHOLD, GcConfig, JobOptions, MergeConfig
+from memwal.maintenance_config import CompactionConfig, RetentionConfig
 
 if TYPE_CHECKING:
     from memwal.table import MemWalTable
@@ -47,7 +48,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-JOBS = ("merge", "catchup", "snapshot", "gc")
+JOBS = ("merge", "catchup", "snapshot", "gc", "compaction", "retention")
 
 # Exit statuses of `memwal` and of every spark_jobs entry point.
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PARTIAL, EXIT_LAG_ALERT = 0, 1, 2, 3, 4
@@ -134,8 +135,53 @@ def add_job_arguments(parser: argparse.ArgumentParser, job: str) -> None:
         parser.add_argument("--keep-manifest-versions", type=positive_int, default=gc.keep_manifest_versions)
         parser.add_argument("--grace-period-s", type=float, default=gc.grace_period_s,
                             help="age after which an unlisted generation directory counts as a failed flush")
+    elif job == "compaction":
+        d = CompactionConfig()
+        parser.add_argument("--target-rows-per-fragment", type=positive_int, default=d.target_rows_per_fragment)
+        parser.add_argument("--materialize-deletions-threshold", type=_ratio,
+                            default=d.materialize_deletions_threshold,
+                            help="rewrite a fragment whose deleted-row share exceeds this")
+        parser.add_argument("--max-fragments", type=positive_int, default=d.max_fragments,
+                            help="due when the table has more fragments")
+        parser.add_argument("--max-small-fragments", type=positive_int, default=d.max_small_fragments,
+                            help="due when this many fragments hold under half the target rows")
+        parser.add_argument("--max-deleted-ratio", type=_ratio, default=d.max_deleted_ratio,
+                            help="due when the share of deleted rows reaches this")
+        parser.add_argument("--max-tasks-per-round", type=positive_int, default=d.max_tasks_per_round,
+                            help="commit at most this many tasks per round (bounds how long merges wait)")
+        parser.add_argument("--force", action="store_true", help="compact even when not due")
+        parser.add_argument("--no-lock", dest="use_lock", action="store_false",
+                            help="do not hold the MemWAL index lock (merges may then preempt a round)")
+    elif job == "retention":
+        d = RetentionConfig()
+        parser.add_argument("--older-than-s", type=_seconds, default=d.older_than_s,
+                            help="remove table versions older than this many seconds (default 7 days)")
+        parser.add_argument("--keep-versions", type=positive_int, default=d.keep_versions,
+                            help="always keep the newest N table versions")
+        parser.add_argument("--delete-unverified", action="store_true",
+                            help="also remove unreferenced files younger than 7 days (no other writer running!)")
+        parser.add_argument("--dry-run", action="store_true", help="list versions and bytes, remove nothing")
     else:
         raise ValueError(f"unknown job {job!r}; expected one of {JOBS}")
+
+
+def _number_in(low: float, high: float | None = None) -> Callable[[str], float]:
+    """An argparse type: a number in [low, high] (no upper bound when high is None)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"{value} is not between {low:g} and {high:g}" if high is not None
+                                             else f"{value} is not >= {low:g}")
+        return value
+
+    return parse
+
+
+_ratio, _seconds = _number_in(0, 1), _number_in(0)
 
 
 def job_options(job: str, args: argparse.Namespace) -> JobOptions:
@@ -153,6 +199,17 @@ def job_options(job: str, args: argparse.Namespace) -> JobOptions:
     if job == "gc":
         return JobOptions(gc=GcConfig(keep_manifest_versions=args.keep_manifest_versions,
                                       grace_period_s=args.grace_period_s, dry_run=args.dry_run))
+    if job == "compaction":
+        return JobOptions(compaction=CompactionConfig(
+            target_rows_per_fragment=args.target_rows_per_fragment,
+            materialize_deletions_threshold=args.materialize_deletions_threshold,
+            max_fragments=args.max_fragments, max_small_fragments=args.max_small_fragments,
+            max_deleted_ratio=args.max_deleted_ratio, max_tasks_per_round=args.max_tasks_per_round,
+            force=args.force, use_lock=args.use_lock))
+    if job == "retention":
+        return JobOptions(retention=RetentionConfig(
+            older_than_s=args.older_than_s, keep_versions=args.keep_versions,
+            delete_unverified=args.delete_unverified, dry_run=args.dry_run))
     raise ValueError(f"unknown job {job!r}; expected one of {JOBS}")
 
 
@@ -168,8 +225,10 @@ def storage_options_of(args: argparse.Namespace) -> dict[str, str] | None:
 
 
 def run_job(job: str, table: MemWalTable, options: JobOptions | None = None, regions: Sequence[str] | None = None,
-            *, dedup: Callable | None = None, read_manifests: Callable | None = None) -> dict[str, Any]:
-    """Run one job on the table in this process; returns its JSON-ready summary. Spark passes its own hooks."""
+            *, dedup: Callable | None = None, read_manifests: Callable | None = None,
+            execute: Callable | None = None) -> dict[str, Any]:
+    """Run one job on the table in this process; returns its JSON-ready summary. Spark passes its own hooks
+    (dedup, read_manifests, and execute: where compaction tasks run)."""
     options = options or JobOptions()
     regions = list(dict.fromkeys(regions)) if regions else None
     validate_job_options(job, options, regions)
@@ -181,7 +240,7 @@ def run_job(job: str, table: MemWalTable, options: JobOptions | None = None, reg
 
         return merge_table(table, regions, options.merge, dedup or local_dedup,
                            up_to_generation=options.up_to_generation).to_dict()
-    if job in ("catchup", "snapshot") and regions:
+    if job in ("catchup", "snapshot", "compaction", "retention") and regions:
         log.warning("--region is ignored: %s always covers the whole table", job)
     if job == "catchup":
         from memwal.catchup import catchup_table
@@ -196,6 +255,14 @@ def run_job(job: str, table: MemWalTable, options: JobOptions | None = None, reg
         from memwal.gc import gc_table
 
         return gc_table(table, regions, options.gc).to_dict()
+    if job == "compaction":
+        from memwal.compaction import compact_table, execute_in_process
+
+        return compact_table(table, options.compaction, execute or execute_in_process).to_dict()
+    if job == "retention":
+        from memwal.retention import retain_versions
+
+        return retain_versions(table, options.retention).to_dict()
     raise ValueError(f"unknown job {job!r}; expected one of {JOBS}")
 
 
@@ -217,6 +284,8 @@ class TableJobs:
 
 def failure_reason(summary: dict[str, Any]) -> str | None:
     """One line naming what failed when the summary reports failed regions or indexes, else None."""
+    if summary.get("job") == "compaction" and summary.get("error"):
+        return str(summary["error"])
     for key, items, name_key, noun in (("failed_regions", "regions", "region_id", "region(s)"),
                                        ("failed_indexes", "indexes", "index_name", "index(es)")):
         failed = summary.get(key) or []

@@ -1,7 +1,8 @@
 """Lag of a MemWAL table: one measurement, the thresholds, the breaches (the one definition of "behind").
 
 `measure` is `memwal.status` (per region: unmerged generations, rows, bytes, age of the oldest unmerged
-generation, index lag) plus the age of the MemWAL index snapshot (a table-wide value). `breaches` holds a
+generation, index lag) plus the age of the MemWAL index snapshot (a table-wide value) and, with
+`health=True`, the table's health (`memwal.health`: fragments, deleted rows, versions, bytes). `breaches` holds a
 measurement against a table's thresholds; `memwal status` (exit 4), the Airflow lag monitor, event trigger
 and sensor all use it, so they agree on what "behind" means.
 """
@@ -15,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from memwal.table import TableLike
 
-__all__ = ["REGION_THRESHOLDS", "TABLE_THRESHOLDS", "THRESHOLD_KEYS", "breaches", "measure", "validate_thresholds"]
+__all__ = ["HEALTH_METRICS", "HEALTH_THRESHOLDS", "REGION_THRESHOLDS", "TABLE_THRESHOLDS", "THRESHOLD_KEYS",
+           "breaches", "measure", "validate_thresholds"]
 
 # threshold key -> the per-region status field it limits
 REGION_THRESHOLDS: dict[str, str] = {
@@ -26,7 +28,18 @@ REGION_THRESHOLDS: dict[str, str] = {
 }
 # threshold key -> the table-wide field it limits
 TABLE_THRESHOLDS: dict[str, str] = {"max_snapshot_age_s": "snapshot_age_s"}
-THRESHOLD_KEYS = (*REGION_THRESHOLDS, *TABLE_THRESHOLDS)
+# threshold key -> the table health value it limits (checked when the measurement carries `health`)
+HEALTH_THRESHOLDS: dict[str, str] = {
+    "max_fragments": "fragments",
+    "max_small_fragments": "small_fragments",
+    "max_deleted_ratio": "deleted_ratio",
+    "max_table_versions": "table_versions",
+    "max_mem_wal_bytes": "mem_wal_bytes",
+}
+# the table health values sent as gauges (memwal.airflow.metrics)
+HEALTH_METRICS = ("fragments", "small_fragments", "deleted_ratio", "table_versions", "base_bytes", "mem_wal_bytes",
+                  "gc_reclaimable_bytes")
+THRESHOLD_KEYS = (*REGION_THRESHOLDS, *TABLE_THRESHOLDS, *HEALTH_THRESHOLDS)
 
 
 def validate_thresholds(thresholds: Mapping[str, Any] | None, where: str = "thresholds") -> dict[str, float]:
@@ -43,9 +56,11 @@ def validate_thresholds(thresholds: Mapping[str, Any] | None, where: str = "thre
     return out
 
 
-def measure(table: TableLike, now: float | None = None) -> dict[str, Any]:
+def measure(table: TableLike, now: float | None = None, health: bool = False) -> dict[str, Any]:
     """`memwal status` of the table at its latest version (the handle is refreshed: a poller keeps one
-    handle) plus `snapshot_ts_millis` and `snapshot_age_s`, from one index load.
+    handle) plus `snapshot_ts_millis` and `snapshot_age_s`, from one index load, and with health=True
+    `health` (`memwal.health.table_health`: it lists the table, so the lag trigger's frequent polls leave
+    it out).
 
     snapshot_age_s is None when no snapshot was ever written.
     """
@@ -58,6 +73,10 @@ def measure(table: TableLike, now: float | None = None) -> dict[str, Any]:
     ts = table.details.snapshot_ts_millis
     summary["snapshot_ts_millis"] = ts or None
     summary["snapshot_age_s"] = max(0.0, now - ts / 1000.0) if ts else None
+    if health:
+        from memwal.health import table_health
+
+        summary["health"] = table_health(table).to_dict()
     return summary
 
 
@@ -84,6 +103,11 @@ def breaches(summary: Mapping[str, Any], thresholds: Mapping[str, Any] | None) -
                         "message": "table: no MemWAL index snapshot was ever written"})
         elif age > limits["max_snapshot_age_s"]:
             out.append(_breach(None, "snapshot_age_s", age, limits["max_snapshot_age_s"]))
+    health = summary.get("health") or {}
+    for key, metric in HEALTH_THRESHOLDS.items():
+        value = health.get(metric)
+        if key in limits and value is not None and value > limits[key]:
+            out.append(_breach(None, metric, value, limits[key]))
     return out
 
 

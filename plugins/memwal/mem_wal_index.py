@@ -306,7 +306,8 @@ def open_table(uri: str, storage_options: dict[str, str] | None, version: int | 
 def recent_transactions(ds: lance.LanceDataset, lookback: int) -> list:
     """ds.get_transactions(lookback), newest first. pylance 14.0.2 cannot convert the transaction of a
     compaction that remapped an index (TypeError from LanceOperation.RewrittenIndex), which fails the whole
-    list: then read them one by one, None for each it cannot convert (a Rewrite is never a details rewrite)."""
+    list: then read them one by one, None for each it cannot convert (a Rewrite is never a details rewrite)
+    and for each version that version retention (Lance's cleanup) removed."""
     try:
         return ds.get_transactions(recent_transactions=lookback)
     except TypeError:
@@ -314,7 +315,11 @@ def recent_transactions(ds: lance.LanceDataset, lookback: int) -> list:
         for version in range(ds.version, max(ds.version - lookback, 0), -1):
             try:
                 out.append(ds.read_transaction(version))
-            except TypeError:
+            except (TypeError, FileNotFoundError):
+                out.append(None)
+            except OSError as exc:
+                if "not found" not in str(exc).lower():
+                    raise
                 out.append(None)
         return out
 

@@ -100,3 +100,24 @@ def test_backfill_chunks_bound_generations_and_bytes():
     by_bytes = backfill_chunks(pending, None, 30)
     assert [c["generations"] for c in by_bytes] == [[3, 4], [5, 5], [6, 7]], "an oversized generation goes alone"
     assert all(c["regions"] == ["a"] for c in by_bytes)
+
+
+def test_retention_and_compaction_policies_parse_with_the_library_defaults(tmp_path):
+    from memwal.airflow.config import parse_tables
+    from memwal.maintenance_config import CompactionConfig, RetentionConfig
+
+    good, bad = parse_tables({"tables": {
+        "a": {"uri": "/t"},
+        "b": {"uri": "/t", "retention": {"older_than_s": 0, "keep_versions": 3},
+              "compaction": {"target_rows_per_fragment": 1000, "max_tasks_per_round": 2, "enabled": False}},
+        "c": {"uri": "/t", "retention": {"keep_versions": 0}},
+        "d": {"uri": "/t", "compaction": {"max_deleted_ratio": 3}},
+        "e": {"uri": "/t", "retention": {"keep": 3}},
+    }}, "tables.yaml")
+    assert good["a"].retention == RetentionConfig() and good["a"].compaction == CompactionConfig()
+    assert good["b"].retention.keep_versions == 3 and good["b"].retention.older_than_s == 0
+    assert good["b"].compaction.max_tasks_per_round == 2 and not good["b"].compaction.enabled
+    assert good["b"].to_dict()["retention"]["keep_versions"] == 3
+    assert bad["c"].key == "retention.keep_versions"
+    assert bad["d"].key == "compaction.max_deleted_ratio"
+    assert bad["e"].key == "retention.keep" and "unknown key" in str(bad["e"])

@@ -60,7 +60,8 @@ def test_one_maintenance_dag_per_table_with_the_expected_wiring(parsed):
     dags = parsed["dags"]
     assert {"memwal_maintenance__orders", "memwal_maintenance__clicks", "memwal_merge", "memwal_backfill"} <= set(dags)
     m = dags["memwal_maintenance__orders"]
-    assert m["tasks"] == ["find_pending_regions", "gc", "index_catchup", "merge", "snapshot_refresh"]
+    assert m["tasks"] == ["compaction", "find_pending_regions", "gc", "index_catchup", "merge", "retention",
+                          "snapshot_refresh"]
     assert m["max_active_runs"] == 1 and "memwal_spark" in m["pools"]
     assert m["timetable"] == "AssetOrTimeSchedule", "on its clock and on its lag asset"
     assert dags["memwal_maintenance__clicks"]["timetable"] == "AssetTriggeredTimetable", "no clock: the lag asset"

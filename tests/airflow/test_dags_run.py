@@ -15,7 +15,6 @@ import pytest
 from airflow_support import (
     add_generations,
     base_rows,
-    flushed_max,
     lance_core_table,
     lsm_view,
     merged_generations,
@@ -50,7 +49,8 @@ def test_maintenance_dag_merges_every_region_in_bounded_batches_then_catchup_sna
     loc = local_location
     regions = lance_core_table(loc, regions=3, generations=3)
     expected = lsm_view(loc)
-    env = _table_env(tmp_path, loc, max_merge_applications=2, max_generations_per_commit=2)
+    env = _table_env(tmp_path, loc, max_merge_applications=2, max_generations_per_commit=2,
+                     retention={"older_than_s": 0, "keep_versions": 1})
 
     report, again = run_dags(airflow_home, [("memwal_maintenance__t1", None)] * 2, extra_env=env)
 
@@ -70,13 +70,17 @@ def test_maintenance_dag_merges_every_region_in_bounded_batches_then_catchup_sna
                                  for s in summaries],
                       "versions": [(v["version"], str(v.get("metadata"))) for v in open_base(loc).versions()]},
                      default=str))
-    assert merged_generations(loc) == {r: flushed_max(loc, r) for r in regions}
+    assert merged_generations(loc) == dict.fromkeys(regions, 3), "every region merged up to generation 3"
     merged = {r["region_id"]: r["generations"] for s in summaries for r in s["regions"]}
     assert merged == {r: [1, 2, 3] for r in regions}, "each region merged once, generations ascending"
     assert all(s["commits"] >= 2 for s in summaries), "max_generations_per_commit 2 splits 3 generations"
     assert xcom(report, "index_catchup")[0]["job"] == "catchup"
     assert xcom(report, "snapshot_refresh")[0]["num_regions"] == 3
-    assert xcom(report, "gc")[0]["job"] == "gc"
+    assert xcom(report, "compaction")[0]["job"] == "compaction"
+    retained = xcom(report, "retention")[0]
+    assert retained["job"] == "retention" and retained["num_versions_removed"] > 0
+    assert xcom(report, "gc")[0]["deleted"].get("generation") == 9, (
+        "retention in the same run lets GC free every merged generation: no demo-only helper")
     events = report["asset_events"]
     assert {e["asset"] for e in events} == {"memwal__t1"}
     assert sorted(r for e in events for r in e["extra"]["regions"]) == sorted(regions), \

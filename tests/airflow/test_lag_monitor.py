@@ -64,3 +64,22 @@ def test_a_table_that_cannot_be_read_is_one_breach_naming_it(tmp_path):
     summary, found, error = _measure(cfg)
     assert error and "does not exist" in error and "missing.lance" in error and "\n" not in error
     assert [b["key"] for b in found] == ["table:unreachable"] and summary["regions"] == []
+
+
+def test_health_thresholds_breach_in_the_monitor_like_lag_ones(local_location):
+    """The monitor measures health too: a table with more versions than `max_table_versions` is a table
+    breach (the same alerting path as lag); within every limit, nothing."""
+    from types import SimpleNamespace
+
+    from memwal.airflow.config import Thresholds
+    from memwal.airflow.monitor import _measure
+
+    loc = local_location
+    lance_core_table(loc, regions=1, generations=1)
+    cfg = SimpleNamespace(name="t", uri=loc.uri, conn_id=None,
+                          thresholds=Thresholds(max_table_versions=1, max_fragments=100, max_deleted_ratio=0.5))
+    summary, found, error = _measure(cfg)
+    assert error is None and summary["health"]["table_versions"] > 1
+    assert [b["key"] for b in found] == ["table:table_versions"], found
+    cfg.thresholds = Thresholds(max_table_versions=100)
+    assert _measure(cfg)[1] == []

@@ -1,5 +1,6 @@
 """Races between real processes on one table: a live writer, three mergers, snapshot refresh + index catch-up,
-and GC (after Lance's cleanup_old_versions) all run together for a bounded time, while threads here read
+GC (after version retention) and compaction (with and without the MemWAL index lock) all run together
+for a bounded time, while threads here read
 the table and sample the MemWAL index. Afterwards:
 - the LSM view equals the model of every acknowledged write, and so does the fully merged base table;
 - merged_generations never decreased (sampled every few ms, and over every retained table version);
@@ -225,6 +226,7 @@ def run_race(loc, record_property, capsys, label: str, race_s: float = RACE_S) -
     workers += [spawn(tmp, loc, "snapshot", seed=20, **common)]
     # grace 10 s: the setup's generations (written before the start-up wait) can be collected during the race
     workers += [spawn(tmp, loc, "gc", seed=30, cleanup_s=2.0, grace_period_s=10.0, **common)]
+    workers += [spawn(tmp, loc, "compactor", seed=40, **common)]
     time.sleep(max(0.0, start_at - time.time()))
     with Observer(loc, stable, stop_at) as obs:
         pass
@@ -288,12 +290,16 @@ def run_race(loc, record_property, capsys, label: str, race_s: float = RACE_S) -
     assert forced and forced[0]["conflicts"] >= 1, f"the forced merge conflict was not counted: {forced}"
     assert count("merge", "conflicts") >= 1, "merges conflicted"
     assert gc_deleted >= 1, "GC deleted a merged generation"
+    compactions = [r for r in records["compactor6"] if r.get("job") == "compaction"]
+    assert sum(r["tasks"] for r in compactions) >= 1, "a compaction committed while merges, GC and writers ran"
     line = (f"[memwal race {label}] {race_s:.0f}s: writer {len(writer_records) - 1} acked ops ({flushes} flushes); "
             f"merges {sum(r.get('job') == 'merge' for r in jobs)} runs / {count('merge', 'commits')} commits / "
             f"{count('merge', 'conflicts')} conflicts (on Spark: {len(spark_runs)} runs / "
             f"{sum(r['commits'] for r in spark_runs)} commits); "
             f"snapshot+catch-up {sum(r.get('job') in ('snapshot', 'catchup') for r in jobs)}; "
             f"gc {sum(r.get('job') == 'gc' for r in jobs)} runs / {gc_deleted} generations deleted; "
+            f"compaction {len(compactions)} runs / {sum(r['tasks'] for r in compactions)} tasks committed / "
+            f"{sum(r['preempted_commits'] for r in compactions)} commits preempted; "
             f"reads {obs.reads} (+{len(obs.transient)} retried: files of the read version cleaned up mid-read); "
             f"index samples {obs.samples} (raw monotone=False regressions seen: {obs.raw_regressions}, "
             f"over retained versions: {raw_history_regressions})")

@@ -10,8 +10,10 @@ Roles:
   (local[1], the session started before the common start time). With "force_conflict": true its first run
   is made to conflict (see _forced_conflict) and the other mergers wait for it (go_file).
 - snapshot: refresh_snapshot (inline) alternating with catchup_table.
-- gc: Lance cleanup_old_versions(older_than=cleanup_s) then gc_table in a loop; past stop_at, until it has
-  deleted a generation.
+- gc: version retention (memwal.retention: older than cleanup_s, keep 1) then gc_table in a loop; past
+  stop_at, until it has deleted a generation.
+- compactor: forced compaction (memwal.compaction) in a loop, holding the MemWAL index lock or not in turn;
+  past stop_at, until it has committed a task (the mergers' commits add fragments, so that is certain).
 - fighter: claims `region`, waits until both fighters claimed, writes and flushes (the older claim is
   certain to be fenced); when fenced, claims again. Prints its epoch with every flush and every fence.
 Every loop runs at least once, even when the worker starts after stop_at.
@@ -25,7 +27,6 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
-from datetime import timedelta
 from pathlib import Path
 
 import pyarrow as pa
@@ -168,11 +169,9 @@ def snapshot(spec: dict, rng: random.Random) -> None:
 
 
 def gc(spec: dict, rng: random.Random) -> None:
-    import lance
-
     from memwal.catchup import catchup_table
     from memwal.gc import GcConfig, gc_table
-    from memwal.storage import lance_storage_options
+    from memwal.retention import RetentionConfig, retain_versions
     from memwal.table import MemWalTable
 
     deleted_generations = 0
@@ -181,8 +180,8 @@ def gc(spec: dict, rng: random.Random) -> None:
         nonlocal deleted_generations
         if closing:  # the snapshot worker may have stopped before catching up the last merge
             catchup_table(MemWalTable(spec["uri"], spec.get("storage_options")))
-        ds = lance.dataset(spec["uri"], storage_options=lance_storage_options(spec.get("storage_options")))
-        ds.cleanup_old_versions(older_than=timedelta(seconds=spec.get("cleanup_s", 2.0)))
+        retain_versions(MemWalTable(spec["uri"], spec.get("storage_options")),
+                        RetentionConfig(older_than_s=spec.get("cleanup_s", 2.0), keep_versions=1))
         s = gc_table(MemWalTable(spec["uri"], spec.get("storage_options")),
                      config=GcConfig(grace_period_s=spec.get("grace_period_s", 30.0), keep_manifest_versions=3))
         kinds: dict[str, int] = {}
@@ -195,6 +194,27 @@ def gc(spec: dict, rng: random.Random) -> None:
     # generations are past the grace period, so that is certain, not a matter of timing.
     while time.time() < spec["stop_at"] or not deleted_generations:
         _guarded("gc", lambda: once(closing=time.time() >= spec["stop_at"]))
+        time.sleep(rng.uniform(0.05, 0.2))
+
+
+def compactor(spec: dict, rng: random.Random) -> None:
+    from memwal.compaction import CompactionConfig, compact_table
+    from memwal.table import MemWalTable
+
+    committed = 0
+    i = 0
+
+    def once(use_lock: bool) -> None:
+        nonlocal committed
+        s = compact_table(MemWalTable(spec["uri"], spec.get("storage_options")),
+                          CompactionConfig(force=True, target_rows_per_fragment=1000, use_lock=use_lock))
+        committed += s.tasks_committed
+        emit({"job": "compaction", "use_lock": use_lock, "tasks": s.tasks_committed, "preempted": s.tasks_preempted,
+              "preempted_commits": s.preempted_commits, "errors": []})
+
+    while time.time() < spec["stop_at"] or not committed:
+        i += 1
+        _guarded("compaction", lambda lock=i % 2 == 1: once(use_lock=lock))
         time.sleep(rng.uniform(0.05, 0.2))
 
 
@@ -247,7 +267,8 @@ def fighter(spec: dict, rng: random.Random) -> None:
         emit({"fenced": w.writer_epoch, "error": f"{type(exc).__name__} at close"})
 
 
-ROLES = {"writer": writer, "merger": merger, "snapshot": snapshot, "gc": gc, "fighter": fighter}
+ROLES = {"writer": writer, "merger": merger, "snapshot": snapshot, "gc": gc, "compactor": compactor,
+         "fighter": fighter}
 
 
 PREPARED: dict = {}

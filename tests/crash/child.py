@@ -73,6 +73,11 @@ def run(spec: dict) -> None:
         from memwal.gc import GcConfig, gc_table
 
         gc_table(MemWalTable(uri, so), config=GcConfig(grace_period_s=0, keep_manifest_versions=spec.get("keep", 1)))
+    elif scenario == "compaction":
+        from memwal.compaction import CompactionConfig, compact_table
+
+        compact_table(MemWalTable(uri, so),
+                      CompactionConfig(force=True, target_rows_per_fragment=spec.get("target_rows", 1000)))
     else:
         raise SystemExit(f"unknown scenario {scenario!r}")
     emit({"done": scenario})

@@ -26,6 +26,7 @@ from tables import SCHEMA, create_base, lance_core_scan, open_base, view
 
 from memwal import naming
 from memwal.catchup import catchup_table
+from memwal.compaction import CompactionConfig, compact_table
 from memwal.faults import FAULT_POINTS
 from memwal.gc import STAGING_DIR, GcConfig, gc_table
 from memwal.mem_wal_index import load_index, read_details_at
@@ -344,6 +345,43 @@ def crash_after_external_snapshot_write(loc) -> None:
     final_check(loc, model)
 
 
+def _compaction_crash(loc, fault: str) -> None:
+    """Three generations per region merged one commit each (several fragments) and caught up; the child
+    compacts them into one fragment and dies before or right after Lance's commit."""
+    regions = new_table(loc, 2)
+    model = three_generations(loc, regions)
+    merge_table(loc.uri, config=MergeConfig(max_generations_per_commit=1))
+    catchup_table(loc.uri)
+    before = load_index(loc.uri).details
+    fragments = len(open_base(loc).get_fragments())
+    run_child(loc, {"scenario": "compaction"}, fault)
+    after = load_index(loc.uri).details
+    assert dict(after.merged_generations) == dict(before.merged_generations), "compaction must keep progress"
+    assert lsm(loc) == model, "a crashed compaction changed the LSM view"
+    assert view(open_base(loc).to_table()) == model, "a crashed compaction changed the base table"
+    if fault == "compaction.before_commit":
+        assert len(open_base(loc).get_fragments()) == fragments, "nothing was committed"
+        assert after.index_catchup == before.index_catchup
+    else:
+        assert len(open_base(loc).get_fragments()) == 1, "the compaction was committed"
+        # Lance's index remap dropped index_catchup and the crash came before compaction restored it: the
+        # next catch-up records it again (the index covers every fragment).
+        assert catchup_table(loc.uri).indexes[0].covered
+        assert load_index(loc.uri).details.index_catchup == before.index_catchup
+    rerun = compact_table(loc.uri, config=CompactionConfig(force=True, target_rows_per_fragment=1000))
+    assert rerun.error is None and rerun.health_after["fragments"] == 1
+    assert view(open_base(loc).to_table()) == model
+    final_check(loc, model)
+
+
+def crash_before_compaction_commit(loc) -> None:
+    _compaction_crash(loc, "compaction.before_commit")
+
+
+def crash_after_compaction_commit(loc) -> None:
+    _compaction_crash(loc, "compaction.after_commit")
+
+
 SCENARIOS: dict[str, list[Callable]] = {
     "writer.after_wal_write": [crash_in_put],
     "writer.after_generation_write": [crash_after_generation_write],
@@ -355,6 +393,8 @@ SCENARIOS: dict[str, list[Callable]] = {
     "gc.after_manifest_prune": [crash_after_gc_prune],
     "gc.mid_delete": [crash_mid_gc_delete],
     "snapshot.after_external_write": [crash_after_external_snapshot_write],
+    "compaction.before_commit": [crash_before_compaction_commit],
+    "compaction.after_commit": [crash_after_compaction_commit],
 }
 CASES = [(point, fn) for point in FAULT_POINTS for fn in SCENARIOS.get(point, [None])]
 

@@ -4,15 +4,18 @@ plain dict (primary key -> row) of every acknowledged write (deletes pop).
 Rules: put / delete (a small key space, so updates collide; keys routed to 1-2 regions by key % n),
 flush, close, crash (drop the RegionWriter without close: the WAL is durable), takeover (a new
 RegionWriter on a live region: the old one becomes a fenced, stale writer), stale writer put / delete /
-flush, partial and full merge, index catch-up, snapshot refresh, GC (sometimes after Lance's
-cleanup_old_versions, so that GC really deletes), and reads.
+flush, partial and full merge, index catch-up, snapshot refresh, compaction (memwal.compaction, forced),
+version retention (memwal.retention), GC (sometimes after Lance's cleanup_old_versions, so that GC
+really deletes), and reads.
 
 Checked:
 - strong reads (our LsmReader with the live MemTables of the current writers) equal the model exactly;
   point lookups too;
 - Lance core's LsmScanner over the flushed state equals our LsmReader without MemTables;
 - merged_generations never decreases (every step), and a merge ends exactly where it should;
-- merge and GC never change the LSM view; GC never deletes a WAL entry that is not yet flushed;
+- merge, compaction and GC never change the LSM view; GC never deletes a WAL entry that is not yet flushed;
+- compaction keeps merged_generations and index_catchup; after version retention (and a GC), an LSM read
+  at every retained table version equals the same read before;
 - a stale writer never commits a region manifest: the stored writer_epoch always stays the newest;
 - at the end: a closing put into every region, then every region is recovered and flushed, fully merged
   (the final merge merges in every region, through `dedup`), and the base table equals the model (no
@@ -49,12 +52,14 @@ from maintenance import merge_region
 from tables import SCHEMA, Row, lance_core_scan, view
 
 from memwal.catchup import catchup_table
+from memwal.compaction import CompactionConfig, compact_table
 from memwal.errors import FencedError, WriterClosedError
 from memwal.gc import GcConfig, gc_table
 from memwal.mem_wal_index import initialize_mem_wal, load_index
 from memwal.merge import MergeConfig, local_dedup, merge_table
 from memwal.reader import LsmReader
 from memwal.region_manifest import list_regions, load_latest_manifest
+from memwal.retention import RetentionConfig, retain_versions
 from memwal.snapshot import read_snapshot, refresh_snapshot
 from memwal.storage import ObjectStore, lance_storage_options
 from memwal.table import MemWalTable
@@ -475,6 +480,44 @@ class LsmMachine(RuleBasedStateMachine):
             assert set(positions) <= left, f"GC deleted unflushed WAL entries {set(positions) - left}"
         assert self._lsm(False) == before_flushed, "GC changed the flushed LSM view"
         assert self._lsm(True) == before_strong, "GC changed the strong LSM view"
+        self._check_merged_monotonic()
+
+    @precondition(lambda self: self._any_region())
+    @rule(target_rows=st.sampled_from([4, 1000]), use_lock=st.booleans())
+    @_tracked
+    def compact(self, target_rows: int, use_lock: bool) -> None:
+        """Forced compaction: the LSM view, merged_generations and index_catchup stay as they were."""
+        before_flushed, before_strong = self._lsm(False), self._lsm(True)
+        index = load_index(self.uri, self.so).details
+        summary = compact_table(MemWalTable(self.uri, self.so),
+                                CompactionConfig(force=True, target_rows_per_fragment=target_rows, use_lock=use_lock))
+        assert summary.error is None and summary.tasks_preempted == 0, summary.to_dict()
+        type(self).stats["compaction_tasks"] += summary.tasks_committed
+        after = load_index(self.uri, self.so).details
+        assert dict(after.merged_generations) == dict(index.merged_generations), "compaction moved progress"
+        assert {k: dict(v) for k, v in after.index_catchup.items()} == {
+            k: dict(v) for k, v in index.index_catchup.items()}, "compaction lost index_catchup"
+        assert self._lsm(False) == before_flushed, "compaction changed the flushed LSM view"
+        assert self._lsm(True) == before_strong, "compaction changed the strong LSM view"
+        self._check_merged_monotonic()
+
+    @precondition(lambda self: self._any_region())
+    @rule(keep=st.integers(1, 3), then_gc=st.booleans())
+    @_tracked
+    def retain(self, keep: int, then_gc: bool) -> None:
+        """Version retention (then GC): a time-travel LSM read at every retained version is unchanged."""
+        ds = lance.dataset(self.uri, storage_options=lance_storage_options(self.so))
+        newest = sorted(int(v["version"]) for v in ds.versions())[-keep:]
+        before = {v: view(LsmReader(MemWalTable(self.uri, self.so), version=v).scan()) for v in newest}
+        summary = retain_versions(MemWalTable(self.uri, self.so), RetentionConfig(older_than_s=0, keep_versions=keep))
+        assert set(newest) <= set(summary.retained_versions), "the newest keep_versions versions stay"
+        type(self).stats["retention_removed_versions"] += len(summary.versions_removed)
+        if then_gc:
+            gc = gc_table(MemWalTable(self.uri, self.so), config=GcConfig(grace_period_s=0))
+            assert not [r for r in gc.regions if r.error], [r.error for r in gc.regions]
+        for v in newest:
+            got = view(LsmReader(MemWalTable(self.uri, self.so), version=v).scan())
+            assert got == before[v], f"LSM read at retained version {v} changed"
         self._check_merged_monotonic()
 
     # -- reads -------------------------------------------------------------------------------------

@@ -47,6 +47,15 @@ def test_summary_speaks_of_the_jobs():
     assert line == "merge: 8 generations, 1160 rows upserted, 60 deleted; gc: 5 objects (dry run)"
 
 
+def test_summary_speaks_of_compaction_and_retention():
+    line = summarize([{"job": "compaction", "compacted": True, "tasks_committed": 3,
+                       "health_before": {"fragments": 40}, "health_after": {"fragments": 2}},
+                      {"job": "compaction", "compacted": False, "enabled": True},
+                      {"job": "retention", "num_versions_removed": 12, "bytes_removed": 4096, "dry_run": False}])
+    assert line == ("compaction: 3 tasks, fragments 40 -> 2; compaction: not due; "
+                    "retention: 12 versions, 4096 bytes")
+
+
 def test_merge_now_forwards_the_callers_token_and_reports_airflows_refusal():
     import json
 

@@ -55,6 +55,7 @@ def test_viewer_sees_the_page_without_merge_buttons(ui_airflow):
     resp = httpx.get(ui_airflow.url + "/memwal/", headers=headers, timeout=60)
     assert resp.status_code == 200
     assert f'data-table="{TABLE}"' in resp.text and 'class="region' in resp.text
+    assert 'class="health"' in resp.text and "table versions" in resp.text, "the table's health is on the page"
     assert "Merge now" not in resp.text, "a viewer must not be offered Merge now"
 
 

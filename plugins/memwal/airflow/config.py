@@ -16,6 +16,9 @@
         max_merge_applications: 4       # Spark applications per maintenance run (regions are batched)
         thresholds: {max_unmerged_generations: 20, max_oldest_unmerged_age_s: 900}
         gc: {enabled: true, keep_manifest_versions: 10, grace_period_s: 3600}
+        retention: {older_than_s: 604800, keep_versions: 10}   # base-table versions (memwal.retention)
+        compaction: {target_rows_per_fragment: 1048576, max_fragments: 64, max_small_fragments: 16,
+                     max_deleted_ratio: 0.1, max_tasks_per_round: null}  # when due (memwal.compaction)
         lag_poll_interval_s: 60         # how often the lag asset's trigger polls the table
         alerts: {webhook_conn_id: pager, notifiers: [mycompany.alerts.PagerDutyNotifier]}  # memwal.airflow.alerts
 
@@ -40,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from memwal.job_config import DEFAULT_INLINE_THRESHOLD, GcConfig, MergeConfig
+from memwal.maintenance_config import CompactionConfig, RetentionConfig
 
 __all__ = [
     "DEFAULT_TABLES_FILE",
@@ -87,6 +91,11 @@ class Thresholds:
     max_oldest_unmerged_age_s: float | None = None
     max_index_lag: int | None = None
     max_snapshot_age_s: float | None = None
+    max_fragments: int | None = None
+    max_small_fragments: int | None = None
+    max_deleted_ratio: float | None = None
+    max_table_versions: int | None = None
+    max_mem_wal_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -115,6 +124,8 @@ class TableConfig:
     max_merge_applications: int = 4
     snapshot_inline_threshold: int = DEFAULT_INLINE_THRESHOLD
     gc: GcSettings = field(default_factory=GcSettings)
+    retention: RetentionConfig = field(default_factory=RetentionConfig)
+    compaction: CompactionConfig = field(default_factory=CompactionConfig)
     lag_poll_interval_s: float | None = None
     alerts: Mapping[str, Any] | None = None
 
@@ -123,6 +134,8 @@ class TableConfig:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["thresholds"] = {f.name: getattr(self.thresholds, f.name) for f in fields(Thresholds)}
         out["gc"] = {f.name: getattr(self.gc, f.name) for f in fields(GcSettings)}
+        out["retention"] = {f.name: getattr(self.retention, f.name) for f in fields(RetentionConfig)}
+        out["compaction"] = {f.name: getattr(self.compaction, f.name) for f in fields(CompactionConfig)}
         out["spark_conf"] = dict(self.spark_conf)
         out["alerts"] = None if self.alerts is None else dict(self.alerts)
         return out
@@ -236,6 +249,11 @@ _THRESHOLDS = {
     "max_oldest_unmerged_age_s": _opt(_number),
     "max_index_lag": _opt(lambda v: _int(v, 0)),
     "max_snapshot_age_s": _opt(_number),
+    "max_fragments": _opt(lambda v: _int(v, 0)),
+    "max_small_fragments": _opt(lambda v: _int(v, 0)),
+    "max_deleted_ratio": _opt(_number),
+    "max_table_versions": _opt(lambda v: _int(v, 0)),
+    "max_mem_wal_bytes": _opt(lambda v: _size(v)),
 }
 _GC = {"enabled": _bool, "keep_manifest_versions": _int, "grace_period_s": _number}
 _TABLE = {
@@ -252,7 +270,19 @@ _TABLE = {
     "lag_poll_interval_s": _opt(_positive_number),
     "alerts": _opt(_alerts),
 }
-_NESTED = {"thresholds": (_THRESHOLDS, Thresholds), "gc": (_GC, GcSettings)}
+def _ratio(v: Any) -> float:
+    out = _number(v)
+    if out > 1:
+        raise ValueError(f"{v} is not between 0 and 1")
+    return out
+
+
+_RETENTION = {"enabled": _bool, "older_than_s": _number, "keep_versions": _int, "delete_unverified": _bool}
+_COMPACTION = {"enabled": _bool, "target_rows_per_fragment": _int, "materialize_deletions_threshold": _ratio,
+               "max_fragments": _int, "max_small_fragments": _int, "max_deleted_ratio": _ratio,
+               "max_tasks_per_round": _opt(_int), "use_lock": _bool}
+_NESTED = {"thresholds": (_THRESHOLDS, Thresholds), "gc": (_GC, GcSettings),
+           "retention": (_RETENTION, RetentionConfig), "compaction": (_COMPACTION, CompactionConfig)}
 
 
 def _merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
@@ -290,7 +320,10 @@ def _table(name: str, entry: Any, source: str, base_dir: Path | None) -> TableCo
                     nested[sub] = spec[sub](sub_value)
                 except ValueError as exc:
                     raise TableConfigError(source, name, f"{key}.{sub}", str(exc)) from None
-            kwargs[key] = cls(**nested)
+            try:
+                kwargs[key] = cls(**nested)
+            except ValueError as exc:
+                raise TableConfigError(source, name, key, str(exc)) from None
         elif key in _TABLE:
             try:
                 kwargs[key] = _TABLE[key](value)

@@ -2,12 +2,15 @@
 
 - `maintenance_dag(cfg)`: `memwal_maintenance__<table>`, on the table's schedule and on its lag asset:
   find regions with pending work -> merge, mapped over at most `max_merge_applications` region batches
-  (one Spark application each; ascending generations inside a region) -> index catch-up -> snapshot
-  refresh -> GC.
+  (one Spark application each; ascending generations inside a region) -> index catch-up -> compaction
+  (when due) -> version retention -> snapshot refresh -> GC. This order is the safe one: compaction runs
+  once the indexes are caught up (its index remap keeps them so), retention before GC so that GC may free
+  what the removed versions held.
 - `merge_dag(tables)`: `memwal_merge`, manual, a Params form (table, regions, up_to_generation, engine,
   dry_run).
 - `backfill_dag(tables)`: `memwal_backfill`, manual: the backlog in bounded chunks (generations or bytes
-  per Spark application) as mapped tasks, then index catch-up (or rebuild) and snapshot refresh.
+  per Spark application) as mapped tasks, then index catch-up (or rebuild), compaction when due (a backfill
+  leaves many fragments) and snapshot refresh.
 
 Nothing here does I/O when a DAG is built: tasks read the tables configuration (with the Variable
 override) and the table when they run. The pool `memwal_spark` (create it: `airflow pools set
@@ -27,8 +30,10 @@ from memwal.airflow.config import TableConfig, TableConfigError
 from memwal.airflow.operators.memwal import (
     MERGED_ALIAS,
     MemWalCatchupOperator,
+    MemWalCompactionOperator,
     MemWalGcOperator,
     MemWalMergeOperator,
+    MemWalRetentionOperator,
     MemWalSnapshotOperator,
 )
 
@@ -192,12 +197,14 @@ def verify_backlog_drained(table: str, targets: Mapping[str, int]) -> dict[str, 
 
 
 def maintenance_dag(cfg: TableConfig) -> DAG:
-    """`memwal_maintenance__<table>`: merge (mapped over region batches), catch-up, snapshot, GC."""
+    """`memwal_maintenance__<table>`: merge (mapped over region batches), catch-up, compaction when due,
+    version retention, snapshot, GC."""
     pool = _pool(cfg)
     pool_kw = {"pool": pool} if pool else {}
     with DAG(
         dag_id=maintenance_dag_id(cfg.name),
-        description=f"MemWAL maintenance of table {cfg.name}: merge, index catch-up, snapshot refresh, GC",
+        description=f"MemWAL maintenance of table {cfg.name}: merge, index catch-up, compaction, version "
+                    "retention, snapshot refresh, GC",
         schedule=_schedule(cfg),
         start_date=START,
         catchup=False,
@@ -206,8 +213,8 @@ def maintenance_dag(cfg: TableConfig) -> DAG:
         tags=["memwal", f"memwal_table:{cfg.name}"],
         doc_md=(f"Maintenance of MemWAL table **{cfg.name}** (`{cfg.uri}`), engine `{cfg.engine}`: regions with "
                 f"pending work are merged in at most {cfg.max_merge_applications} batches (one merge each), then "
-                "index catch-up, snapshot refresh and GC. Runs on its schedule and when the table's lag asset "
-                "fires. Every task is safe to retry."),
+                "index catch-up, compaction when due, version retention, snapshot refresh and GC. Runs on its "
+                "schedule and when the table's lag asset fires. Every task is safe to retry."),
     ) as dag:
         batches = find_pending_regions(cfg.name)
         merge = MemWalMergeOperator.partial(
@@ -216,9 +223,11 @@ def maintenance_dag(cfg: TableConfig) -> DAG:
         ).expand(regions=batches)
         catchup = MemWalCatchupOperator(task_id="index_catchup", table=cfg.name, trigger_rule="none_failed",
                                         **pool_kw)
+        compaction = MemWalCompactionOperator(task_id="compaction", table=cfg.name, **pool_kw)
+        retention = MemWalRetentionOperator(task_id="retention", table=cfg.name, **pool_kw)
         snapshot = MemWalSnapshotOperator(task_id="snapshot_refresh", table=cfg.name, **pool_kw)
         gc = MemWalGcOperator(task_id="gc", table=cfg.name, **pool_kw)
-        merge >> catchup >> snapshot >> gc
+        merge >> catchup >> compaction >> retention >> snapshot >> gc
     return dag
 
 
@@ -276,7 +285,8 @@ def backfill_dag(tables: Mapping[str, TableConfig]) -> DAG:
     """`memwal_backfill`: drain a backlog in bounded chunks (mapped), then catch-up and snapshot."""
     with DAG(
         dag_id=BACKFILL_DAG_ID,
-        description="Drain a MemWAL backlog in bounded chunks, then index catch-up (or rebuild) and snapshot",
+        description="Drain a MemWAL backlog in bounded chunks, then index catch-up (or rebuild), compaction "
+                    "when due and snapshot",
         schedule=None,
         start_date=START,
         catchup=False,
@@ -313,9 +323,11 @@ def backfill_dag(tables: Mapping[str, TableConfig]) -> DAG:
         verify = verify_backlog_drained(plan["table"], plan["targets"])
         catchup = MemWalCatchupOperator(task_id="index_catchup", table=plan["table"], engine="{{ params.engine }}",
                                         rebuild="{{ params.rebuild_indexes }}", pool=SPARK_POOL)
+        compaction = MemWalCompactionOperator(task_id="compaction", table=plan["table"],
+                                              engine="{{ params.engine }}", pool=SPARK_POOL)
         snapshot = MemWalSnapshotOperator(task_id="snapshot_refresh", table=plan["table"],
                                           engine="{{ params.engine }}", pool=SPARK_POOL)
-        go >> merge >> verify >> catchup >> snapshot
+        go >> merge >> verify >> catchup >> compaction >> snapshot
     return dag
 
 

@@ -17,6 +17,13 @@ prefixes them with `[metrics] statsd_prefix`, default `airflow.`):
     memwal.<table>.index_lag_generations            max over regions
     memwal.<table>.snapshot_age_s                   age of the MemWAL index snapshot (not sent if none)
     memwal.<table>.breaches                         thresholds breached now (0: within thresholds)
+    memwal.<table>.fragments                        base-table fragments (memwal.health)
+    memwal.<table>.small_fragments                  fragments under half compaction's target rows
+    memwal.<table>.deleted_ratio                    deleted rows / physical rows of the base table
+    memwal.<table>.table_versions                   base-table versions Lance keeps (retention bounds it)
+    memwal.<table>.base_bytes                       bytes of the base table on storage (without _mem_wal)
+    memwal.<table>.mem_wal_bytes                    bytes under _mem_wal/ (generations, WAL, manifests)
+    memwal.<table>.gc_reclaimable_bytes             what GC could free now
 
 `<table>` is the configured table name with any character outside [A-Za-z0-9_-] replaced by `_` (a dot
 would add a StatsD level); `<region>` is the region UUID.
@@ -28,7 +35,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["REGION_METRICS", "TABLE_METRICS", "emit_lag_metrics", "lag_metrics", "metric_table_name"]
+from memwal.lag import HEALTH_METRICS
+
+__all__ = ["HEALTH_METRICS", "REGION_METRICS", "TABLE_METRICS", "emit_lag_metrics", "lag_metrics", "metric_table_name"]
 
 REGION_METRICS = ("unmerged_generations", "unmerged_rows", "unmerged_bytes", "oldest_unmerged_age_s",
                   "index_lag_generations", "unreadable")
@@ -67,6 +76,9 @@ def lag_metrics(table: str, summary: Mapping[str, Any], breaches: int = 0) -> li
         "breaches": breaches,
     }
     out += [(f"memwal.{t}.{k}", float(values[k]), {"table": table}) for k in TABLE_METRICS if values[k] is not None]
+    health = summary.get("health") or {}
+    out += [(f"memwal.{t}.{k}", float(health[k]), {"table": table})
+            for k in HEALTH_METRICS if health.get(k) is not None]
     return out
 
 

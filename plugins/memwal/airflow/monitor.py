@@ -29,7 +29,7 @@ def _measure(cfg: Any) -> tuple[dict[str, Any], list[dict[str, Any]], str | None
 
     try:
         # one-line errors: missing table, no MemWAL, storage unreachable
-        summary = measure(MemWalHook.for_table(cfg).table(cfg))
+        summary = measure(MemWalHook.for_table(cfg).table(cfg), health=True)
     except Exception as exc:
         error = " ".join(str(exc).split())[:500] or type(exc).__name__
         summary = {"table_uri": cfg.uri, "num_regions": 0, "regions": [], "error": error}
@@ -72,4 +72,5 @@ def check_table_lag(cfg: Any, *, notifiers: Sequence[Any] | None = None, context
         "metrics_sent": len(sent),
         **{k: summary.get(k) for k in ("num_regions", "unmerged_generations", "unmerged_rows", "unmerged_bytes",
                                        "oldest_unmerged_age_s", "max_index_lag_generations", "snapshot_age_s")},
+        "health": {k: v for k, v in (summary.get("health") or {}).items() if k != "gc_limited_by"},
     }

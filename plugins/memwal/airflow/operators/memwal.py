@@ -15,6 +15,7 @@ through its AssetAlias outlet when it merged anything, its extra carrying the me
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -32,9 +33,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MemWalCatchupOperator",
+    "MemWalCompactionOperator",
     "MemWalGcOperator",
     "MemWalJobOperator",
     "MemWalMergeOperator",
+    "MemWalRetentionOperator",
     "MemWalSnapshotOperator",
     "merge_event_extra",
     "merged_label",
@@ -269,3 +272,42 @@ class MemWalGcOperator(MemWalJobOperator):
         return JobOptions(gc=GcConfig(keep_manifest_versions=cfg.gc.keep_manifest_versions,
                                       grace_period_s=cfg.gc.grace_period_s,
                                       dry_run=flag(self.dry_run) or not cfg.gc.enabled))
+
+
+class MemWalCompactionOperator(MemWalJobOperator):
+    """Compaction of the base table when due (the table's `compaction:` policy); the tasks run on the
+    executors with the spark engine. `force` compacts even when not due; `compaction.enabled: false` skips."""
+
+    job = "compaction"
+    template_fields: Sequence[str] = ("table", "engine", "force")
+
+    def __init__(self, *, force: bool | str = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.force = force
+
+    def job_options(self, cfg: TableConfig) -> JobOptions:
+        return JobOptions(compaction=replace(cfg.compaction, force=flag(self.force)))
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        cfg = self.cfg
+        if not cfg.compaction.enabled:
+            self.log.info("table %s: compaction.enabled is false; nothing compacted", cfg.name)
+            return {"job": "compaction", "table": cfg.name, "table_uri": cfg.uri, "enabled": False,
+                    "compacted": False, "due": []}
+        return super().execute(context)
+
+
+class MemWalRetentionOperator(MemWalJobOperator):
+    """Version retention under the table's `retention:` policy (older than, keep at least N; tags kept).
+    `dry_run` (or `retention.enabled: false`) lists the versions and bytes and removes nothing."""
+
+    job = "retention"
+    template_fields: Sequence[str] = ("table", "engine", "dry_run")
+
+    def __init__(self, *, dry_run: bool | str = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.dry_run = dry_run
+
+    def job_options(self, cfg: TableConfig) -> JobOptions:
+        return JobOptions(retention=replace(cfg.retention,
+                                            dry_run=flag(self.dry_run) or not cfg.retention.enabled))

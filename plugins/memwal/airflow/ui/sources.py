@@ -43,12 +43,17 @@ def _storage_options(cfg: Any) -> dict[str, str] | None:
 
 
 def table_status(cfg: Any) -> tuple[dict, int | None]:
-    """`memwal status --json` of the table and its region snapshot timestamp (ms, None if never)."""
+    """`memwal status --json` of the table (with its health) and its region snapshot timestamp (ms, None
+    if never)."""
+    from memwal.health import table_health
     from memwal.status import table_status as read_status
     from memwal.table import MemWalTable
 
     table = MemWalTable(cfg.uri, _storage_options(cfg))
     status = read_status(table).to_dict()
+    compaction = getattr(cfg, "compaction", None)
+    target = getattr(compaction, "target_rows_per_fragment", None)
+    status["health"] = (table_health(table, target) if target else table_health(table)).to_dict()
     return status, table.details.snapshot_ts_millis or None
 
 
@@ -103,6 +108,14 @@ def summarize(summaries: list[dict]) -> str:
             parts.append(f"catch-up: {len(s.get('indexes', []))} indexes")
         elif job == "snapshot":
             parts.append(f"snapshot: {s.get('num_regions', 0)} regions")
+        elif job == "compaction":
+            parts.append("compaction: " + (
+                f"{s.get('tasks_committed', 0)} tasks, fragments {s['health_before'].get('fragments')} -> "
+                f"{s['health_after'].get('fragments')}" if s.get("compacted") else
+                ("disabled" if s.get("enabled") is False else "not due")))
+        elif job == "retention":
+            parts.append(f"retention: {s.get('num_versions_removed', 0)} versions, "
+                         f"{s.get('bytes_removed', 0)} bytes" + (" (dry run)" if s.get("dry_run") else ""))
         elif job == "gc":
             counts = s.get("deleted") or s.get("would_delete") or {}
             parts.append(f"gc: {sum(counts.values()) if isinstance(counts, dict) else counts} objects"

@@ -1,0 +1,260 @@
+"""Compaction of the base table with Lance's distributed API: plan on the driver, execute the tasks in
+process or on Spark executors (tasks pickle), commit on the driver with the options of the plan.
+
+When it is due (`due_reasons`): more fragments than `max_fragments`, at least `max_small_fragments`
+fragments below half the target size, or a deleted-row ratio at or above `max_deleted_ratio`.
+
+Merges race compaction. A merge that commits between the plan and the compaction's commit makes Lance
+refuse the commit as preempted when they share a fragment; then the results of the tasks whose fragments
+the merge did not touch are committed, and the rest is planned again. A compaction that commits first makes
+the merge retry. With `use_lock` (the default) each round (plan, execute, commit) holds the MemWAL index
+lock, so our merges wait for the round instead of preempting it, and `max_tasks_per_round` bounds how long
+they wait. Other indexes are remapped at commit. Lance keeps `merged_generations` and the snapshot of
+the `__lance_mem_wal` entry, but its index remap drops `index_catchup` (pylance 14.0.2), which would read
+as "caught up": each round restores the entries it had, under the lock, for every index that still covers
+every fragment, else records 0 (the next catch-up raises it again).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+import lance
+from lance.optimize import Compaction, CompactionOptions, CompactionTask, RewriteResult
+
+from memwal.faults import fault_point
+from memwal.maintenance_config import CompactionConfig
+from memwal.mem_wal_index import MemWalIndexDetails, _commit_details_locked, commit_details, open_table
+from memwal.table import MemWalTable, TableLike
+
+__all__ = ["CompactionConfig", "CompactionSummary", "FragmentHealth", "compact_table", "due_reasons",
+           "execute_in_process", "fragment_health", "is_preempted"]
+
+log = logging.getLogger(__name__)
+
+# Runs the planned tasks against the table (uri, storage options) and returns their results in task order.
+Execute = Callable[[Sequence[CompactionTask], str, dict[str, str] | None], list[RewriteResult]]
+
+
+@dataclass
+class FragmentHealth:
+    """The base table's fragments: how many, how many are small, and the share of deleted rows."""
+
+    fragments: int = 0
+    small_fragments: int = 0
+    physical_rows: int = 0
+    deleted_rows: int = 0
+
+    @property
+    def deleted_ratio(self) -> float:
+        return self.deleted_rows / self.physical_rows if self.physical_rows else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "deleted_ratio": round(self.deleted_ratio, 6)}
+
+
+def lance_options(config: CompactionConfig) -> CompactionOptions:
+    """Lance's options, the same for the plan and the commit (the commit remaps indexes with them)."""
+    return CompactionOptions(target_rows_per_fragment=config.target_rows_per_fragment,
+                             materialize_deletions_threshold=config.materialize_deletions_threshold)
+
+
+def fragment_health(ds: lance.LanceDataset, target_rows_per_fragment: int) -> FragmentHealth:
+    """Read from the manifest (no data file is opened)."""
+    out = FragmentHealth()
+    for frag in ds.get_fragments():
+        meta = frag.metadata
+        deleted = meta.deletion_file.num_deleted_rows if meta.deletion_file is not None else 0
+        out.fragments += 1
+        out.physical_rows += meta.physical_rows
+        out.deleted_rows += deleted or 0
+        if meta.physical_rows - (deleted or 0) < target_rows_per_fragment // 2:
+            out.small_fragments += 1
+    return out
+
+
+def due_reasons(health: FragmentHealth, config: CompactionConfig) -> list[str]:
+    """Why compaction is due (empty: not due)."""
+    out = []
+    if health.fragments > config.max_fragments:
+        out.append(f"{health.fragments} fragments > {config.max_fragments}")
+    if health.small_fragments >= config.max_small_fragments and health.fragments > 1:
+        out.append(f"{health.small_fragments} small fragments >= {config.max_small_fragments}")
+    if health.deleted_rows and health.deleted_ratio >= config.max_deleted_ratio:
+        out.append(f"deleted-row ratio {health.deleted_ratio:.3f} >= {config.max_deleted_ratio}")
+    return out
+
+
+def execute_in_process(tasks: Sequence[CompactionTask], uri: str,
+                       storage_options: dict[str, str] | None) -> list[RewriteResult]:
+    """Run the tasks here, one after another (each uses Lance's own threads)."""
+    ds = open_table(uri, storage_options)
+    return [task.execute(ds) for task in tasks]
+
+
+def is_preempted(exc: BaseException) -> bool:
+    """Lance refused a compaction commit because a concurrent commit changed one of its fragments."""
+    text = str(exc)
+    return "preempted" in text or "conflict" in text.lower()
+
+
+def _fragment_key(meta: Any) -> tuple:
+    deletion = meta.deletion_file
+    return (tuple(f.path for f in meta.files),
+            None if deletion is None else (deletion.id, deletion.read_version, deletion.num_deleted_rows))
+
+
+def untouched_tasks(tasks: Sequence[CompactionTask], latest: lance.LanceDataset) -> list[int]:
+    """Indexes of the tasks whose source fragments are, at `latest`, as the plan saw them."""
+    now = {frag.fragment_id: _fragment_key(frag.metadata) for frag in latest.get_fragments()}
+    return [i for i, task in enumerate(tasks)
+            if all(now.get(meta.id) == _fragment_key(meta) for meta in task.fragments)]
+
+
+@dataclass
+class CompactionSummary:
+    table_uri: str
+    enabled: bool = True
+    due: list[str] = field(default_factory=list)
+    health_before: dict[str, Any] = field(default_factory=dict)
+    health_after: dict[str, Any] = field(default_factory=dict)
+    table_version_before: int = 0
+    table_version_after: int = 0
+    rounds: int = 0
+    tasks_planned: int = 0
+    tasks_committed: int = 0
+    tasks_preempted: int = 0
+    preempted_commits: int = 0
+    fragments_removed: int = 0
+    fragments_added: int = 0
+    files_removed: int = 0
+    files_added: int = 0
+    lock_wait_s: float = 0.0
+    lock_held_s: float = 0.0
+    duration_s: float = 0.0
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "job": "compaction", "compacted": self.tasks_committed > 0}
+
+
+def _commit(ds: lance.LanceDataset, results: list[RewriteResult], config: CompactionConfig,
+            summary: CompactionSummary) -> None:
+    metrics = Compaction.commit(ds, results, options=lance_options(config))
+    summary.fragments_removed += metrics.fragments_removed
+    summary.fragments_added += metrics.fragments_added
+    summary.files_removed += metrics.files_removed
+    summary.files_added += metrics.files_added
+
+
+def _covers_every_fragment(ds: lance.LanceDataset, name: str) -> bool:
+    fragments = {f.fragment_id for f in ds.get_fragments()}
+    for desc in ds.describe_indices():
+        if desc.name == name:
+            return fragments <= {int(f) for seg in desc.segments for f in seg.fragment_ids}
+    return False
+
+
+def _restore_catchup(table: MemWalTable, before: dict[str, dict[str, int]], locked: bool) -> None:
+    """Put back the index_catchup entries Lance's index remap dropped (see the module docstring)."""
+    if not before or table.refresh().details.index_catchup == before:
+        return
+    ds = table.dataset
+    restored = {name: dict(per_region) if _covers_every_fragment(ds, name) else dict.fromkeys(per_region, 0)
+                for name, per_region in before.items()}
+
+    def mutate(d: MemWalIndexDetails) -> MemWalIndexDetails:
+        return replace(d, index_catchup={**d.index_catchup, **restored,
+                                         **{k: v for k, v in d.index_catchup.items() if k in restored}})
+
+    if locked:
+        _commit_details_locked(table, mutate, None)
+    else:
+        commit_details(table, mutate)
+    log.info("compaction of %s: index_catchup restored after Lance's index remap: %s", table.uri, restored)
+
+
+def _round(uri: str, storage_options: dict[str, str] | None, config: CompactionConfig, execute: Execute,
+           summary: CompactionSummary) -> bool:
+    """Plan, execute and commit one round; True when there may be more to do."""
+    ds = open_table(uri, storage_options)
+    plan = Compaction.plan(ds, lance_options(config))
+    tasks = list(plan.tasks)[: config.max_tasks_per_round or None]
+    if not tasks:
+        return False
+    summary.tasks_planned += len(tasks)
+    results = execute(tasks, uri, storage_options)
+    fault_point("compaction.before_commit")
+    try:
+        _commit(ds, results, config, summary)
+        summary.tasks_committed += len(tasks)
+    except OSError as exc:
+        if not is_preempted(exc):
+            raise
+        summary.preempted_commits += 1
+        keep = untouched_tasks(tasks, open_table(uri, storage_options))
+        log.info("compaction of %s preempted by a concurrent commit; committing %d of %d tasks whose fragments "
+                 "it did not touch", uri, len(keep), len(tasks))
+        summary.tasks_preempted += len(tasks) - len(keep)
+        if keep:
+            try:
+                _commit(ds, [results[i] for i in keep], config, summary)
+                summary.tasks_committed += len(keep)
+            except OSError as again:
+                if not is_preempted(again):
+                    raise
+                summary.tasks_preempted += len(keep)
+        return True
+    fault_point("compaction.after_commit")
+    return len(tasks) < plan.num_tasks()
+
+
+def compact_table(table: TableLike, config: CompactionConfig | None = None,
+                  execute: Execute = execute_in_process) -> CompactionSummary:
+    """Compact the base table when due (or forced); rounds go on while tasks remain, a preempted round is
+    planned again up to max_attempts times. The handle ends at the latest version."""
+    config = config or CompactionConfig()
+    started = time.monotonic()
+    table = MemWalTable.of(table)
+    uri, storage_options = table.uri, table.storage_options
+    ds = table.refresh().dataset
+    summary = CompactionSummary(uri, config.enabled, table_version_before=ds.version)
+    health = fragment_health(ds, config.target_rows_per_fragment)
+    summary.health_before = health.to_dict()
+    summary.due = due_reasons(health, config) or (["forced"] if config.force else [])
+    refused = 0
+    while config.enabled and summary.due:
+        t0 = time.monotonic()
+        with table.index_lock() if config.use_lock else nullcontext():
+            t1 = time.monotonic()
+            summary.lock_wait_s += t1 - t0
+            committed_before = summary.preempted_commits
+            catchup = {k: dict(v) for k, v in table.refresh().details.index_catchup.items()}
+            try:
+                more = _round(uri, storage_options, config, execute, summary)
+            finally:
+                _restore_catchup(table, catchup, config.use_lock)
+            if config.use_lock:
+                summary.lock_held_s += time.monotonic() - t1
+        summary.rounds += 1
+        if summary.preempted_commits > committed_before:
+            refused += 1
+            if refused >= config.max_attempts:
+                summary.error = f"compaction of {uri} preempted {refused} times by concurrent commits"
+                log.warning("%s; the next run plans again", summary.error)
+                break
+        if not more:
+            break
+    after = table.refresh().dataset
+    summary.table_version_after = after.version
+    summary.health_after = fragment_health(after, config.target_rows_per_fragment).to_dict()
+    summary.duration_s = time.monotonic() - started
+    log.info("compaction of %s: %s; %d tasks committed in %d rounds (%d preempted), fragments %d -> %d",
+             uri, "; ".join(summary.due) or "not due", summary.tasks_committed, summary.rounds,
+             summary.tasks_preempted, summary.health_before["fragments"], summary.health_after["fragments"])
+    return summary

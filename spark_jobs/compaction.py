@@ -1,0 +1,59 @@
+"""Compaction of the base table with Lance's distributed API: plan and commit on the driver, the tasks
+on the executors.
+
+    spark-submit [spark options] /abs/path/spark_jobs/compaction.py TABLE [--force] \
+        [--target-rows-per-fragment N] [--max-tasks-per-round N] ...
+
+`memwal.compaction.compact_table` takes an `execute(tasks, uri, storage_options)` hook; here it is
+`spark_executor(spark)`: the pickled `CompactionTask`s go out one per Spark task, each executor opens the
+table and runs `task.execute`, and the pickled `RewriteResult`s come back to the driver, which commits
+them with the plan's options. Same options as `memwal compaction` (`memwal.jobs`). Prints one JSON line
+(`CompactionSummary.to_dict()`).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from memwal import jobs
+from memwal.compaction import Execute
+from spark_jobs import common
+
+
+def _execute_on_executor(uri: str, storage_options: dict | None):
+    def run(task):
+        from memwal.mem_wal_index import open_table
+
+        return task.execute(open_table(uri, storage_options))
+
+    return run
+
+
+def spark_executor(spark) -> Execute:
+    """An `execute` hook running each compaction task as one Spark task."""
+
+    def execute(tasks: Sequence, uri: str, storage_options: dict | None) -> list:
+        tasks = list(tasks)
+        if not tasks:
+            return []
+        rdd = spark.sparkContext.parallelize(tasks, len(tasks))
+        return rdd.map(_execute_on_executor(uri, storage_options)).collect()
+
+    return execute
+
+
+def build_parser():
+    return common.job_parser("compaction", "Compact the base table's fragments (tasks on the executors).")
+
+
+def run(spark, args):
+    return jobs.run_job("compaction", common.table(args), args.options, args.regions, execute=spark_executor(spark))
+
+
+def main(argv: list[str] | None = None) -> int:
+    return common.run_job("compaction", build_parser(), run, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
