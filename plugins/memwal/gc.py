@@ -92,10 +92,14 @@ class GcSummary:
 
 
 def _retained_progress(table: MemWalTable) -> dict[int, dict[str, int]]:
-    """merged_generations as of every base-table version Lance still keeps."""
+    """merged_generations as of every base-table version Lance still keeps (the handle's own version from
+    its loaded index, the older ones from their manifests)."""
     store = table.store
     out = {}
     for v in sorted(int(x["version"]) for x in table.dataset.versions()):
+        if v == table.version:
+            out[v] = dict(table.details.merged_generations)
+            continue
         try:
             details = read_details_at(store, v)
         except FileNotFoundError:
