@@ -11,6 +11,7 @@ import uuid
 import lance
 import pyarrow as pa
 import pytest
+from lance.mem_wal import CompactedSsTable
 from lance.optimize import Compaction, CompactionOptions
 from maintenance import merge_region, merge_without_our_lock, write_generations
 from tables import lance_core_scan, open_base, rows, view
@@ -238,3 +239,121 @@ def test_a_compaction_planned_before_the_passes_and_committed_between_them_is_re
     assert len(refused) == 1 and "conflict" in refused[0].lower(), refused
     _exact_everywhere(loc, v0, model)
 
+
+
+def _passes(monkeypatch) -> list[tuple[str, int, bool, str]]:
+    """Record every pass that ran: (what, the version it read, whether that was the version before our
+    delete pass, 'ok' or the error it raised)."""
+    real, ran = merge_commit._run_pass, []
+
+    def spy(table, since, execute, what, pinned=None):
+        try:
+            stats, read, before = real(table, since, execute, what, pinned)
+        except OSError as exc:
+            ran.append((what, -1, pinned is not None, type(exc).__name__))
+            raise
+        ran.append((what, read, before, "ok"))
+        return stats, read, before
+
+    monkeypatch.setattr(merge_commit, "_run_pass", spy)
+    return ran
+
+
+def test_the_upsert_pass_reads_the_version_before_our_delete_pass_and_keeps_its_deletions(local_location,
+                                                                                           monkeypatch):
+    """
+    our delete pass reads v and commits v+1 | our upsert pass reads v (no fresh deletion ranges in its
+    key scan) and Lance rebases it onto v+1: both deletion vectors kept, the deleted keys stay deleted.
+    """
+    loc = local_location
+    region = _table(loc, GENS, fragment_rows=3)  # the deletes and the updates share fragments
+    model, v0 = _lsm(loc), open_base(loc).version
+    ran = _passes(monkeypatch)
+    assert merge_region(loc.uri, None, region, ONE).generations == [1, 2, 3]
+    # gens 1 and 2 carry deletes and upserts; gen 3 upserts only (one pass, on the latest version)
+    (d1, u1), (d2, u2), (u3,) = ran[0:2], ran[2:4], ran[4:]
+    assert [p[0] for p in ran] == ["delete", "upsert", "delete", "upsert", "upsert"], ran
+    for d, u in ((d1, u1), (d2, u2)):
+        assert u[2] and u[1] == d[1], f"the upsert pass did not read the version our delete pass read: {ran}"
+    assert not u3[2]
+    assert {3, 4, 20} - _base_ids(loc) == {4, 20}  # 3 re-inserted by gen 2, 4 and 20 deleted for good
+    _exact_everywhere(loc, v0, model)
+
+
+def test_lance_rebases_an_upsert_read_before_a_delete_and_keeps_both_deletion_vectors(local_location):
+    """What the pinned upsert pass relies on, in Lance core alone: an upsert with the marker read at v,
+    committed after a Delete at v+1 of other rows of the same fragments (one of them deleted whole), is
+    rebased onto it (retries off): the Delete's rows stay deleted, the updates replace their rows once."""
+    loc = local_location
+    region = _table(loc, [], fragment_rows=3)  # fragments [0..2] [3..5] [6..8] [9]
+    before = open_base(loc)
+    v = before.version
+    open_base(loc).delete("id IN (1, 3, 4, 5)", conflict_retries=0)  # [3..5] goes whole
+    before.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().mark_sstables_as_compacted(
+        [CompactedSsTable(region, 1)]).conflict_retries(0).execute(rows([0, 2, 7, 30], "new"))
+    after = open_base(loc)
+    assert after.version == v + 2
+    got = after.to_table().sort_by("id")
+    assert got.column("id").to_pylist() == [0, 2, 6, 7, 8, 9, 30]
+    assert view(got) == {**view(rows([6, 8, 9], "base")), **view(rows([0, 2, 7, 30], "new"))}
+    assert load_index(loc.uri).merged_generations == {region: 1}
+
+
+def test_a_merger_without_our_lock_commits_after_the_check_of_an_upsert_pass_read_before_our_delete(
+        local_location, monkeypatch):
+    """
+    our delete pass (gen 1 deletes base key 3) | our upsert pass checks progress, then is to read the
+    version before our delete | a merger that does not take our lock merges gens 1..2 (gen 2 updates 20,
+    which gen 1 inserts) | our upsert, read before both, would insert gen 1's 20 beside gen 2's: Lance
+    refuses it (stale marker or conflict), we plan again and find nothing left to merge.
+    """
+    loc = local_location
+    region = _table(loc, [([20], "g1", [3]), ([20], "g2", [])])
+    model, v0 = _lsm(loc), open_base(loc).version
+    assert model[20] == ("g220", 10.0) and 3 not in model
+
+    def other_merger(n: int) -> None:
+        if n == 2:  # our upsert pass's first check
+            merge_without_our_lock(loc.uri, None, region)
+            assert load_index(loc.uri).merged_generations == {region: 2}
+
+    _after_check(monkeypatch, other_merger)
+    ran = _passes(monkeypatch)
+    ours = merge_region(loc.uri, None, region, ONE)
+    assert ran[0] == ("delete", v0, False, "ok"), ran
+    upsert = [p for p in ran if p[0] == "upsert" and p[2]]  # the other merger's, then ours
+    assert upsert and upsert[-1][3] != "ok", f"our upsert read before our delete was not refused: {ran}"
+    assert ours.conflicts == 1 and ours.generations == [] and ours.generations_merged_by_others == 2
+    _exact_everywhere(loc, v0, model)
+
+
+def test_a_composite_key_deletes_with_a_merge_insert_and_upserts_on_the_latest_version(local_location,
+                                                                                     monkeypatch):
+    """On a composite key the delete pass is a merge-insert `when_matched_delete` (Lance's delete would
+    need an OR of ANDs no index serves), and the upsert pass reads the latest version: rows that share one
+    key column but not the other are kept apart."""
+    from memwal.writer import RegionWriter
+
+    loc = local_location
+    pos = "lance-schema:unenforced-primary-key:position"
+    schema = pa.schema([pa.field("a", pa.int64(), nullable=False, metadata={pos: "1"}),
+                        pa.field("b", pa.int64(), nullable=False, metadata={pos: "2"}),
+                        pa.field("v", pa.string())])
+
+    def t(keys, tag):
+        return pa.table({"a": [k[0] for k in keys], "b": [k[1] for k in keys],
+                         "v": [f"{tag}{k}" for k in keys]}, schema=schema)
+
+    base = [(1, 1), (1, 2), (2, 1), (2, 2)]
+    lance.write_dataset(t(base, "base"), loc.uri, max_rows_per_file=2)
+    open_base(loc).initialize_mem_wal(unsharded=True)
+    region = str(uuid.uuid4())
+    with RegionWriter(loc.uri, region) as w:
+        w.put(t([(1, 1), (3, 1)], "g1"))  # update (1, 1), insert (3, 1)
+        w.delete(pa.table({"a": pa.array([1, 2], pa.int64()), "b": pa.array([2, 1], pa.int64())}))
+        w.flush()
+    ran = _passes(monkeypatch)
+    assert merge_region(loc.uri, None, region, ONE).generations == [1]
+    assert [(p[0], p[2], p[3]) for p in ran] == [("delete", False, "ok"), ("upsert", False, "ok")], ran
+    got = {(r["a"], r["b"]): r["v"] for r in open_base(loc).to_table().to_pylist()}
+    assert got == {(1, 1): "g1(1, 1)", (2, 2): "base(2, 2)", (3, 1): "g1(3, 1)"}

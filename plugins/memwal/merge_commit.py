@@ -1,19 +1,25 @@
-"""One merge commit as two Lance merge-inserts whose cost follows the backlog, not the base table.
+"""One merge commit as a delete pass and an upsert pass whose cost follows the backlog, not the base table.
 
 Why two: Lance 14 plans `when_not_matched_by_source_delete(...)` as a full outer hash join over every
-row of the target (no index, no pushdown), while `merge_insert(key).when_matched_delete()` with a source
-of the deleted keys, and a plain upsert, use the key's scalar index. No single merge-insert of Lance 14
-both upserts and deletes by key, and a hand-combined transaction cannot carry the marker (pylance's
-`Transaction` drops `mark_sstables_as_compacted`). So:
+row of the target (no index, no pushdown), while a delete of the keys and a plain upsert use the key's
+scalar index or scan the key column alone. No single merge-insert of Lance 14 both upserts and deletes by
+key, and a hand-combined transaction cannot carry the marker (pylance's `Transaction` drops
+`mark_sstables_as_compacted`). So:
 
-1. the **delete pass**: the batch's deleted keys, `when_matched_delete()`;
+1. the **delete pass**: the batch's deleted keys. On a one-column key, a Lance delete of `key IN (...)`
+   (a Delete operation, through the key's index); on a composite key, `merge_insert(key).when_matched_delete()`;
 2. the **upsert pass**: the upserts, carrying every region's `merged_generations` marker (a commit with
-   deletes only puts the marker on the delete pass). Progress still moves in the same commit as the last
-   data it covers, and a stale marker is still refused.
+   deletes only puts the marker on its delete pass, always a merge-insert). Progress still moves in the same
+   commit as the last data it covers, and a stale marker is still refused.
 
-Cost: each pass joins its source to the table on the key, through the key's scalar index when the
-source is small against the table, else by scanning the key column alone (`ROWS_PER_INDEXED_KEY`, set
-from measurement); never the full outer join over every row and column that a by-source delete plans.
+Cost: each pass joins its source to the table on the key, through the key's scalar index when the source
+is small against the table, else by scanning the key column alone (`ROWS_PER_INDEXED_KEY`, set from
+measurement); never the full outer join over every row and column that a by-source delete plans. The
+upsert pass reads the version **just before our delete pass** when that delete is the only commit since:
+Lance cuts a scan into ranges around deleted rows, and the delete pass's fresh deletions made the upsert's
+key scan 3x slower (0.6 against 0.2 s at 32M rows, bench/merge_scale.py). Lance rebases the upsert onto our
+Delete, keeping both deletion vectors (the two passes' keys are disjoint: one winner per key); should it
+refuse, the pass reruns on the latest version.
 
 Why it is safe (each case is a test in tests/test_merge_passes.py and tests/crash/):
 - Each pass refreshes the table handle to the latest version v and first checks that merged_generations
@@ -28,6 +34,10 @@ Why it is safe (each case is a test in tests/test_merge_passes.py and tests/cras
 - Between the passes a reader sees the deleted keys gone from the base, but their tombstones still sit in
   unmerged generations and shadow the base: the LSM view is exact. A crash there leaves exactly that
   state; the rerun plans the same batch, its delete pass matches nothing, its upsert pass commits.
+- The upsert pass read before our delete carries the marker: a merger not holding our lock that commits
+  after its check makes Lance refuse it (a stale marker, or a conflict; then we check again and replan),
+  so the rebase never lays older upserts over newer ones. It reads the old version only when our delete
+  is the only commit since; after a compaction or any other commit it reads the latest.
 - Our mergers hold the MemWAL index lock across both passes, so none of them commits in between.
 """
 
@@ -40,6 +50,7 @@ from dataclasses import dataclass, field
 
 import lance
 import pyarrow as pa
+import pyarrow.compute as pc
 from lance.mem_wal import CompactedSsTable
 
 from memwal.faults import fault_point
@@ -54,7 +65,10 @@ PASS_ATTEMPTS = 5  # conflicts of one pass with non-merge commits (compaction, i
 # through the key's index a pass pays about 35-110 us per source key (BTREE pages loaded per key);
 # scanning the key column about 6-12 ns per table row, but 25-40 ns once fragments carry deletion files
 # (the scan is cut into ranges around deleted rows: 31 ranges became 2,030 after 12,000 deletions at 32M
-# rows). So the index only when the table has this many rows per source key.
+# rows). So the index only when the table has this many rows per source key (the upsert pass; the delete
+# pass of a composite key). The Lance delete of a one-column key takes the index whenever there is one: at
+# worst, with more keys than index pages, that costs about what a key scan does (10,000 keys at 32M rows:
+# 0.34 s through the index, 0.25 s scanning; the same at 1M), and it spares the upsert pass our deletions.
 ROWS_PER_INDEXED_KEY = 10_000
 ROWS_PER_INDEXED_KEY_WITH_DELETIONS = 1_500
 
@@ -65,12 +79,14 @@ class Overtaken(OSError):
 
 @dataclass
 class CommitPasses:
-    """What one commit did: rows upserted and deleted, Lance commits made, and seconds per pass."""
+    """What one commit did: rows upserted and deleted, Lance commits made, seconds per pass, and whether
+    the upsert pass read the version before our delete pass (see the module docstring)."""
 
     upserted: int = 0
     deleted: int = 0
     table_commits: int = 0
     timings_s: dict[str, float] = field(default_factory=dict)
+    upsert_before_delete_pass: bool = False
 
 
 def is_conflict(exc: BaseException) -> bool:
@@ -96,21 +112,51 @@ def _use_index(ds: lance.LanceDataset, keys: int) -> bool:
     return keys * rows_per_key <= sum(f.metadata.physical_rows for f in fragments)
 
 
-def _run_pass(table: MemWalTable, since: Mapping[str, int], build: Callable, source: pa.Table,
-              what: str) -> dict:
-    """One pass on the latest version after the progress check, without Lance's retry; a conflict
-    refreshes, checks again and reruns (at most PASS_ATTEMPTS times). The handle ends at the pass's commit."""
+Pass = Callable[[lance.LanceDataset], dict]
+
+
+def _run_pass(table: MemWalTable, since: Mapping[str, int], execute: Pass, what: str,
+              pinned: tuple[int, int] | None = None) -> tuple[dict, int, bool]:
+    """One pass after the progress check, without Lance's retry; a conflict refreshes, checks again and
+    reruns (at most PASS_ATTEMPTS times). The pass reads the latest version, or, on its first attempt,
+    pinned = (read, committed) of our delete pass: the version our delete read, when the latest is still
+    the one it committed. Returns (Lance's stats, the version read, whether that was the pinned one); the
+    handle ends at the pass's commit."""
     for attempt in range(1, PASS_ATTEMPTS + 1):
         ds = table.refresh().dataset
         _check_progress(table, since)
+        use_pinned = attempt == 1 and pinned is not None and ds.version == pinned[1]
+        if use_pinned:
+            ds = ds.checkout_version(pinned[0])
+        read = ds.version
         try:
-            return build(ds).use_index(_use_index(ds, source.num_rows)).conflict_retries(0).execute(source)
+            stats = execute(ds)
         except OSError as exc:
             if not is_conflict(exc) or attempt == PASS_ATTEMPTS:
                 raise
-            log.info("merge %s pass conflicted with a concurrent commit (attempt %d): %s; refreshing",
-                     what, attempt, str(exc).splitlines()[0])
+            log.info("merge %s pass conflicted with a concurrent commit (attempt %d, read version %d): %s; "
+                     "refreshing", what, attempt, read, str(exc).splitlines()[0])
+            continue
+        if use_pinned:
+            table.refresh()
+        return stats, read, use_pinned
     raise AssertionError("unreachable")
+
+
+def _delete_pass(pk: list[str], keys: pa.Table, marker: list[CompactedSsTable] | None) -> Pass:
+    """The delete pass: a Lance delete of `key IN (...)` on a one-column key without a marker, else a
+    merge-insert `when_matched_delete` (which can carry the marker)."""
+    if len(pk) == 1 and marker is None:
+        predicate = pc.field(pk[0]).isin(keys.column(pk[0]).combine_chunks())
+        return lambda ds: ds.delete(predicate, conflict_retries=0)
+
+    def execute(ds: lance.LanceDataset) -> dict:
+        b = ds.merge_insert(pk).when_matched_delete()
+        if marker is not None:
+            b = b.mark_sstables_as_compacted(marker)
+        return b.use_index(_use_index(ds, keys.num_rows)).conflict_retries(0).execute(keys)
+
+    return execute
 
 
 def commit_passes(table: MemWalTable, markers: Sequence[tuple[str, int]], since: Mapping[str, int],
@@ -121,27 +167,27 @@ def commit_passes(table: MemWalTable, markers: Sequence[tuple[str, int]], since:
     out = CommitPasses()
     compacted = [CompactedSsTable(r, g) for r, g in markers]
     pk = list(table.primary_key)
+    pinned = None
     if deleted_keys.num_rows:
         only = upserts.num_rows == 0
-
-        def delete(ds: lance.LanceDataset):
-            b = ds.merge_insert(pk).when_matched_delete()
-            return b.mark_sstables_as_compacted(compacted) if only else b
-
         started = time.monotonic()
-        stats = _run_pass(table, since, delete, deleted_keys, "delete")
+        stats, read, _ = _run_pass(table, since, _delete_pass(pk, deleted_keys, compacted if only else None),
+                                   "delete")
         out.timings_s["delete_pass"] = time.monotonic() - started
         out.deleted, out.table_commits = stats.get("num_deleted_rows", 0), 1
         if only:
             return out
+        if len(pk) == 1:
+            pinned = (read, table.version)  # a Delete operation, which Lance rebases an upsert onto
         fault_point("merge.between_passes")
 
-    def upsert(ds: lance.LanceDataset):
+    def upsert(ds: lance.LanceDataset) -> dict:
         return (ds.merge_insert(pk).when_matched_update_all().when_not_matched_insert_all()
-                .mark_sstables_as_compacted(compacted))
+                .mark_sstables_as_compacted(compacted)
+                .use_index(_use_index(ds, upserts.num_rows)).conflict_retries(0).execute(upserts))
 
     started = time.monotonic()
-    _run_pass(table, since, upsert, upserts, "upsert")
+    _, _, out.upsert_before_delete_pass = _run_pass(table, since, upsert, "upsert", pinned)
     out.timings_s["upsert_pass"] = time.monotonic() - started
     out.upserted = upserts.num_rows
     out.table_commits += 1
