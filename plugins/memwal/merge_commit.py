@@ -17,7 +17,7 @@ is small against the table, else by scanning the key column alone (`ROWS_PER_IND
 measurement); never the full outer join over every row and column that a by-source delete plans. The
 upsert pass reads the version **just before our delete pass** when that delete is the only commit since:
 Lance cuts a scan into ranges around deleted rows, and the delete pass's fresh deletions made the upsert's
-key scan 3x slower (0.6 against 0.2 s at 32M rows, bench/merge_scale.py). Lance rebases the upsert onto our
+key scan about 3x slower (0.61 against 0.23 s at 32M rows, bench/merge_scale.py). Lance rebases the upsert onto our
 Delete, keeping both deletion vectors (the two passes' keys are disjoint: one winner per key); should it
 refuse, the pass reruns on the latest version.
 
