@@ -240,10 +240,9 @@ def test_a_compaction_planned_before_the_passes_and_committed_between_them_is_re
     _exact_everywhere(loc, v0, model)
 
 
-
 def _passes(monkeypatch) -> list[tuple[str, int, bool, str]]:
-    """Record every pass that ran: (what, the version it read, whether that was the version before our
-    delete pass, 'ok' or the error it raised)."""
+    """Record every pass that ran: (what, the version it read (-1 if it raised), whether it read (if it
+    raised: was offered) the version before our delete pass, 'ok' or the error it raised)."""
     real, ran = merge_commit._run_pass, []
 
     def spy(table, since, execute, what, pinned=None):

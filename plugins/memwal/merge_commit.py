@@ -1,4 +1,4 @@
-"""One merge commit as a delete pass and an upsert pass whose cost follows the backlog, not the base table.
+"""One merge commit as a delete pass and an upsert pass: no join over every row of the base table.
 
 Why two: Lance 14 plans `when_not_matched_by_source_delete(...)` as a full outer hash join over every
 row of the target (no index, no pushdown), while a delete of the keys and a plain upsert use the key's
@@ -16,10 +16,10 @@ Cost: each pass joins its source to the table on the key, through the key's scal
 is small against the table, else by scanning the key column alone (`ROWS_PER_INDEXED_KEY`, set from
 measurement); never the full outer join over every row and column that a by-source delete plans. The
 upsert pass reads the version **just before our delete pass** when that delete is the only commit since:
-Lance cuts a scan into ranges around deleted rows, and the delete pass's fresh deletions made the upsert's
-key scan about 3x slower (0.61 against 0.23 s at 32M rows, bench/merge_scale.py). Lance rebases the upsert onto our
-Delete, keeping both deletion vectors (the two passes' keys are disjoint: one winner per key); should it
-refuse, the pass reruns on the latest version.
+Lance cuts a scan into ranges around deleted rows, and the delete pass's fresh deletions made the
+upsert's key scan about 3x slower (0.61 against 0.23 s at 32M rows, bench/merge_scale.py). Lance
+rebases the upsert onto our Delete, keeping both deletion vectors (the two passes' keys are disjoint:
+one winner per key); should it refuse, the pass reruns on the latest version.
 
 Why it is safe (each case is a test in tests/test_merge_passes.py and tests/crash/):
 - Each pass refreshes the table handle to the latest version v and first checks that merged_generations
