@@ -279,12 +279,18 @@ def test_the_upsert_pass_reads_the_version_before_our_delete_pass_and_keeps_its_
     _exact_everywhere(loc, v0, model)
 
 
-def test_lance_rebases_an_upsert_read_before_a_delete_and_keeps_both_deletion_vectors(local_location):
+@pytest.mark.parametrize("stable_row_ids", [False, True], ids=["row-addresses", "stable-row-ids"])
+def test_lance_rebases_an_upsert_read_before_a_delete_and_keeps_both_deletion_vectors(local_location,
+                                                                                      stable_row_ids):
     """What the pinned upsert pass relies on, in Lance core alone: an upsert with the marker read at v,
     committed after a Delete at v+1 of other rows of the same fragments (one of them deleted whole), is
     rebased onto it (retries off): the Delete's rows stay deleted, the updates replace their rows once."""
     loc = local_location
-    region = _table(loc, [], fragment_rows=3)  # fragments [0..2] [3..5] [6..8] [9]
+    lance.write_dataset(rows(range(10), "base"), loc.uri, max_rows_per_file=3,  # [0..2] [3..5] [6..8] [9]
+                        enable_stable_row_ids=stable_row_ids)
+    open_base(loc).create_scalar_index("id", "BTREE")
+    open_base(loc).initialize_mem_wal(unsharded=True)
+    region = str(uuid.uuid4())
     before = open_base(loc)
     v = before.version
     open_base(loc).delete("id IN (1, 3, 4, 5)", conflict_retries=0)  # [3..5] goes whole
