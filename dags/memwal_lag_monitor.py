@@ -3,7 +3,8 @@ emit the `memwal.*` metrics, record the lag history, and alert through the table
 threshold is crossed and once when it is back under. Logic lives in `memwal.airflow.monitor`; this file
 only wires (it reads the tables file for the lag assets the tasks keep their state in, nothing else).
 
-Schedule: $MEMWAL_LAG_MONITOR_SCHEDULE (default every 5 minutes).
+Schedule: $MEMWAL_LAG_MONITOR_SCHEDULE (default every 5 minutes). A check that fails is retried once after
+$MEMWAL_LAG_MONITOR_RETRY_DELAY_S seconds (default 30).
 """
 
 from __future__ import annotations
@@ -15,6 +16,12 @@ from airflow.sdk import dag, get_current_context, task
 
 from memwal.airflow.assets import lag_asset
 from memwal.airflow.config import TableConfigError, load_tables_and_errors
+
+try:
+    _RETRY_DELAY = timedelta(seconds=float(os.environ.get("MEMWAL_LAG_MONITOR_RETRY_DELAY_S") or 30))
+except ValueError:
+    raise ValueError("$MEMWAL_LAG_MONITOR_RETRY_DELAY_S must be a number of seconds, not "
+                     f"{os.environ['MEMWAL_LAG_MONITOR_RETRY_DELAY_S']!r}") from None
 
 try:
     _TABLES = load_tables_and_errors(use_variable=False)[0]
@@ -30,7 +37,7 @@ except TableConfigError:  # the maintenance DAGs report a broken tables file; th
     max_active_runs=1,
     dagrun_timeout=timedelta(minutes=30),
     tags=["memwal"],
-    default_args={"retries": 1, "retry_delay": timedelta(seconds=30)},
+    default_args={"retries": 1, "retry_delay": _RETRY_DELAY},
     doc_md=__doc__,
 )
 def memwal_lag_monitor():

@@ -99,3 +99,25 @@ def test_a_bad_table_entry_is_one_import_error_naming_table_and_key_and_the_othe
     assert where.endswith("memwal_maintenance.py")
     assert "table 'broken'" in error and "key 'max_generations_per_commit'" in error and "many" in error, error
     assert len(error.splitlines()) == 1, "one line"
+
+
+LOAD_LAG_MONITOR = """
+import runpy, sys
+dag = runpy.run_path(sys.argv[1])["memwal_lag_monitor"]()
+print(dag.default_args["retries"], dag.default_args["retry_delay"].total_seconds())
+"""
+
+
+@pytest.mark.parametrize(("value", "expected"), [(None, "1 30.0"), ("7", "1 7.0"), ("abc", None)])
+def test_the_lag_monitors_retry_delay_follows_its_variable_and_a_bad_value_is_named(airflow_home, value, expected):
+    env = {k: v for k, v in airflow_home.items() if k != "MEMWAL_LAG_MONITOR_RETRY_DELAY_S"}
+    if value is not None:
+        env["MEMWAL_LAG_MONITOR_RETRY_DELAY_S"] = value
+    proc = subprocess.run([sys.executable, "-c", LOAD_LAG_MONITOR, str(REPO / "dags" / "memwal_lag_monitor.py")],
+                          env=env, capture_output=True, text=True, timeout=300, cwd=str(REPO))
+    if expected is None:
+        assert proc.returncode != 0
+        assert "$MEMWAL_LAG_MONITOR_RETRY_DELAY_S must be a number of seconds, not 'abc'" in proc.stderr
+    else:
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert proc.stdout.split("\n")[-2] == expected, proc.stdout

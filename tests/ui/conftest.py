@@ -83,7 +83,9 @@ def ui_airflow(ui_tables_file: Path, s3_endpoint: str):
     conn = {"conn_type": "memwal", "host": s3_endpoint, "login": "testing", "password": S3_SECRET,
             "extra": {"region": "us-east-1", "allow_http": True}}
     controls = {name: {k: v for k, v in conn.items() if k not in removed} for name, removed in S3_CONTROLS.items()}
-    af = LocalAirflow(tables_file=str(ui_tables_file), connections={S3_CONN: conn, **controls})
+    # the S3 control tables fail their lag checks by design: retry them after 1 s, not the default 30
+    af = LocalAirflow(tables_file=str(ui_tables_file), connections={S3_CONN: conn, **controls},
+                      env={"MEMWAL_LAG_MONITOR_RETRY_DELAY_S": "1"})
     af.start()
     try:
         yield af
