@@ -170,7 +170,6 @@ def lookup_floor(path: str, version: int, keys: pa.Array) -> dict:
                                              use_scalar_index=indexed)
         out[f"read_{how}"] = time.perf_counter() - t
         assert found.num_rows == len(keys), (how, found.num_rows)
-        restore(path, version)
         b = lance.dataset(path).merge_insert("id").when_matched_delete().use_index(indexed)
         t = time.perf_counter()
         b.execute(pa.table({"id": keys}))

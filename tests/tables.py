@@ -43,6 +43,13 @@ def open_base(location, version=None) -> lance.LanceDataset:
     )
 
 
+def indexes_covering_every_fragment(ds: lance.LanceDataset) -> set[str]:
+    """Names of the indexes whose segments cover every fragment of ds (read from Lance, not from us)."""
+    fragments = {f.fragment_id for f in ds.get_fragments()}
+    return {d.name for d in ds.describe_indices()
+            if fragments <= {int(f) for seg in d.segments for f in seg.fragment_ids}}
+
+
 def _filesystem(location) -> tuple[pafs.FileSystem, str]:
     """A pyarrow filesystem and the table's path in it: a plain listing, none of memwal.storage."""
     if not location.uri.startswith("s3://"):

@@ -178,7 +178,9 @@ def commit_passes(table: MemWalTable, markers: Sequence[tuple[str, int]], since:
         if only:
             return out
         if len(pk) == 1:
-            pinned = (read, table.version)  # a Delete operation, which Lance rebases an upsert onto
+            # a Delete operation, which Lance rebases an upsert onto; the delete moved the handle's dataset
+            # to its commit (were it not so, the latest would differ from it and the upsert read the latest)
+            pinned = (read, table.version)
         fault_point("merge.between_passes")
 
     def upsert(ds: lance.LanceDataset) -> dict:
