@@ -258,3 +258,89 @@ def test_a_compaction_mixing_rows_merged_since_the_last_catch_up_reads_as_not_ca
     cu = catchup_table(MemWalTable(loc.uri))
     assert all(i.covered for i in cu.indexes), cu
     assert load_index(loc.uri).details.index_catchup == {"name_idx": {region: 2}}
+
+
+def _fail_the_restore_once(monkeypatch) -> list[str]:
+    """The next commit of compaction's index_catchup restore (under the lock) raises an OSError, once."""
+    import memwal.compaction as compaction
+
+    real, failed = compaction._commit_details_locked, []
+
+    def once(*args, **kwargs):
+        if not failed:
+            failed.append("restore")
+            raise OSError("injected: the store refused the restore commit")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(compaction, "_commit_details_locked", once)
+    return failed
+
+
+def test_a_failed_restore_never_lets_gc_remove_a_generation_merged_but_not_indexed(local_location, monkeypatch):
+    """Generation 1 merged and caught up, generation 2 merged but not indexed; compaction commits (Lance's
+    remap drops index_catchup, and leaves the mixed fragment out of the index) and its restore commit fails
+    once. GC must not plan to remove generation 2 and status must show the lag, also after the next
+    compaction run has put the entry back (0, which Lance does not keep: the index no longer covers every
+    fragment); catch-up then records 2."""
+    from datetime import timedelta
+
+    from memwal.compaction import PENDING_CATCHUP
+    from memwal.gc import GcConfig, gc_table
+    from memwal.status import table_status
+
+    loc = local_location
+    region = fragmented_table(loc)
+    write(loc, region, [([1, 100], [3])])
+    merge_table(loc.uri)
+    catchup_table(loc.uri)
+    write(loc, region, [([2, 101], [])], tag="x")
+    merge_table(loc.uri)
+    assert load_index(loc.uri).details.index_catchup == {"name_idx": {region: 1}}
+    failed = _fail_the_restore_once(monkeypatch)
+    config = CompactionConfig(force=True, target_rows_per_fragment=1000)
+    with pytest.raises(OSError, match="injected"):
+        compact_table(loc.uri, config)
+    assert failed and load_index(loc.uri).details.index_catchup == {}, "the case: Lance dropped every entry"
+    assert "name_idx" not in indexes_covering_every_fragment(open_base(loc))
+    assert loc.store().exists(PENDING_CATCHUP), "the entries were recorded before Lance's commit"
+    open_base(loc).cleanup_old_versions(older_than=timedelta(0))  # no retained version holds GC back
+
+    plan = gc_table(loc.uri, config=GcConfig(dry_run=True)).regions[0]
+    assert not [a for a in plan.actions if a.kind == "generation"], plan
+    assert plan.safe_generation == 0 and plan.limited_by == "index_catchup[name_idx]"
+    assert table_status(loc.uri).regions[0].index_lag_generations == 2
+
+    rerun = compact_table(loc.uri, CompactionConfig())  # not due any more: it still handles the record
+    assert rerun.due == [] and not loc.store().exists(PENDING_CATCHUP)
+    assert not load_index(loc.uri).details.index_catchup.get("name_idx", {}).get(region), "0 (Lance keeps no 0)"
+    assert gc_table(loc.uri, config=GcConfig(dry_run=True)).regions[0].safe_generation == 0, "still not caught up"
+    assert catchup_table(loc.uri).indexes[0].covered
+    assert load_index(loc.uri).details.index_catchup == {"name_idx": {region: 2}}
+    open_base(loc).cleanup_old_versions(older_than=timedelta(0))
+    assert gc_table(loc.uri).regions[0].safe_generation == 2
+
+
+def test_the_retry_of_a_compaction_whose_restore_failed_puts_the_entries_back(local_location, monkeypatch):
+    """Everything merged is caught up; compaction's restore commit fails once after Lance's commit. The
+    index still covers every fragment, so the retry restores the entry as it was (generation 2), and GC
+    meanwhile reads the index as caught up from its coverage."""
+    from datetime import timedelta
+
+    from memwal.gc import GcConfig, gc_table
+
+    loc = local_location
+    region = fragmented_table(loc, base_rows=80)
+    write(loc, region, [([1, 100], [3]), ([2, 101], [])])
+    merge_table(loc.uri)
+    catchup_table(loc.uri)
+    before = load_index(loc.uri).details.index_catchup
+    assert before == {"name_idx": {region: 2}}
+    _fail_the_restore_once(monkeypatch)
+    with pytest.raises(OSError, match="injected"):
+        compact_table(loc.uri, CompactionConfig(force=True, target_rows_per_fragment=1000))
+    assert load_index(loc.uri).details.index_catchup == {}
+    assert "name_idx" in indexes_covering_every_fragment(open_base(loc))
+    open_base(loc).cleanup_old_versions(older_than=timedelta(0))
+    assert gc_table(loc.uri, config=GcConfig(dry_run=True)).regions[0].safe_generation == 2
+    compact_table(loc.uri, CompactionConfig(force=True, target_rows_per_fragment=1000))
+    assert load_index(loc.uri).details.index_catchup == before

@@ -83,3 +83,22 @@ def test_waiting_too_long_names_the_holder(local_location):
     store = local_location.store()
     with TableLock(store, "t", lease_s=5) as holder, pytest.raises(CommitConflictError, match=holder.owner):
         TableLock(store, "t", wait_s=0.1).acquire()
+
+
+def test_giving_up_names_the_lock_its_holder_and_the_wait(local_location):
+    """A distinct LockTimeoutError (still a CommitConflictError for existing handlers) saying what to do."""
+    import pytest
+
+    from memwal.errors import CommitConflictError, LockTimeoutError
+
+    store = local_location.store()
+    holder = TableLock(store, "t", lease_s=600).acquire()
+    try:
+        with pytest.raises(LockTimeoutError) as caught:
+            TableLock(store, "t", wait_s=0).acquire()
+    finally:
+        holder.release()
+    exc = caught.value
+    assert isinstance(exc, CommitConflictError) and exc.owner == holder.owner and exc.waited_s == 0
+    assert exc.lock.endswith("_mem_wal/_locks/t") and str(exc).startswith(f"lock {exc.lock} is held by {holder.owner}")
+    assert "gave up after waiting 0s" in str(exc) and "rerun" in str(exc)

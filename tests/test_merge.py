@@ -341,3 +341,47 @@ def test_a_pass_joins_through_the_index_only_for_a_source_small_against_the_tabl
     ds.delete("id = 7")  # a deletion file: the key scan costs more per row
     ds = open_base(loc)
     assert _use_index(ds, 20) and not _use_index(ds, 21), "20 keys x 1,500 <= 30,000 < 21 x 1,500"
+
+
+def test_a_lock_timeout_keeps_what_was_merged_and_names_the_lock(local_location):
+    """Two regions, one commit each. The first commits; then another owner (a long compaction round) holds
+    the MemWAL index lock and the merge gives up waiting for it before the second region's commit. The
+    summary keeps the first region's generations (generations_merged, its result: what the Airflow asset
+    event is made from) and reports the second as failed, naming the lock, its holder and the wait; a
+    rerun once the lock is free merges the second."""
+    from memwal.lock import TableLock
+    from memwal.merge import local_dedup
+
+    loc = local_location
+    create_base(loc, ids=range(10))
+    open_base(loc).initialize_mem_wal(unsharded=True)
+    for i in range(2):
+        write_generations(loc, str(uuid.uuid4()), [([100 + i], f"r{i}", [])])
+    table = MemWalTable(loc.uri)
+    table.index_lock = lambda: TableLock(table.store, "mem_wal_index", wait_s=0)  # this handle's waits only
+    holder = TableLock(loc.store(), "mem_wal_index", lease_s=600)
+    deduped: list[str] = []
+
+    def dedup_then_lock(refs, pk, schema, store):
+        deduped.append(refs[0].region_id)
+        if len(deduped) == 2:  # the first region has committed: a compaction round takes the lock now
+            holder.acquire()
+        return local_dedup(refs, pk, schema, store)
+
+    try:
+        summary = merge_table(table, config=MergeConfig(max_generations_per_commit=1), dedup=dedup_then_lock)
+    finally:
+        holder.release()
+    first, second = deduped
+    out = summary.to_dict()
+    by_region = {r["region_id"]: r for r in out["regions"]}
+    assert out["generations_merged"] == 1 and out["failed_regions"] == [second], out
+    assert by_region[first]["generations"] == [1] and by_region[first]["error"] is None
+    assert by_region[first]["merged_generation_after"] == 1 and by_region[first]["commits"] == 1
+    error = by_region[second]["error"]
+    assert "_mem_wal/_locks/mem_wal_index" in error and f"held by {holder.owner}" in error, error
+    assert "gave up after waiting 0s" in error and "rerun" in error, error
+    assert dict(load_index(loc.uri).merged_generations) == {first: 1}
+    rerun = merge_table(loc.uri)
+    assert rerun.to_dict()["generations_merged"] == 1 and not rerun.failed_regions
+    assert dict(load_index(loc.uri).merged_generations) == {first: 1, second: 1}

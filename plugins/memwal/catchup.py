@@ -19,6 +19,7 @@ import lance
 
 from memwal import naming
 from memwal.compaction import is_preempted
+from memwal.index_coverage import covered_fragments, live_fragments
 from memwal.mem_wal_index import MemWalIndexDetails
 from memwal.table import MemWalTable, TableLike
 
@@ -53,18 +54,11 @@ class CatchupSummary:
                 "uncovered_indexes": [i.index_name for i in self.indexes if not i.error and not i.covered]}
 
 
-def _covered_fragments(ds: lance.LanceDataset, name: str) -> set[int]:
-    for desc in ds.describe_indices():
-        if desc.name == name:
-            return {int(f) for seg in desc.segments for f in seg.fragment_ids}
-    return set()
-
-
-def _uncovered(ds0: lance.LanceDataset, ds1: lance.LanceDataset, name: str) -> list[int]:
-    """Fragments of ds0 still present in ds1 that the index at ds1 does not cover."""
-    frags0 = {f.fragment_id for f in ds0.get_fragments() if f.count_rows() > 0}
+def _uncovered(frags0: set[int], ds1: lance.LanceDataset, name: str) -> list[int]:
+    """Fragments of V0 (`frags0`, its live fragments) still present in ds1 that the index at ds1 does not
+    cover."""
     frags1 = {f.fragment_id for f in ds1.get_fragments()}
-    return sorted((frags0 & frags1) - _covered_fragments(ds1, name))
+    return sorted((frags0 & frags1) - (covered_fragments(ds1, name) or set()))
 
 
 def catchup_table(table: TableLike, index_names: Sequence[str] | None = None) -> CatchupSummary:
@@ -80,12 +74,15 @@ def catchup_table(table: TableLike, index_names: Sequence[str] | None = None) ->
         t0 = time.monotonic()
         try:
             ds0 = table.dataset.checkout_version(index0.table_version)
-            if _uncovered(ds0, ds0, name):
+            # V0's fragments, read before optimize_indices: it moves ds0 in place to the version it commits,
+            # which holds whatever else committed meanwhile (a merge's new, unindexed fragments).
+            frags0 = live_fragments(ds0)
+            if _uncovered(frags0, ds0, name):
                 ds0.optimize.optimize_indices(index_names=[name])
                 result.optimized = True
                 summary.commits += 1
             ds1 = table.refresh().dataset
-            result.uncovered_fragments = _uncovered(ds0, ds1, name)
+            result.uncovered_fragments = _uncovered(frags0, ds1, name)
             result.covered = not result.uncovered_fragments
             if result.covered:
                 result.caught_up_generations = dict(merged)

@@ -12,12 +12,17 @@ lock, so our merges wait for the round instead of preempting it, and `max_tasks_
 they wait. Other indexes are remapped at commit. Lance keeps `merged_generations` and the snapshot of
 the `__lance_mem_wal` entry, but its index remap drops `index_catchup` (pylance 14.0.2), which would read
 as "caught up": each round restores the entries it had, under the lock, for every index that still covers
-every fragment, else records 0 (the next catch-up raises it again).
+every fragment, else records 0 (the next catch-up raises it again). The entries are first written to
+`_mem_wal/_compaction/index_catchup.json`, before Lance's commit: when the restore fails (or the process dies
+before it), the next run puts them back from there, even when compaction is no longer due. Meanwhile GC and
+status read an index with no entry as caught up only if it covers every live fragment (memwal.index_coverage).
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
@@ -25,20 +30,33 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import lance
+from lance.commit import CommitConflictError as LanceCommitConflictError
 from lance.optimize import Compaction, CompactionOptions, CompactionTask, RewriteResult
 
+from memwal import naming
 from memwal.faults import fault_point
+from memwal.index_coverage import covers_every_fragment
 from memwal.maintenance_config import CompactionConfig
 from memwal.mem_wal_index import MemWalIndexDetails, _commit_details_locked, commit_details, open_table
 from memwal.table import MemWalTable, TableLike
 
-__all__ = ["CompactionConfig", "CompactionSummary", "FragmentHealth", "compact_table", "due_reasons",
-           "execute_in_process", "fragment_health", "is_preempted"]
+__all__ = ["PENDING_CATCHUP", "CompactionConfig", "CompactionSummary", "FragmentHealth", "compact_table",
+           "due_reasons", "execute_in_process", "fragment_health", "is_preempted"]
 
 log = logging.getLogger(__name__)
 
 # Runs the planned tasks against the table (uri, storage options) and returns their results in task order.
 Execute = Callable[[Sequence[CompactionTask], str, dict[str, str] | None], list[RewriteResult]]
+
+# index_catchup as it was before a round's commit, kept until the round has put it back (module docstring).
+PENDING_CATCHUP = f"{naming.MEM_WAL_DIR}/_compaction/index_catchup.json"
+
+# Lance's RetryableCommitConflict, raised by pylance 14 as a plain OSError (measured: a Rewrite preempted by
+# a concurrent Update, Delete or Rewrite; catch-up's CreateIndex preempted by a Rewrite or a CreateIndex):
+# "Retryable commit conflict for version N: This Rewrite transaction was preempted by concurrent
+# transaction Update at version N. Please retry." (or "... preempted by a concurrent update that moved ...").
+_PREEMPTED = re.compile(r"Retryable commit conflict for version \d+: This \w+ transaction was preempted by "
+                        r"(?:concurrent transaction|a concurrent update)")
 
 
 @dataclass
@@ -98,9 +116,12 @@ def execute_in_process(tasks: Sequence[CompactionTask], uri: str,
 
 
 def is_preempted(exc: BaseException) -> bool:
-    """Lance refused a compaction commit because a concurrent commit changed one of its fragments."""
-    text = str(exc)
-    return "preempted" in text or "conflict" in text.lower()
+    """Lance refused a commit (compaction's, or catch-up's index commit) because a concurrent commit changed
+    what it read: planning again may succeed. Only Lance's own preemption: any other error, e.g. a store's
+    "409 Conflict", is a failure to report."""
+    if isinstance(exc, LanceCommitConflictError):  # newer pylance raise this type: retryable means preempted
+        return bool(exc.retryable)
+    return isinstance(exc, OSError) and _PREEMPTED.search(str(exc)) is not None
 
 
 def _fragment_key(meta: Any) -> tuple:
@@ -152,31 +173,52 @@ def _commit(ds: lance.LanceDataset, results: list[RewriteResult], config: Compac
     summary.files_added += metrics.files_added
 
 
-def _covers_every_fragment(ds: lance.LanceDataset, name: str) -> bool:
-    fragments = {f.fragment_id for f in ds.get_fragments()}
-    for desc in ds.describe_indices():
-        if desc.name == name:
-            return fragments <= {int(f) for seg in desc.segments for f in seg.fragment_ids}
-    return False
+def _read_pending(table: MemWalTable) -> dict[str, dict[str, int]]:
+    """The entries a round recorded before its commit and has not put back yet ({} when none)."""
+    try:
+        raw = table.store.get(PENDING_CATCHUP)
+    except FileNotFoundError:
+        return {}
+    try:
+        return {str(n): {str(r): int(g) for r, g in regions.items()}
+                for n, regions in json.loads(raw)["index_catchup"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        log.warning("compaction of %s: ignoring unreadable %s (%s); GC and status read the indexes' coverage "
+                    "from Lance, the next catch-up records it", table.uri, PENDING_CATCHUP, exc)
+        return {}
+
+
+def _record_pending(table: MemWalTable, entries: dict[str, dict[str, int]]) -> None:
+    """Write the entries Lance's index remap is about to drop, before the commit."""
+    table.store.put(PENDING_CATCHUP, json.dumps({"index_catchup": entries}, sort_keys=True).encode())
 
 
 def _restore_catchup(table: MemWalTable, before: dict[str, dict[str, int]], locked: bool) -> None:
-    """Put back the index_catchup entries Lance's index remap dropped (see the module docstring)."""
-    if not before or table.refresh().details.index_catchup == before:
-        return
-    ds = table.dataset
-    restored = {name: dict(per_region) if _covers_every_fragment(ds, name) else dict.fromkeys(per_region, 0)
-                for name, per_region in before.items()}
+    """Put back the index_catchup entries Lance's index remap dropped (see the module docstring): for each
+    index of `before` that has no entry now, its old entry if it still covers every fragment, else 0.
+    Then forget the recorded entries (they stay recorded if this fails: the next run retries)."""
+    absent = {n: r for n, r in before.items() if n not in table.refresh().details.index_catchup}
+    if absent:
+        ds = table.dataset
+        restored = {name: dict(per_region) if covers_every_fragment(ds, name) else dict.fromkeys(per_region, 0)
+                    for name, per_region in absent.items()}
 
-    def mutate(d: MemWalIndexDetails) -> MemWalIndexDetails:
-        return replace(d, index_catchup={**d.index_catchup, **restored,
-                                         **{k: v for k, v in d.index_catchup.items() if k in restored}})
+        def mutate(d: MemWalIndexDetails) -> MemWalIndexDetails:
+            return replace(d, index_catchup={**restored, **d.index_catchup})
 
-    if locked:
-        _commit_details_locked(table, mutate, None)
-    else:
-        commit_details(table, mutate)
-    log.info("compaction of %s: index_catchup restored after Lance's index remap: %s", table.uri, restored)
+        if locked:
+            _commit_details_locked(table, mutate, None)
+        else:
+            commit_details(table, mutate)
+        log.info("compaction of %s: index_catchup restored after Lance's index remap: %s", table.uri, restored)
+    if before:
+        table.store.delete(PENDING_CATCHUP)
+
+
+def _to_restore(table: MemWalTable) -> dict[str, dict[str, int]]:
+    """index_catchup now, plus what an earlier round recorded and could not put back (now's entries win)."""
+    now = {k: dict(v) for k, v in table.refresh().details.index_catchup.items()}
+    return {**_read_pending(table), **now}
 
 
 def _round(uri: str, storage_options: dict[str, str] | None, config: CompactionConfig, execute: Execute,
@@ -228,13 +270,18 @@ def compact_table(table: TableLike, config: CompactionConfig | None = None,
     summary.health_before = health.to_dict()
     summary.due = due_reasons(health, config) or (["forced"] if config.force else [])
     refused = 0
+    if table.store.exists(PENDING_CATCHUP):  # an earlier run committed and could not put the entries back
+        with table.index_lock() if config.use_lock else nullcontext():
+            _restore_catchup(table, _to_restore(table), config.use_lock)
     while config.enabled and summary.due:
         t0 = time.monotonic()
         with table.index_lock() if config.use_lock else nullcontext():
             t1 = time.monotonic()
             summary.lock_wait_s += t1 - t0
             committed_before = summary.preempted_commits
-            catchup = {k: dict(v) for k, v in table.refresh().details.index_catchup.items()}
+            catchup = _to_restore(table)
+            if catchup:
+                _record_pending(table, catchup)
             try:
                 more = _round(uri, storage_options, config, execute, summary)
             finally:

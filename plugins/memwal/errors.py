@@ -28,6 +28,20 @@ class CommitConflictError(MemWalError):
     """A commit kept losing to concurrent commits. Reload and retry later."""
 
 
+class LockTimeoutError(CommitConflictError):
+    """Gave up waiting for a lock another job holds (the MemWAL index lock: a long compaction round, another
+    merge, or a holder that stalls while renewing its lease). This step committed nothing; what committed
+    before it stays. Rerun later; a compaction round holds the lock for up to `max_tasks_per_round` tasks."""
+
+    def __init__(self, lock: str, owner: str, waited_s: float):
+        super().__init__(f"lock {lock} is held by {owner}; gave up after waiting {waited_s:.0f}s. Nothing was "
+                         "committed by this step; rerun it later (lower compaction.max_tasks_per_round to "
+                         "shorten the compaction rounds that hold this lock)")
+        self.lock = lock
+        self.owner = owner
+        self.waited_s = waited_s
+
+
 class FencedError(MemWalError):
     """This writer's epoch is older than the region's: another writer owns the region. Stop writing."""
 

@@ -3,7 +3,8 @@
 A flushed generation (and the WAL entries it holds) is removed only when, for its region, it is
 - merged: generation <= merged_generations[region] (latest, monotone read);
 - covered by every maintained index: generation <= index_catchup[index][region] for each index with an
-  entry (an index absent from index_catchup is caught up, as the spec says);
+  entry; an index with no entry is caught up (as the spec says) only if Lance shows it covering every live
+  fragment, else it reads as 0 (an entry can be lost, see memwal.index_coverage);
 - not needed by any retained base-table version: generation <= merged_generations[region] as of every
   version Lance still keeps (a time-travel LSM read at version v reads generations above its own
   merged generation).
@@ -25,6 +26,7 @@ from datetime import UTC, datetime
 from memwal import naming
 from memwal.errors import AlreadyExistsError, MemWalError, RegionNotFoundError
 from memwal.faults import fault_point
+from memwal.index_coverage import with_coverage
 from memwal.job_config import GcConfig
 from memwal.lock import LOCK_DIR
 from memwal.mem_wal_index import MemWalIndex, read_details_at
@@ -252,9 +254,10 @@ def gc_table(
     now = datetime.now(UTC).timestamp()
     table = MemWalTable.of(table)
     store = table.store
-    index = table.refresh().index
-    retained = _retained_progress(table)
+    table.refresh()
     indexes = table.maintained_indexes()
+    index = with_coverage(table.index, table.dataset, indexes)
+    retained = _retained_progress(table)
     summary = GcSummary(store.uri, config.dry_run, retained_table_versions=sorted(retained))
     for region_id, problem in select_regions(store, regions):
         if problem:

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from memwal import naming
-from memwal.errors import AlreadyExistsError, CommitConflictError
+from memwal.errors import AlreadyExistsError, LockTimeoutError
 from memwal.storage import ObjectStore
 
 __all__ = ["LOCK_DIR", "TableLock", "index_lock"]
@@ -103,9 +103,7 @@ class TableLock:
                 self._heartbeat.start()
                 return self
             if time.monotonic() > deadline:
-                raise CommitConflictError(
-                    f"lock {self.store.uri}/{self.dir} is held by {latest.owner}; waited {self.wait_s:.0f}s"
-                )
+                raise LockTimeoutError(f"{self.store.uri}/{self.dir}", latest.owner, self.wait_s)
             time.sleep(delay)
             delay = min(delay * 2, 0.5)
 

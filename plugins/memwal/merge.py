@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 
 from memwal import naming
 from memwal.dedup import GEN_COLUMN, ROWADDR_COLUMN, newest_per_key
-from memwal.errors import CommitConflictError, MemWalError, MissingGenerationError
+from memwal.errors import CommitConflictError, LockTimeoutError, MemWalError, MissingGenerationError
 from memwal.faults import fault_point
 from memwal.generation import open_generation
 from memwal.job_config import MergeConfig
@@ -386,10 +386,13 @@ def _merge_regions(
     dedup: Dedup,
     up_to_generation: int | None,
     timings: dict[str, float],
+    results: dict[str, RegionMergeResult] | None = None,
 ) -> tuple[dict[str, RegionMergeResult], dict[str, BaseException], int]:
-    """Merge the regions; (results, errors by region, Lance commits made)."""
+    """Merge the regions; (results, errors by region, Lance commits made). `results`, if given, is filled in
+    as commits land, so the caller keeps what was committed even if this raises."""
     store, schema, pk = table.store, table.schema, table.primary_key
-    results = {r: RegionMergeResult(r) for r in region_ids}
+    results = {} if results is None else results
+    results.update({r: RegionMergeResult(r) for r in region_ids})
     started = {r: time.monotonic() for r in region_ids}
     errors: dict[str, BaseException] = {}
     attempts = dict.fromkeys(region_ids, 0)
@@ -434,7 +437,7 @@ def _merge_regions(
             break
         capped = len(commits) >= config.max_commits_per_round
         rnd = _Round(dedup, commits, pk, schema, store, timings)
-        replan = False
+        replan = stopped = False
         try:
             for c, batches in enumerate(commits):
                 inputs = rnd.inputs(c)
@@ -471,6 +474,15 @@ def _merge_regions(
                     else:
                         done = _commit(table, markers, data, since)
                         upserted = combined.upserted
+                except LockTimeoutError as exc:
+                    # Another job held the MemWAL index lock longer than we wait (a long compaction round):
+                    # this commit and the rest of the round are not made, the commits made so far stay ours.
+                    for later in commits[c:]:
+                        for refs in later:
+                            if refs[0].region_id in active:
+                                fail(refs[0].region_id, exc)
+                    stopped = True
+                    break
                 except OSError as exc:
                     stale = _is_stale_marker(exc)
                     if not stale and len(batches) > 1:
@@ -509,7 +521,7 @@ def _merge_regions(
                 release_unused()
         finally:
             rnd.cleanup()
-        if not replan and not capped:
+        if stopped or (not replan and not capped):
             break
     for r, res in results.items():
         res.generations_merged_by_others = res.merged_generation_after - res.merged_generation_before - len(
@@ -536,11 +548,11 @@ def merge_table(
     errors: dict[str, BaseException] = {}
     if good:
         try:
-            results, errors, summary.table_commits = _merge_regions(
-                table, good, config or MergeConfig(), dedup, up_to_generation, summary.timings_s)
+            _, errors, summary.table_commits = _merge_regions(
+                table, good, config or MergeConfig(), dedup, up_to_generation, summary.timings_s, results)
         except (MemWalError, MissingGenerationError, OSError) as exc:  # the table itself (schema, key)
             log.error("merge failed: %s", exc)
-            errors = dict.fromkeys(good, exc)
+            errors = dict.fromkeys(good, exc)  # what was committed before stays in `results`
     for region_id, problem in selected:
         if problem:
             summary.regions.append(RegionMergeResult(region_id, error=problem))

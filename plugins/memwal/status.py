@@ -3,7 +3,7 @@
 For each region: writer epoch, current generation, flushed and merged generations, the unmerged backlog
 (generations, rows, bytes), the age of the oldest unmerged generation, and index lag (merged generation
 minus the generation each maintained index has caught up to; an index absent from index_catchup is
-caught up, as the spec says).
+caught up, as the spec says, only if Lance shows it covering every live fragment: memwal.index_coverage).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import lance
 from memwal import naming
 from memwal.errors import MemWalError, one_line
 from memwal.generation import open_generation
+from memwal.index_coverage import with_coverage
 from memwal.mem_wal_index import MemWalIndex
 from memwal.region_manifest import load_latest_manifest
 from memwal.storage import ObjectStore, lance_storage_options
@@ -123,8 +124,8 @@ def region_status(
 def table_status(table: TableLike, regions: Sequence[str] | None = None) -> TableStatus:
     """Status of every region (or the given ones), read in parallel, as of the handle's version."""
     table = MemWalTable.of(table)
-    index = table.index
     indexes = table.maintained_indexes()
+    index = with_coverage(table.index, table.dataset, indexes)
     ids = list(regions) if regions is not None else table.regions()
     now = time.time()
     with ThreadPoolExecutor(max_workers=8) as pool:
