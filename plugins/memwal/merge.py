@@ -538,7 +538,9 @@ def merge_table(
     up_to_generation: int | None = None,
 ) -> MergeSummary:
     """Merge all regions (or the given ones), each up to up_to_generation if given, several regions per
-    commit. A region that fails is reported, the others still run."""
+    commit. A region that fails is reported, the others still run. Giving up on the MemWAL index lock
+    (LockTimeoutError) ends the run: the regions still to commit are reported failed with it, and what was
+    committed stays in the summary."""
     table = MemWalTable.of(table)
     started = time.monotonic()
     summary = MergeSummary(table.uri, table_version_before=table.refresh().index.table_version)

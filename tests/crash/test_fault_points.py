@@ -26,7 +26,7 @@ from tables import SCHEMA, create_base, lance_core_scan, open_base, view
 
 from memwal import naming
 from memwal.catchup import catchup_table
-from memwal.compaction import CompactionConfig, compact_table
+from memwal.compaction import PENDING_CATCHUP, CompactionConfig, compact_table
 from memwal.faults import FAULT_POINTS
 from memwal.gc import STAGING_DIR, GcConfig, gc_table
 from memwal.mem_wal_index import load_index, read_details_at
@@ -365,7 +365,12 @@ def _compaction_crash(loc, fault: str) -> None:
     else:
         assert len(open_base(loc).get_fragments()) == 1, "the compaction was committed"
         # Lance's index remap dropped index_catchup and the crash came before compaction restored it: the
-        # next catch-up records it again (the index covers every fragment).
+        # entries were recorded before the commit, and the next compaction run (not due) puts them back;
+        # the next catch-up would too (the index covers every fragment).
+        assert after.index_catchup == {} and loc.store().exists(PENDING_CATCHUP)
+        assert compact_table(loc.uri, config=CompactionConfig()).due == []
+        assert load_index(loc.uri).details.index_catchup == before.index_catchup
+        assert not loc.store().exists(PENDING_CATCHUP)
         assert catchup_table(loc.uri).indexes[0].covered
         assert load_index(loc.uri).details.index_catchup == before.index_catchup
     rerun = compact_table(loc.uri, config=CompactionConfig(force=True, target_rows_per_fragment=1000))
