@@ -83,7 +83,9 @@ def test_a_storage_409_is_a_failure_not_a_preemption(local_location, monkeypatch
     test_compaction.py::test_catchup_preempted_by_a_compaction_records_nothing_and_the_next_run_catches_up)."""
     from lance.dataset import DatasetOptimizer
 
+    from memwal.cli import main
     from memwal.compaction import is_preempted
+    from memwal.jobs import EXIT_PARTIAL
 
     loc = local_location
     build_table(loc, regions=1, generations=1)
@@ -98,6 +100,7 @@ def test_a_storage_409_is_a_failure_not_a_preemption(local_location, monkeypatch
 
     monkeypatch.setattr(DatasetOptimizer, "optimize_indices", refused_by_the_store)
     summary = catchup_table(loc.uri).to_dict()
+    assert main(["catchup", loc.uri]) == EXIT_PARTIAL, "the command reports it (exit 3), not 0"
     monkeypatch.undo()
     assert summary["failed_indexes"] == ["name_idx"] and "409 Conflict" in summary["indexes"][0]["error"]
     assert "name_idx" not in load_index(loc.uri).details.index_catchup
