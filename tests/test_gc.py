@@ -99,3 +99,44 @@ def test_gc_never_touches_a_flush_in_flight_even_with_zero_grace(local_location)
     store.put(f"{in_flight}/data/x.lance", b"being written")
     gc_table(loc.uri, config=GcConfig(grace_period_s=0))
     assert store.exists(f"{in_flight}/data/x.lance"), "a flush in flight must survive GC"
+
+
+
+def test_an_index_without_a_catchup_entry_is_caught_up_only_while_it_covers_every_fragment(local_location):
+    """An index built before MemWAL was initialised (as on a table Lance core or LanceDB made) has no
+    index_catchup entry; merged rows land in fragments it does not cover, so GC must keep the generations
+    and status must show the lag until catch-up records them (the spec's "absent is caught up" holds only
+    while the index covers every live fragment)."""
+    import uuid
+
+    from maintenance import write_generations
+    from tables import create_base
+
+    from memwal.catchup import catchup_table
+    from memwal.gc import safe_generation
+    from memwal.index_coverage import with_coverage
+    from memwal.mem_wal_index import load_index
+    from memwal.status import table_status
+
+    loc = local_location
+    create_base(loc, ids=range(10))
+    open_base(loc).create_scalar_index("name", "BTREE", name="early_idx")
+    open_base(loc).initialize_mem_wal(unsharded=True)
+    a = str(uuid.uuid4())
+    write_generations(loc, a, [([100], "x", []), ([101], "y", [])])
+    merge_region(loc.uri, None, a)
+    open_base(loc).cleanup_old_versions(older_than=timedelta(0))
+    assert load_index(loc.uri).details.index_catchup == {}, "the case: no entry for an index that exists"
+    region = gc_table(loc.uri, config=GcConfig(dry_run=True)).regions[0]
+    assert (region.safe_generation, region.limited_by) == (0, "index_catchup[early_idx]"), region
+    assert not [x for x in region.actions if x.kind == "generation"]
+    assert table_status(loc.uri).regions[0].index_lag_generations == 2
+    table = MemWalTable(loc.uri)
+    assert with_coverage(table.index, table.dataset, ["no_such_idx"]).details.index_catchup == {}, \
+        "an index Lance does not have has nothing to wait for"
+    assert safe_generation(table.index, a, ["no_such_idx"], {}) == (2, "merged_generations")
+
+    assert catchup_table(loc.uri).indexes[0].covered
+    open_base(loc).cleanup_old_versions(older_than=timedelta(0))
+    assert gc_table(loc.uri, config=GcConfig(dry_run=True)).regions[0].safe_generation == 2
+    assert table_status(loc.uri).regions[0].index_lag_generations == 0
