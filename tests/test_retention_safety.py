@@ -5,6 +5,8 @@ rebase-repair window."""
 
 from __future__ import annotations
 
+import json
+
 import lance
 import pytest
 from lance.fragment import write_fragments
@@ -114,3 +116,22 @@ def test_an_unreadable_transaction_history_fails_retention_naming_the_table(loca
         with pytest.raises(MemWalError, match="removes nothing"):
             retain_versions(loc.uri, RetentionConfig(older_than_s=0, keep_versions=1, dry_run=dry_run))
     assert _versions(loc) == before
+
+
+def test_the_cli_dry_run_of_delete_unverified_names_the_files(local_location, capsys):
+    """`memwal retention --delete-unverified --dry-run` passes the opt-in through and says what it would
+    delete; nothing is deleted."""
+    from memwal.cli import main
+
+    loc = local_location
+    build_table(loc, regions=1, generations=2)
+    merge_table(loc.uri)
+    _, fragments = _uncommitted_fragments(loc, [7000])
+    argv = ["retention", loc.uri, "--older-than-s", "0", "--keep-versions", "1", "--delete-unverified", "--dry-run"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "--delete-unverified would also delete 1 files" in out and _data_file(fragments) in out
+    assert main([*argv, "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["delete_unverified"] and summary["unverified_files"]["count"] == 1
+    assert loc.store().exists(_data_file(fragments)), "a dry run deletes nothing"

@@ -37,8 +37,8 @@ from memwal.mem_wal_index import _LOOKBACK_VERSIONS, recent_transactions
 from memwal.storage import ObjectStore
 from memwal.table import MemWalTable, TableLike
 
-__all__ = ["RetentionConfig", "RetentionPlan", "RetentionSummary", "VersionEntry", "plan_retention",
-           "repair_window", "retain_versions"]
+__all__ = ["RetentionConfig", "RetentionPlan", "RetentionSummary", "UnverifiedFiles", "VersionEntry",
+           "plan_retention", "repair_window", "retain_versions"]
 
 log = logging.getLogger(__name__)
 
