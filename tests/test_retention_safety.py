@@ -15,7 +15,7 @@ from storage_hooks import before_first
 from tables import open_base, rows
 
 from memwal.errors import MemWalError
-from memwal.lock import LOCK_DIR, TableLock
+from memwal.lock import index_lock
 from memwal.merge import merge_table
 from memwal.retention import RetentionConfig, repair_window, retain_versions
 
@@ -60,16 +60,19 @@ def test_delete_unverified_waits_for_a_merge_holding_the_lock(local_location):
     build_table(loc, regions=1, generations=2)
     merge_table(loc.uri)
     store = loc.store()
-    merge_lock = TableLock(store, "mem_wal_index", lease_s=3600).acquire()
+    merge_lock = index_lock(store)
+    merge_lock.lease_s = 3600.0  # no expiry (and no heartbeat) while the test holds it
+    merge_lock.acquire()
     ds, fragments = _uncommitted_fragments(loc, [7000, 7001])
-    while_waiting: list[bool] = []
+    before = _versions(loc)
+    while_waiting: list[tuple[bool, bool]] = []
 
     def commit_and_release() -> None:
-        while_waiting.append(store.exists(_data_file(fragments)))
+        while_waiting.append((store.exists(_data_file(fragments)), _versions(loc) == before))
         lance.LanceDataset.commit(ds.uri, lance.LanceOperation.Append(fragments), read_version=ds.version)
         merge_lock.release()
 
-    with before_first("list_files", lambda p: p == f"{LOCK_DIR}/mem_wal_index", commit_and_release, nth=2) as fired:
+    with before_first("list_files", lambda p: p == merge_lock.dir, commit_and_release, nth=2) as fired:
         summary = retain_versions(loc.uri, ALL_OLD_UNVERIFIED)
     if not fired:  # retention did not wait: the merge commits after it, as it would have
         commit_and_release()
@@ -78,7 +81,7 @@ def test_delete_unverified_waits_for_a_merge_holding_the_lock(local_location):
     except (OSError, ValueError) as exc:  # before the fix: ArrowInvalid "Not found: .../data/...lance"
         ids = {f"read failed: {str(exc).splitlines()[0][:160]}"}
     assert {7000, 7001} <= ids, f"the merge's committed rows must read back: {sorted(map(str, ids))[:3]}"
-    assert fired and while_waiting == [True], "retention must wait for the lock before deleting anything"
+    assert fired and while_waiting == [(True, True)], "retention must wait for the lock before removing anything"
     assert summary.versions_removed and summary.retained_versions == _versions(loc)
 
 
