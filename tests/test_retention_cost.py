@@ -58,15 +58,13 @@ def _listings(counts: Counter) -> int:
     return sum(v for k, v in counts.items() if k.startswith("list:"))
 
 
-def test_dry_run_lists_versions_once_and_its_summary_is_bounded(tmp_path):
+def test_dry_run_lists_versions_once_and_its_summary_is_bounded(local_location):
     """The dry run of n and 2n old versions: `_versions/` listed once, objects listed linear in the versions,
     the JSON summary the same size (counts, ranges, a bounded sample). Before: one listing of `_versions/`
     per removed version (n^2 objects) and one summary entry per version."""
-    from conftest import Location
-
     n, seen = 25, {}  # both over the sample's 20 entries
     for size in (n, 2 * n):
-        loc = Location("local", str(tmp_path / f"t{size}"), None)
+        loc = local_location.child(f"t{size}")
         _table_with_versions(loc, size)
         with count_reads() as counts:
             summary = retain_versions(loc.uri, RetentionConfig(older_than_s=0, keep_versions=1, dry_run=True))

@@ -126,7 +126,7 @@ class RetentionSummary:
             "bytes_removed": self.bytes_removed, "oldest_retained_version": self.oldest_retained_version,
             "removed_ranges": removed_ranges, "retained_ranges": retained_ranges,
             "ranges_truncated": removed_cut or retained_cut,
-            "retained_by": dict(Counter(v.kept_by for v in self.versions if v.version not in removed)),
+            "retained_by": dict(Counter(v.kept_by or "not_removed" for v in self.versions if v.version not in removed)),
             "versions_sample": [asdict(v) for v in (kept + gone)[:MAX_SAMPLE]],
             "unverified_files": None if self.unverified is None else asdict(self.unverified),
             "lock_wait_s": self.lock_wait_s, "duration_s": self.duration_s,
@@ -312,7 +312,7 @@ def retain_versions(table: TableLike, config: RetentionConfig | None = None) -> 
 def _remove(table: MemWalTable, config: RetentionConfig, plan: RetentionPlan, summary: RetentionSummary) -> None:
     """Lance's cleanup of exactly the planned versions (under the lock); bytes_removed is Lance's count."""
     remove = plan.to_remove
-    if not remove:  # Lance reads an empty `versions` as "no explicit list": its own age policy would apply
+    if not remove:  # nothing planned (Lance refuses an empty `versions`)
         return
     log.info("retention: removing %d table versions of %s (policy: older than %gs, keep %d)%s",
              len(remove), plan.table_uri, config.older_than_s, config.keep_versions,
