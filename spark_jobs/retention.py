@@ -2,7 +2,7 @@
 `cleanup_old_versions` with the planned versions), on the driver.
 
     spark-submit [spark options] /abs/path/spark_jobs/retention.py TABLE [--older-than-s S] \
-        [--keep-versions N] [--dry-run]
+        [--keep-versions N] [--delete-unverified] [--dry-run]
 
 Calls `memwal.retention.retain_versions` (Lance deletes the files itself). Same options as
 `memwal retention` (`memwal.jobs`). Prints one JSON line (`RetentionSummary.to_dict()`).

@@ -10,16 +10,21 @@ from memwal.storage import ObjectStore
 
 
 @contextmanager
-def before_first(method: str, matches: Callable[[str], bool], action: Callable[[], None]) -> Iterator[list[str]]:
-    """Run `action` once, right before the first `ObjectStore.<method>(path, ...)` (any store instance)
-    whose path matches. Yields a list that receives the path the hook fired on (empty if it never fired)."""
+def before_first(method: str, matches: Callable[[str], bool], action: Callable[[], None],
+                 nth: int = 1) -> Iterator[list[str]]:
+    """Run `action` once, right before the first (or the `nth`) `ObjectStore.<method>(path, ...)` (any store
+    instance) whose path matches. Yields a list that receives the path the hook fired on (empty if it never
+    fired)."""
     original = getattr(ObjectStore, method)
     fired: list[str] = []
+    seen = [0]
 
     def hooked(self: ObjectStore, path: str, *args: object, **kwargs: object) -> object:
         if not fired and matches(path):
-            fired.append(path)  # first: the action's own storage calls must not fire it again
-            action()
+            seen[0] += 1
+            if seen[0] == nth:
+                fired.append(path)  # first: the action's own storage calls must not fire it again
+                action()
         return original(self, path, *args, **kwargs)
 
     setattr(ObjectStore, method, hooked)

@@ -159,9 +159,13 @@ def _summary_line(s: dict[str, Any]) -> str:
                 f"{s['table_version_after']}")
     if job == "retention":
         verb = "would remove" if s["dry_run"] else "removed"
+        unverified = s.get("unverified_files")
         return (f"retention{' (dry run)' if s['dry_run'] else ''}: {verb} {s['num_versions_removed']} table "
                 f"versions ({_bytes(s['bytes_removed'])}); {s['num_versions_retained']} retained, oldest "
-                f"{s['oldest_retained_version']}")
+                f"{s['oldest_retained_version']}" + (
+                    f"; --delete-unverified would also delete {unverified['count']} files no version references "
+                    f"({_bytes(unverified['bytes'])}), e.g. {', '.join(unverified['sample'][:3]) or '-'}"
+                    if unverified else ""))
     return json.dumps(s)
 
 

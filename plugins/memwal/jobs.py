@@ -159,7 +159,11 @@ def add_job_arguments(parser: argparse.ArgumentParser, job: str) -> None:
         parser.add_argument("--keep-versions", type=positive_int, default=d.keep_versions,
                             help="always keep the newest N table versions")
         parser.add_argument("--delete-unverified", action="store_true",
-                            help="also remove unreferenced files younger than 7 days (no other writer running!)")
+                            help="DANGEROUS: also delete files no version references however young, which "
+                                 "includes files a writer has not committed yet. Runs under the MemWAL index "
+                                 "lock (waits for our merges and locked compactions), but catch-up, compaction "
+                                 "--no-lock and writers outside MemWAL do not take it: stop them first. "
+                                 "--dry-run lists the files it would delete")
         parser.add_argument("--dry-run", action="store_true", help="list versions and bytes, remove nothing")
     else:
         raise ValueError(f"unknown job {job!r}; expected one of {JOBS}")

@@ -15,8 +15,9 @@ __all__ = ["CompactionConfig", "RetentionConfig"]
 class RetentionConfig:
     """The retention policy of one table: versions older than `older_than_s` are removed, but the newest
     `keep_versions` always stay (LanceDB's default age is 7 days). `delete_unverified` lets Lance also remove
-    unreferenced files younger than 7 days (left by a preempted compaction or a failed write): only when
-    no other process writes the table. `enabled: false` makes the job report and remove nothing."""
+    unreferenced files younger than 7 days (left by a preempted compaction or a failed write, but also
+    those of a write not committed yet): the CLI's explicit opt-in only, run under the MemWAL index lock;
+    the tables file refuses it. `enabled: false` makes the job plan, report and remove nothing."""
 
     enabled: bool = True
     older_than_s: float = 7 * 86400.0

@@ -32,7 +32,7 @@ def test_compaction_tasks_on_executors_then_retention(spark, tmp_path, capfd):
     assert lsm_view(loc) == before and dict(load_index(loc.uri).merged_generations) == merged
     assert retention_job.main([loc.uri, "--older-than-s", "0", "--keep-versions", "1"]) == 0
     kept = json.loads(capfd.readouterr().out)
-    assert kept["job"] == "retention" and kept["retained_versions"] == [lance.dataset(loc.uri).version]
+    assert kept["job"] == "retention" and kept["retained_ranges"] == [[lance.dataset(loc.uri).version] * 2]
     assert lsm_view(loc) == before and base_rows(loc)
 
 

@@ -129,6 +129,11 @@ class TableConfig:
     lag_poll_interval_s: float | None = None
     alerts: Mapping[str, Any] | None = None
 
+    def __post_init__(self) -> None:
+        if self.retention.delete_unverified:  # built in code, not parsed: the DAGs must never run it either
+            raise TableConfigError("TableConfig", self.name, "retention.delete_unverified",
+                                   _REFUSED["retention.delete_unverified"])
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (no secrets live here: credentials stay in the connection)."""
         out = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -277,7 +282,16 @@ def _ratio(v: Any) -> float:
     return out
 
 
-_RETENTION = {"enabled": _bool, "older_than_s": _number, "keep_versions": _int, "delete_unverified": _bool}
+_RETENTION = {"enabled": _bool, "older_than_s": _number, "keep_versions": _int}
+# Keys of the library's policies a tables file may not switch on, and why (a per-table default would make
+# them routine).
+_REFUSED = {
+    "retention.delete_unverified": (
+        "not allowed in the tables file: Lance would then delete every file no table version references, "
+        "however young, including the data files a merge, compaction or index update has written and not yet "
+        "committed (that data then reads as missing); run `memwal retention TABLE --delete-unverified --dry-run` "
+        "and then without --dry-run by hand, while nothing else writes the table"),
+}
 _COMPACTION = {"enabled": _bool, "target_rows_per_fragment": _int, "materialize_deletions_threshold": _ratio,
                "max_fragments": _int, "max_small_fragments": _int, "max_deleted_ratio": _ratio,
                "max_tasks_per_round": _opt(_int), "use_lock": _bool}
@@ -314,6 +328,10 @@ def _table(name: str, entry: Any, source: str, base_dir: Path | None) -> TableCo
                 raise TableConfigError(source, name, key, f"{value!r} is not a mapping")
             nested = {}
             for sub, sub_value in value.items():
+                if f"{key}.{sub}" in _REFUSED:
+                    if sub_value is False:  # what the README once listed as the default: harmless
+                        continue
+                    raise TableConfigError(source, name, f"{key}.{sub}", _REFUSED[f"{key}.{sub}"])
                 if sub not in spec:
                     raise TableConfigError(source, name, f"{key}.{sub}", f"unknown key (known: {', '.join(spec)})")
                 try:

@@ -299,7 +299,7 @@ class MemWalCompactionOperator(MemWalJobOperator):
 
 class MemWalRetentionOperator(MemWalJobOperator):
     """Version retention under the table's `retention:` policy (older than, keep at least N; tags kept).
-    `dry_run` (or `retention.enabled: false`) lists the versions and bytes and removes nothing."""
+    `dry_run` lists what it would remove and removes nothing; `retention.enabled: false` plans nothing."""
 
     job = "retention"
     template_fields: Sequence[str] = ("table", "engine", "dry_run")
