@@ -37,6 +37,7 @@ from memwal.jobs import (
     check_job_input,
     failure_reason,
     job_options,
+    key_value,
     non_negative_int,
     ratio_arg,
     run_job,
@@ -49,17 +50,17 @@ from memwal.table import MemWalTable
 __all__ = ["main"]
 
 
-# `memwal status` alert thresholds: (option, the lag check's key, its argparse type; the tables file's keys).
+# `memwal status` alert thresholds: option, the lag check's key (as in the tables file), check, when it alerts.
 _THRESHOLDS = (
-    ("--max-unmerged-generations", "max_unmerged_generations", "non_negative_int",
+    ("--max-unmerged-generations", "max_unmerged_generations", non_negative_int,
      "a region has more unmerged generations"),
-    ("--max-age-s", "max_oldest_unmerged_age_s", "seconds", "a region's oldest unmerged generation is older"),
-    ("--max-index-lag", "max_index_lag", "non_negative_int", "an index lags a region's merges by more generations"),
-    ("--max-fragments", "max_fragments", "non_negative_int", "the base table has more fragments"),
-    ("--max-deleted-ratio", "max_deleted_ratio", "ratio", "the base table's deleted-row ratio is higher"),
-    ("--max-table-versions", "max_table_versions", "non_negative_int", "Lance keeps more table versions"),
+    ("--max-age-s", "max_oldest_unmerged_age_s", seconds_arg, "a region's oldest unmerged generation is older"),
+    ("--max-index-lag", "max_index_lag", non_negative_int, "an index lags a region's merges by more generations"),
+    ("--max-fragments", "max_fragments", non_negative_int, "the base table has more fragments"),
+    ("--max-deleted-ratio", "max_deleted_ratio", ratio_arg, "the base table's deleted-row ratio is higher"),
+    ("--max-table-versions", "max_table_versions", non_negative_int, "Lance keeps more table versions"),
 )
-_HEALTH_THRESHOLDS = ("--max-fragments", "--max-deleted-ratio", "--max-table-versions")
+_HEALTH_THRESHOLDS = ("--max-fragments", "--max-deleted-ratio", "--max-table-versions")  # checked on the health
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -68,9 +69,8 @@ def _parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="per-region status of a table")
     add_common_arguments(status, "status")
     status.add_argument("--json", action="store_true", help="print the status as JSON")
-    types = {"non_negative_int": non_negative_int, "seconds": seconds_arg, "ratio": ratio_arg}  # memwal.jobs
-    for option, key, kind, when in _THRESHOLDS:
-        status.add_argument(option, dest=key, type=types[kind], default=None,
+    for option, key, check, when in _THRESHOLDS:
+        status.add_argument(option, dest=key, type=check, default=None,
                             help=f"alert (exit {EXIT_LAG_ALERT}) when {when}")
     status.add_argument("--no-health", dest="health", action="store_false",
                         help="leave out the table's health (fragments, versions, bytes, what GC could free)")
@@ -82,7 +82,7 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--json", action="store_true", help="print the JSON summary to stdout")
         p.add_argument("--spark", action="store_true", help="run the job through spark-submit")
         p.add_argument("--master", default="local[*]", help="Spark master for --spark (default local[*])")
-        p.add_argument("--conf", action="append", type=_conf_pair, default=[], metavar="KEY=VALUE",
+        p.add_argument("--conf", action="append", type=key_value, default=[], metavar="KEY=VALUE",
                        help="Spark configuration for --spark (repeatable), e.g. spark.pyspark.python=python3: the "
                             "executors' Python (it needs the dependencies; the code is shipped with --py-files)")
         p.add_argument("-v", "--verbose", action="store_true")
@@ -107,14 +107,6 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     except ValueError as exc:
         parser.exit(EXIT_USAGE, f"memwal {args.command}: error: {one_line(exc)}\n")
     return args
-
-
-def _conf_pair(text: str) -> tuple[str, str]:
-    """A `--conf KEY=VALUE` argument."""
-    key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
-    return key.strip(), value
 
 
 def _age(seconds: float | None) -> str:

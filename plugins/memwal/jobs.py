@@ -45,8 +45,8 @@ __all__ = [
     "check_job_input",
     "failure_reason",
     "job_options",
+    "key_value",
     "non_negative_int",
-    "parse_storage_options",
     "positive_int",
     "ratio_arg",
     "region_id",
@@ -88,8 +88,8 @@ ratio_arg = option_values.argument(option_values.ratio, float)
 seconds_arg = option_values.argument(option_values.seconds, float)
 
 
-def _storage_option(text: str) -> tuple[str, str]:
-    """A `--storage-option KEY=VALUE` argument."""
+def key_value(text: str) -> tuple[str, str]:
+    """A `KEY=VALUE` argument (`--storage-option`, `--conf`)."""
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
         raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
@@ -107,27 +107,13 @@ def _storage_options_json(text: str) -> dict[str, str]:
     return {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in data.items()}
 
 
-def parse_storage_options(pairs: list[str] | None, as_json: str | None = None) -> dict[str, str] | None:
-    """`KEY=VALUE` pairs over a JSON object (or `@FILE` holding one, which keeps secrets off argv)."""
-    out: dict[str, str] = {}
-    for name, items, parse in (("--storage-options-json", [as_json] if as_json else [], _storage_options_json),
-                               ("--storage-option", pairs or [], _storage_option)):
-        for item in items:
-            try:
-                parsed = parse(item)
-            except argparse.ArgumentTypeError as exc:
-                raise BadInputError(f"{name}: {exc}") from None
-            out.update(parsed if isinstance(parsed, dict) else [parsed])
-    return out or None
-
-
 REGION_JOBS = ("status", "merge", "gc")  # what takes --region; the other jobs always cover the whole table
 
 
 def add_common_arguments(parser: argparse.ArgumentParser, job: str) -> None:
     """The table, its storage options and (for the jobs in REGION_JOBS) the region selection."""
     parser.add_argument("table", help="table URI: a path, file://... or s3://bucket/prefix")
-    parser.add_argument("--storage-option", action="append", type=_storage_option, default=[], metavar="KEY=VALUE",
+    parser.add_argument("--storage-option", action="append", type=key_value, default=[], metavar="KEY=VALUE",
                         help="storage option as Lance takes it (repeatable), e.g. aws_endpoint=http://...")
     parser.add_argument("--storage-options-json", type=_storage_options_json, default=None, metavar="JSON",
                         help="storage options as one JSON object, or @FILE; --storage-option entries override it")
