@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from maintenance import build_table
 from tables import create_base
 
@@ -111,3 +112,19 @@ def test_compaction_not_due_and_bad_policy_values(local_location, capsys):
     assert main(["compaction", local_location.uri, "--max-deleted-ratio", "2"]) == 2
     assert capsys.readouterr().err.splitlines() == [
         "memwal compaction: error: argument --max-deleted-ratio: 2.0 is not between 0 and 1"]
+
+
+def test_spark_runs_are_refused_before_spark_submit_on_bad_input(local_location, tmp_path, capsys, monkeypatch):
+    """`--spark` checks the table, region and index in process first: bad input never starts a JVM."""
+    import memwal.cli as cli
+
+    monkeypatch.setattr(cli, "_run_with_spark", lambda *a: pytest.fail("spark-submit started on bad input"))
+    build_table(local_location, regions=1, generations=1)
+    missing = str(tmp_path / "nope.lance")
+    unknown = "0b6e5f3c-1111-4222-8333-444455556666"
+    for argv, says in ((["merge", missing], f"table {missing} not found"),
+                       (["merge", local_location.uri, "--region", unknown], f"--region {unknown}: no such region"),
+                       (["catchup", local_location.uri, "--index", "nosuch"], "--index 'nosuch': no such index")):
+        assert main([*argv, "--spark"]) == 2, argv
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1 and says in err[0], err

@@ -227,7 +227,11 @@ def check_job_input(job: str, table: MemWalTable, options: JobOptions, regions: 
     if regions and job in REGION_JOBS:
         known = set(table.regions())
         for region in regions:
-            if region not in known:
+            try:
+                found = str(uuid.UUID(str(region))) in known
+            except ValueError:
+                raise BadInputError(f"--region: region id {region!r} is not a UUID") from None
+            if not found:
                 raise BadInputError(f"--region {region}: no such region in table {table.uri} ({len(known)} "
                                     "regions; list them with `memwal status TABLE`)")
     if job == "catchup" and options.indexes:
