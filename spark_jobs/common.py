@@ -4,8 +4,10 @@ Contract with the callers (`spark_jobs.submit`, the `memwal` CLI, the Airflow op
 - stdout carries exactly one line, the JSON summary (`json.dumps(summary, default=str)`), written last;
   everything else (our logs, library warnings, native code, a JVM we launch) goes to stderr;
 - exit status 0: done; 1: the job failed (no summary) and the last line we write to stderr is
-  `memwal-<job>: error: <reason>`; 2: bad arguments (one line on stderr); 3: the job ran but some region
-  failed: the summary is printed first, then the one-line reason on stderr.
+  `memwal-<job>: error: <reason>`; 2: bad input, one line on stderr naming the parameter and the value
+  (a bad argument: before the table is opened; a missing table, an unknown region or index: before the
+  Spark session starts); 3: the job ran but some region failed: the summary is printed first, then the
+  one-line reason on stderr.
 
 Pitfall handled here: spark-submit starts the Python driver with its stderr merged into its stdout
 (PythonRunner uses `redirectErrorStream(true)`), so every log line would land on stdout. When we detect
@@ -59,18 +61,14 @@ _SPARK_LOG_LEVELS = ("ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF")
 # --- arguments ----------------------------------------------------------------------------------------
 
 
-class JobArgumentParser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line on stderr (exit 2), not the usage block."""
-
-    def error(self, message: str):
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+JobArgumentParser = jobs.OneLineArgumentParser  # a usage error is one line on stderr (exit 2)
 
 
 def job_parser(job: str, description: str | None = None) -> JobArgumentParser:
     """The job's arguments (memwal.jobs: the same as the `memwal` command's) plus the log levels."""
     p = JobArgumentParser(prog=f"memwal-{job}", description=description)
     p.job = job
-    jobs.add_common_arguments(p)
+    jobs.add_common_arguments(p, job)
     jobs.add_job_arguments(p, job)
     p.add_argument("--log-level", default="INFO", type=str.upper, choices=_LOG_LEVELS,
                    help="log level of the job's own progress messages (stderr)")
@@ -89,15 +87,18 @@ def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None = None) -
         jobs.validate_job_options(parser.job, args.options, args.regions)
         args.storage_options = jobs.storage_options_of(args)
     except (argparse.ArgumentTypeError, ValueError) as exc:
-        parser.error(str(exc))
+        parser.error(errors.one_line(exc))
     return args
 
 
 def table(args: argparse.Namespace) -> Any:
-    """The job's table (`memwal.table.MemWalTable`, nothing opened yet) from its parsed arguments."""
+    """The job's table (`memwal.table.MemWalTable`) from its parsed arguments: one handle per job run, so
+    what the input check before the Spark session opened is what the job uses."""
     from memwal.table import MemWalTable
 
-    return MemWalTable(args.table, args.storage_options)
+    if getattr(args, "table_handle", None) is None:
+        args.table_handle = MemWalTable(args.table, args.storage_options)
+    return args.table_handle
 
 
 # --- SparkSession -------------------------------------------------------------------------------------
@@ -293,11 +294,14 @@ def _run_job(
             args = parse_args(parser, argv)
         except SystemExit as exc:  # --help, or a usage error already written as one line
             code = exc.code if isinstance(exc.code, int) else EXIT_USAGE
-            return code, None, None if code == EXIT_OK else f"bad arguments to {prefix} (exit {code})"
+            line = getattr(parser, "error_line", None) or f"bad arguments to {prefix} (exit {code})"
+            return code, None, None if code == EXIT_OK else line
         handler = _start_logging(args.log_level)
         spark, owned = None, False
         started = time.monotonic()
         try:
+            # Bad input (a missing table, an unknown region or index) exits 2 before a Spark session starts.
+            jobs.check_job_input(job, table(args), args.options, args.regions)
             log.info("%s: starting on %s", prefix, args.table)
             spark, owned = build_spark(job, spark_log_level=args.spark_log_level)
             session_s = time.monotonic() - started
@@ -309,6 +313,12 @@ def _run_job(
             summary.setdefault("spark_master", sc.master)
             summary.setdefault("spark_application_id", sc.applicationId)
             summary.setdefault("spark_session_s", round(session_s, 3))  # from the driver's start to a session
+        except errors.BadInputError as exc:
+            _stop(spark, owned)
+            reason = errors.one_line(exc, 1000)
+            print(f"{prefix}: error: {reason}", file=sys.stderr, flush=True)
+            logging.getLogger().removeHandler(handler)
+            return EXIT_USAGE, None, reason
         except Exception as exc:
             log.debug("%s failed", prefix, exc_info=True)
             _stop(spark, owned)

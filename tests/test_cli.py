@@ -44,8 +44,9 @@ def test_table_without_mem_wal_fails_with_one_line_reason(local_location, capsys
 
 
 def test_bad_storage_option_is_named(local_location, capsys):
-    assert main(["status", local_location.uri, "--storage-option", "novalue"]) == 1
-    assert "novalue" in capsys.readouterr().err
+    assert main(["status", local_location.uri, "--storage-option", "novalue"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "memwal status: error: argument --storage-option: 'novalue' is not KEY=VALUE"]
 
 
 def test_console_script_is_on_the_venv_path(local_location):
@@ -67,24 +68,24 @@ def test_status_lag_thresholds_alert_with_exit_4(local_location, capsys):
 
 
 def test_a_failed_region_exits_3_after_the_summary(local_location, capsys):
-    import uuid
+    import shutil
 
-    build_table(local_location, regions=1, generations=1)
-    bogus = str(uuid.uuid4())
-    assert main(["merge", local_location.uri, "--region", bogus, "--json"]) == 3
+    from memwal import naming
+    from memwal.region_manifest import load_latest_manifest
+
+    (region,) = build_table(local_location, regions=1, generations=1)
+    gen = load_latest_manifest(local_location.store(), region).flushed_generations[0]
+    shutil.rmtree(f"{local_location.uri}/{naming.generation_dir(region, gen.path)}")
+    assert main(["merge", local_location.uri, "--region", region, "--json"]) == 3
     captured = capsys.readouterr()
-    assert json.loads(captured.out.strip().splitlines()[-1])["failed_regions"] == [bogus]
-    assert captured.err.strip().splitlines()[-1] == (
-        f"memwal merge: 1 of 1 region(s) failed: {bogus}: region {bogus} has no manifest"
-    )
+    assert json.loads(captured.out.strip().splitlines()[-1])["failed_regions"] == [region]
+    assert captured.err.strip().splitlines()[-1].startswith(f"memwal merge: 1 of 1 region(s) failed: {region}: ")
 
 
-def test_region_that_is_not_a_uuid_is_a_usage_error(local_location):
-    import pytest
-
-    with pytest.raises(SystemExit) as exc:
-        main(["merge", local_location.uri, "--region", "bucket-3"])
-    assert exc.value.code == 2
+def test_region_that_is_not_a_uuid_is_a_usage_error(local_location, capsys):
+    assert main(["merge", local_location.uri, "--region", "bucket-3"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "memwal merge: error: argument --region: region id 'bucket-3' is not a UUID"]
 
 
 def test_compaction_and_retention_commands_json_summaries(local_location, capsys):
@@ -108,7 +109,22 @@ def test_compaction_not_due_and_bad_policy_values(local_location, capsys):
     build_table(local_location, regions=1, generations=1)
     assert main(["compaction", local_location.uri]) == 0
     assert "not due; nothing committed" in capsys.readouterr().out
-    with pytest.raises(SystemExit) as exc:
-        main(["compaction", local_location.uri, "--max-deleted-ratio", "2"])
-    assert exc.value.code == 2
-    assert "--max-deleted-ratio" in capsys.readouterr().err
+    assert main(["compaction", local_location.uri, "--max-deleted-ratio", "2"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "memwal compaction: error: argument --max-deleted-ratio: 2.0 is not between 0 and 1"]
+
+
+def test_spark_runs_are_refused_before_spark_submit_on_bad_input(local_location, tmp_path, capsys, monkeypatch):
+    """`--spark` checks the table, region and index in process first: bad input never starts a JVM."""
+    import memwal.cli as cli
+
+    monkeypatch.setattr(cli, "_run_with_spark", lambda *a: pytest.fail("spark-submit started on bad input"))
+    build_table(local_location, regions=1, generations=1)
+    missing = str(tmp_path / "nope.lance")
+    unknown = "0b6e5f3c-1111-4222-8333-444455556666"
+    for argv, says in ((["merge", missing], f"table {missing} not found"),
+                       (["merge", local_location.uri, "--region", unknown], f"--region {unknown}: no such region"),
+                       (["catchup", local_location.uri, "--index", "nosuch"], "--index 'nosuch': no such index")):
+        assert main([*argv, "--spark"]) == 2, argv
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1 and says in err[0], err

@@ -9,8 +9,9 @@
     memwal retention TABLE [--dry-run]  remove base-table versions the retention policy no longer keeps
 
 Progress goes to stderr; `--json` prints the job's JSON summary to stdout. Exit status (memwal.jobs):
-0 done; 1 failed, with a one-line reason; 2 bad arguments; 3 the job ran but some region or index
-failed (summary first, then the reason); 4 `memwal status` found a lag threshold breached.
+0 done; 1 failed, with a one-line reason; 2 bad input (one line naming the parameter and the value: a bad
+argument, a missing table, an unknown region or index); 3 the job ran but some region or index failed
+(summary first, then the reason); 4 `memwal status` found a lag threshold breached.
 """
 
 from __future__ import annotations
@@ -21,19 +22,26 @@ import logging
 import sys
 from typing import Any
 
-from memwal.errors import MemWalError
+from memwal.errors import BadInputError, MemWalError, one_line
 from memwal.job_config import JobOptions
 from memwal.jobs import (
     EXIT_FAILED,
     EXIT_LAG_ALERT,
     EXIT_OK,
     EXIT_PARTIAL,
+    EXIT_USAGE,
     JOBS,
+    OneLineArgumentParser,
     add_common_arguments,
     add_job_arguments,
+    check_job_input,
     failure_reason,
     job_options,
+    key_value,
+    non_negative_int,
+    ratio_arg,
     run_job,
+    seconds_arg,
     storage_options_of,
     validate_job_options,
 )
@@ -42,47 +50,63 @@ from memwal.table import MemWalTable
 __all__ = ["main"]
 
 
+# `memwal status` alert thresholds: option, the lag check's key (as in the tables file), check, when it alerts.
+_THRESHOLDS = (
+    ("--max-unmerged-generations", "max_unmerged_generations", non_negative_int,
+     "a region has more unmerged generations"),
+    ("--max-age-s", "max_oldest_unmerged_age_s", seconds_arg, "a region's oldest unmerged generation is older"),
+    ("--max-index-lag", "max_index_lag", non_negative_int, "an index lags a region's merges by more generations"),
+    ("--max-fragments", "max_fragments", non_negative_int, "the base table has more fragments"),
+    ("--max-deleted-ratio", "max_deleted_ratio", ratio_arg, "the base table's deleted-row ratio is higher"),
+    ("--max-table-versions", "max_table_versions", non_negative_int, "Lance keeps more table versions"),
+)
+_HEALTH_THRESHOLDS = ("--max-fragments", "--max-deleted-ratio", "--max-table-versions")  # checked on the health
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="memwal", description=__doc__.split("\n\n")[0])
+    parser = OneLineArgumentParser(prog="memwal", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     status = sub.add_parser("status", help="per-region status of a table")
-    add_common_arguments(status)
+    add_common_arguments(status, "status")
     status.add_argument("--json", action="store_true", help="print the status as JSON")
-    status.add_argument("--max-unmerged-generations", type=int, default=None,
-                        help="alert (exit 3) when a region has more unmerged generations")
-    status.add_argument("--max-age-s", type=float, default=None,
-                        help="alert (exit 3) when a region's oldest unmerged generation is older")
-    status.add_argument("--max-index-lag", type=int, default=None,
-                        help="alert (exit 3) when an index lags a region's merges by more generations")
-    status.add_argument("--max-fragments", type=int, default=None,
-                        help="alert (exit 4) when the base table has more fragments")
-    status.add_argument("--max-deleted-ratio", type=float, default=None,
-                        help="alert (exit 4) when the base table's deleted-row ratio is higher")
-    status.add_argument("--max-table-versions", type=int, default=None,
-                        help="alert (exit 4) when Lance keeps more table versions")
+    for option, key, check, when in _THRESHOLDS:
+        status.add_argument(option, dest=key, type=check, default=None,
+                            help=f"alert (exit {EXIT_LAG_ALERT}) when {when}")
     status.add_argument("--no-health", dest="health", action="store_false",
                         help="leave out the table's health (fragments, versions, bytes, what GC could free)")
     status.add_argument("-v", "--verbose", action="store_true")
     for job in JOBS:
         p = sub.add_parser(job, help=f"run the {job} job")
-        add_common_arguments(p)
+        add_common_arguments(p, job)
         add_job_arguments(p, job)
         p.add_argument("--json", action="store_true", help="print the JSON summary to stdout")
         p.add_argument("--spark", action="store_true", help="run the job through spark-submit")
         p.add_argument("--master", default="local[*]", help="Spark master for --spark (default local[*])")
-        p.add_argument("--conf", action="append", type=_conf_pair, default=[], metavar="KEY=VALUE",
+        p.add_argument("--conf", action="append", type=key_value, default=[], metavar="KEY=VALUE",
                        help="Spark configuration for --spark (repeatable), e.g. spark.pyspark.python=python3: the "
                             "executors' Python (it needs the dependencies; the code is shipped with --py-files)")
         p.add_argument("-v", "--verbose", action="store_true")
     return parser
 
 
-def _conf_pair(text: str) -> tuple[str, str]:
-    """A `--conf KEY=VALUE` argument."""
-    key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
-    return key.strip(), value
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    """The command line, with the checks across options; a bad one exits 2 with one line."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    args.region = list(dict.fromkeys(args.region)) if args.region else None
+    try:
+        if args.command == "status":
+            given = [(o, getattr(args, key)) for o, key, *_ in _THRESHOLDS
+                     if o in _HEALTH_THRESHOLDS and getattr(args, key) is not None]
+            if given and not args.health:
+                raise BadInputError(f"{given[0][0]} {given[0][1]} with --no-health: the threshold needs the "
+                                    "table's health; drop one of them")
+        else:
+            args.options = job_options(args.command, args)
+            validate_job_options(args.command, args.options, args.region)
+    except ValueError as exc:
+        parser.exit(EXIT_USAGE, f"memwal {args.command}: error: {one_line(exc)}\n")
+    return args
 
 
 def _age(seconds: float | None) -> str:
@@ -170,7 +194,11 @@ def _summary_line(s: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    """The command's exit status (the README's table); bad input is one line on stderr and 2, as a status."""
+    try:
+        args = _parse(argv)
+    except SystemExit as exc:  # --help (0), or bad input already written as one line (2)
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO, stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -180,16 +208,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "status":
             from memwal.lag import breaches
 
+            check_job_input("status", table, JobOptions(), args.region)
             summary = table.jobs.status(args.region)
             if args.health:
                 from memwal.health import table_health
 
                 summary["health"] = table_health(table).to_dict()
-            alerts = [b["message"] for b in breaches(summary, {
-                "max_unmerged_generations": args.max_unmerged_generations,
-                "max_oldest_unmerged_age_s": args.max_age_s, "max_index_lag": args.max_index_lag,
-                "max_fragments": args.max_fragments, "max_deleted_ratio": args.max_deleted_ratio,
-                "max_table_versions": args.max_table_versions})]
+            alerts = [b["message"] for b in breaches(summary, {key: getattr(args, key) for _, key, *_ in _THRESHOLDS})]
             summary["alerts"] = alerts
             if args.json:
                 print(json.dumps(summary, default=str))
@@ -200,11 +225,15 @@ def main(argv: list[str] | None = None) -> int:
             if any(r["error"] for r in summary["regions"]):
                 return EXIT_FAILED
             return EXIT_LAG_ALERT if alerts else EXIT_OK
-        options = job_options(args.command, args)
-        validate_job_options(args.command, options, args.region)
-        summary = _run_with_spark(args, table, options) if args.spark else run_job(
-            args.command, table, options, args.region)
-    except (MemWalError, OSError, ValueError, argparse.ArgumentTypeError) as exc:
+        if args.spark:
+            check_job_input(args.command, table, args.options, args.region)  # before spark-submit starts a JVM
+            summary = _run_with_spark(args, table, args.options)
+        else:
+            summary = run_job(args.command, table, args.options, args.region)
+    except BadInputError as exc:
+        print(f"memwal {args.command}: error: {one_line(exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    except (MemWalError, OSError, ValueError) as exc:
         print(f"memwal {args.command}: {str(exc).splitlines()[0]}", file=sys.stderr)
         return EXIT_FAILED
     print(json.dumps(summary, default=str) if args.json else _summary_line(summary))

@@ -7,6 +7,26 @@ class MemWalError(Exception):
     """Base class: something about a MemWAL table is not as the spec requires."""
 
 
+class BadInputError(MemWalError, ValueError):
+    """An argument or setting is invalid (the message names the parameter and its value), or names a table,
+    region or index that does not exist. Fix the input: retrying cannot help (`memwal` exits 2)."""
+
+
+class TableNotFoundError(BadInputError):
+    """No Lance table at the URI. Check the URI and the storage options (endpoint, bucket, credentials)."""
+
+    def __init__(self, table_uri: str):
+        super().__init__(f"table {table_uri} not found: no Lance dataset there; check the table URI and the "
+                         "storage options")
+        self.table_uri = table_uri
+
+
+def is_table_not_found(exc: BaseException) -> bool:
+    """Lance's error for opening a dataset that does not exist (`Dataset at path ... was not found: ...`)."""
+    low = str(exc).lower()
+    return "dataset at" in low and "was not found" in low
+
+
 class CorruptFileError(MemWalError):
     """A manifest, WAL entry or index could not be parsed. Nothing was changed; inspect or restore the file."""
 

@@ -1,7 +1,8 @@
 """The jobs' options and their defaults, in one place.
 
 `MergeConfig`, `GcConfig` and `JobOptions` are what the library's jobs take; the `memwal` command and the
-Spark entry points (argparse) and the Airflow tables file derive their defaults from them. Nothing here
+Spark entry points (argparse) and the Airflow tables file derive their defaults from them, and check values with
+`memwal.option_values`, as these dataclasses do. Nothing here
 imports Lance or Arrow: DAG files read these defaults while they parse.
 """
 
@@ -11,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memwal.maintenance_config import CompactionConfig, RetentionConfig
+from memwal.option_values import check_fields, count, optional, seconds
 
 __all__ = ["DEFAULT_INLINE_THRESHOLD", "GcConfig", "JobOptions", "MergeConfig", "is_true"]
 
@@ -33,6 +35,11 @@ class MergeConfig:
     max_commits_per_round: int = 32
     planning_threads: int = 8
 
+    def __post_init__(self) -> None:
+        check_fields(self, "merge", {"max_generations_per_commit": count, "max_bytes_per_commit": count,
+                                     "max_attempts": count, "max_commits_per_round": count,
+                                     "planning_threads": count})
+
 
 @dataclass(frozen=True)
 class GcConfig:
@@ -42,6 +49,9 @@ class GcConfig:
     keep_manifest_versions: int = 10
     grace_period_s: float = 3600.0
     dry_run: bool = False
+
+    def __post_init__(self) -> None:
+        check_fields(self, "gc", {"keep_manifest_versions": count, "grace_period_s": seconds})
 
 
 @dataclass(frozen=True)
@@ -61,6 +71,10 @@ class JobOptions:
     gc: GcConfig = field(default_factory=GcConfig)
     compaction: CompactionConfig = field(default_factory=CompactionConfig)
     retention: RetentionConfig = field(default_factory=RetentionConfig)
+
+    def __post_init__(self) -> None:
+        check_fields(self, "job", {"up_to_generation": optional(count),
+                                   "inline_threshold": lambda v: count(v, 0)})
 
     def argv(self, job: str) -> list[str]:
         """The options of `job` that differ from their defaults, as the job's command line takes them

@@ -4,7 +4,10 @@ entry points (`spark_jobs/`) and the Airflow operators: the same options, summar
 In process, a job is `run_job(job, table handle, JobOptions, regions)`: typed, no argv. Argv is parsed only
 where it arrives (the CLI and the Spark entry points): the table URI, storage options (`--storage-option
 KEY=VALUE`, repeatable, or `--storage-options-json '{...}'` / `@FILE`), a region selection (`--region UUID`,
-repeatable; default all) and the job's own options (`add_job_arguments`, read back by `job_options`).
+repeatable; default all; only merge, gc and status take one) and the job's own options (`add_job_arguments`,
+read back by `job_options`). Bad input is one contract everywhere: a value is checked by `memwal.option_values`
+at parse time, what needs the table (an unknown region or index, a missing table) by `check_job_input` before
+the job starts; both raise BadInputError, exit status 2 with one line naming the parameter and the value.
 """
 
 from __future__ import annotations
@@ -12,13 +15,14 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import re
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
+from memwal import option_values
+from memwal.errors import BadInputError
 from memwal.job_config import DEFAULT_INLINE_THRESHOLD, GcConfig, JobOptions, MergeConfig
 from memwal.maintenance_config import CompactionConfig, RetentionConfig
 
@@ -32,16 +36,22 @@ __all__ = [
     "EXIT_PARTIAL",
     "EXIT_USAGE",
     "JOBS",
+    "REGION_JOBS",
+    "OneLineArgumentParser",
     "TableJobs",
     "add_common_arguments",
     "add_job_arguments",
     "byte_size",
+    "check_job_input",
     "failure_reason",
     "job_options",
-    "parse_storage_options",
+    "key_value",
+    "non_negative_int",
     "positive_int",
+    "ratio_arg",
     "region_id",
     "run_job",
+    "seconds_arg",
     "storage_options_of",
     "validate_job_options",
 ]
@@ -54,6 +64,16 @@ JOBS = ("merge", "catchup", "snapshot", "gc", "compaction", "retention")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PARTIAL, EXIT_LAG_ALERT = 0, 1, 2, 3, 4
 
 
+class OneLineArgumentParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line on stderr (exit 2), not the usage block."""
+
+    error_line: str | None = None  # the last usage error (for a caller that reports it elsewhere too)
+
+    def error(self, message: str) -> NoReturn:
+        self.error_line = f"{self.prog}: error: {' '.join(message.split())}"
+        self.exit(EXIT_USAGE, self.error_line + "\n")
+
+
 def region_id(text: str) -> str:
     try:
         return str(uuid.UUID(text))
@@ -61,58 +81,54 @@ def region_id(text: str) -> str:
         raise argparse.ArgumentTypeError(f"region id {text!r} is not a UUID") from None
 
 
-def positive_int(text: str) -> int:
+positive_int = option_values.argument(option_values.count)
+byte_size = option_values.argument(option_values.byte_size, str)
+non_negative_int = option_values.argument(lambda v: option_values.count(v, 0))
+ratio_arg = option_values.argument(option_values.ratio, float)
+seconds_arg = option_values.argument(option_values.seconds, float)
+
+
+def key_value(text: str) -> tuple[str, str]:
+    """A `KEY=VALUE` argument (`--storage-option`, `--conf`)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    return key.strip(), value
+
+
+def _storage_options_json(text: str) -> dict[str, str]:
+    """A `--storage-options-json` argument: a JSON object, or @FILE holding one (secrets stay off argv)."""
     try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not >= 1")
-    return value
+        data = json.loads(Path(text[1:]).read_text() if text.startswith("@") else text)
+    except (OSError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(" ".join(str(exc).split())) from None
+    if not isinstance(data, dict):
+        raise argparse.ArgumentTypeError(f"{text if text.startswith('@') else 'the value'} is not a JSON object")
+    return {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in data.items()}
 
 
-_SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+REGION_JOBS = ("status", "merge", "gc")  # what takes --region; the other jobs always cover the whole table
 
 
-def byte_size(text: str) -> int:
-    """Bytes from `536870912`, `512MiB`, `512m`, `1g`, `1GB` (binary units)."""
-    m = _SIZE.match(text)
-    if not m:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 536870912, 512MiB, 1g)")
-    value = int(m.group(1)) * 1024 ** "_kmgt".index(m.group(2).lower() or "_")
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not >= 1 byte")
-    return value
-
-
-def parse_storage_options(pairs: list[str] | None, as_json: str | None = None) -> dict[str, str] | None:
-    """`KEY=VALUE` pairs over a JSON object (or `@FILE` holding one, which keeps secrets off argv)."""
-    out: dict[str, str] = {}
-    if as_json:
-        try:
-            text = Path(as_json[1:]).read_text() if as_json.startswith("@") else as_json
-            data = json.loads(text)
-        except (OSError, ValueError) as exc:
-            raise argparse.ArgumentTypeError(f"--storage-options-json: {exc}") from exc
-        if not isinstance(data, dict):
-            raise argparse.ArgumentTypeError("--storage-options-json must be a JSON object")
-        out.update({str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in data.items()})
-    for pair in pairs or ():
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise argparse.ArgumentTypeError(f"--storage-option {pair!r} is not KEY=VALUE")
-        out[key.strip()] = value
-    return out or None
-
-
-def add_common_arguments(parser: argparse.ArgumentParser) -> None:
+def add_common_arguments(parser: argparse.ArgumentParser, job: str) -> None:
+    """The table, its storage options and (for the jobs in REGION_JOBS) the region selection."""
     parser.add_argument("table", help="table URI: a path, file://... or s3://bucket/prefix")
-    parser.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
+    parser.add_argument("--storage-option", action="append", type=key_value, default=[], metavar="KEY=VALUE",
                         help="storage option as Lance takes it (repeatable), e.g. aws_endpoint=http://...")
-    parser.add_argument("--storage-options-json", default=None, metavar="JSON",
+    parser.add_argument("--storage-options-json", type=_storage_options_json, default=None, metavar="JSON",
                         help="storage options as one JSON object, or @FILE; --storage-option entries override it")
-    parser.add_argument("--region", action="append", type=region_id, default=None, metavar="UUID",
-                        help="limit to this region (repeatable; default: all regions)")
+    if job in REGION_JOBS:
+        parser.add_argument("--region", action="append", type=region_id, default=None, metavar="UUID",
+                            help="limit to this region (repeatable; default: all regions)")
+    else:
+        parser.add_argument("--region", action="append", type=_no_region(job), default=None, help=argparse.SUPPRESS)
+
+
+def _no_region(job: str) -> Callable[[str], str]:
+    def refuse(text: str) -> str:
+        raise argparse.ArgumentTypeError(f"{text!r}: {job} always covers the whole table; it takes no --region")
+
+    return refuse
 
 
 def add_job_arguments(parser: argparse.ArgumentParser, job: str) -> None:
@@ -128,24 +144,24 @@ def add_job_arguments(parser: argparse.ArgumentParser, job: str) -> None:
         parser.add_argument("--index", action="append", default=None, metavar="NAME",
                             help="only this base-table index (repeatable; default: every maintained index)")
     elif job == "snapshot":
-        parser.add_argument("--inline-threshold", type=int, default=DEFAULT_INLINE_THRESHOLD,
+        parser.add_argument("--inline-threshold", type=non_negative_int, default=DEFAULT_INLINE_THRESHOLD,
                             help="store snapshots inline up to this many regions, else as index.lance")
     elif job == "gc":
         parser.add_argument("--dry-run", action="store_true", help="list what would be deleted, delete nothing")
         parser.add_argument("--keep-manifest-versions", type=positive_int, default=gc.keep_manifest_versions)
-        parser.add_argument("--grace-period-s", type=float, default=gc.grace_period_s,
+        parser.add_argument("--grace-period-s", type=seconds_arg, default=gc.grace_period_s,
                             help="age after which an unlisted generation directory counts as a failed flush")
     elif job == "compaction":
         d = CompactionConfig()
         parser.add_argument("--target-rows-per-fragment", type=positive_int, default=d.target_rows_per_fragment)
-        parser.add_argument("--materialize-deletions-threshold", type=_ratio,
+        parser.add_argument("--materialize-deletions-threshold", type=ratio_arg,
                             default=d.materialize_deletions_threshold,
                             help="rewrite a fragment whose deleted-row share exceeds this")
         parser.add_argument("--max-fragments", type=positive_int, default=d.max_fragments,
                             help="due when the table has more fragments")
         parser.add_argument("--max-small-fragments", type=positive_int, default=d.max_small_fragments,
                             help="due when this many fragments hold under half the target rows")
-        parser.add_argument("--max-deleted-ratio", type=_ratio, default=d.max_deleted_ratio,
+        parser.add_argument("--max-deleted-ratio", type=ratio_arg, default=d.max_deleted_ratio,
                             help="due when the share of deleted rows reaches this")
         parser.add_argument("--max-tasks-per-round", type=positive_int, default=d.max_tasks_per_round,
                             help="commit at most this many tasks per round (bounds how long merges wait)")
@@ -154,7 +170,7 @@ def add_job_arguments(parser: argparse.ArgumentParser, job: str) -> None:
                             help="do not hold the MemWAL index lock (merges may then preempt a round)")
     elif job == "retention":
         d = RetentionConfig()
-        parser.add_argument("--older-than-s", type=_seconds, default=d.older_than_s,
+        parser.add_argument("--older-than-s", type=seconds_arg, default=d.older_than_s,
                             help="remove table versions older than this many seconds (default 7 days)")
         parser.add_argument("--keep-versions", type=positive_int, default=d.keep_versions,
                             help="always keep the newest N table versions")
@@ -167,25 +183,6 @@ def add_job_arguments(parser: argparse.ArgumentParser, job: str) -> None:
         parser.add_argument("--dry-run", action="store_true", help="list versions and bytes, remove nothing")
     else:
         raise ValueError(f"unknown job {job!r}; expected one of {JOBS}")
-
-
-def _number_in(low: float, high: float | None = None) -> Callable[[str], float]:
-    """An argparse type: a number in [low, high] (no upper bound when high is None)."""
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if value < low or (high is not None and value > high):
-            raise argparse.ArgumentTypeError(f"{value} is not between {low:g} and {high:g}" if high is not None
-                                             else f"{value} is not >= {low:g}")
-        return value
-
-    return parse
-
-
-_ratio, _seconds = _number_in(0, 1), _number_in(0)
 
 
 def job_options(job: str, args: argparse.Namespace) -> JobOptions:
@@ -218,14 +215,44 @@ def job_options(job: str, args: argparse.Namespace) -> JobOptions:
 
 
 def validate_job_options(job: str, options: JobOptions, regions: Sequence[str] | None) -> None:
-    """Checks across options; raises ValueError with a one-line reason."""
+    """Checks across options (no I/O); raises BadInputError with a one-line reason naming the parameters."""
+    if job not in REGION_JOBS and regions:
+        raise BadInputError(f"--region {regions[0]}: {job} always covers the whole table; it takes no --region")
     if job == "merge" and options.up_to_generation is not None and len(regions or []) != 1:
-        raise ValueError("--up-to-generation needs exactly one --region")
+        raise BadInputError(f"--up-to-generation {options.up_to_generation} needs exactly one --region "
+                            f"(got {len(regions or [])})")
+
+
+def check_job_input(job: str, table: MemWalTable, options: JobOptions, regions: Sequence[str] | None) -> None:
+    """What the table must have for the job's input: it exists (TableNotFoundError), every selected region
+    exists and, for catch-up, every named index. BadInputError naming the region or index and the table."""
+    validate_job_options(job, options, regions)
+    table.dataset  # noqa: B018 - a missing table fails here, named
+    if regions and job in REGION_JOBS:
+        known = set(table.regions())
+        for region in regions:
+            try:
+                found = str(uuid.UUID(str(region))) in known
+            except ValueError:
+                raise BadInputError(f"--region: region id {region!r} is not a UUID") from None
+            if not found:
+                raise BadInputError(f"--region {region}: no such region in table {table.uri} ({len(known)} "
+                                    "regions; list them with `memwal status TABLE`)")
+    if job == "catchup" and options.indexes:
+        from memwal import naming
+
+        names = sorted(d.name for d in table.dataset.describe_indices() if d.name != naming.MEM_WAL_INDEX_NAME)
+        for name in options.indexes:
+            if name not in names:
+                raise BadInputError(f"--index {name!r}: no such index in table {table.uri} (its indexes: "
+                                    f"{', '.join(names) or 'none'})")
 
 
 def storage_options_of(args: argparse.Namespace) -> dict[str, str] | None:
     """The storage options of a parsed command line (--storage-option over --storage-options-json)."""
-    return parse_storage_options(args.storage_option, args.storage_options_json)
+    out = dict(args.storage_options_json or {})
+    out.update(args.storage_option or [])
+    return out or None
 
 
 def run_job(job: str, table: MemWalTable, options: JobOptions | None = None, regions: Sequence[str] | None = None,
@@ -235,7 +262,7 @@ def run_job(job: str, table: MemWalTable, options: JobOptions | None = None, reg
     (dedup, read_manifests, and execute: where compaction tasks run)."""
     options = options or JobOptions()
     regions = list(dict.fromkeys(regions)) if regions else None
-    validate_job_options(job, options, regions)
+    check_job_input(job, table, options, regions)
     from memwal.memory import limit_malloc_arenas
 
     limit_malloc_arenas()  # before the job's first Lance work: memory follows one commit, not their number
@@ -244,8 +271,6 @@ def run_job(job: str, table: MemWalTable, options: JobOptions | None = None, reg
 
         return merge_table(table, regions, options.merge, dedup or local_dedup,
                            up_to_generation=options.up_to_generation).to_dict()
-    if job in ("catchup", "snapshot", "compaction", "retention") and regions:
-        log.warning("--region is ignored: %s always covers the whole table", job)
     if job == "catchup":
         from memwal.catchup import catchup_table
 

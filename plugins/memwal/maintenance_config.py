@@ -1,12 +1,15 @@
 """The policies of table upkeep, version retention and compaction, with their defaults in one place.
 
 The `memwal` command and the Spark entry points (argparse) and the Airflow tables file derive theirs from
-these. Nothing here imports Lance: DAG files read these defaults while they parse.
+these, and every value is checked by `memwal.option_values` (the check they all share). Nothing here
+imports Lance: DAG files read these defaults while they parse.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from memwal.option_values import check_fields, count, optional, ratio, seconds
 
 __all__ = ["CompactionConfig", "RetentionConfig"]
 
@@ -26,10 +29,7 @@ class RetentionConfig:
     dry_run: bool = False
 
     def __post_init__(self) -> None:
-        if self.keep_versions < 1:
-            raise ValueError(f"retention keep_versions {self.keep_versions} is not >= 1 (the latest always stays)")
-        if self.older_than_s < 0:
-            raise ValueError(f"retention older_than_s {self.older_than_s} is negative")
+        check_fields(self, "retention", {"older_than_s": seconds, "keep_versions": count})  # the latest stays
 
 
 @dataclass(frozen=True)
@@ -52,11 +52,7 @@ class CompactionConfig:
     max_attempts: int = 5
 
     def __post_init__(self) -> None:
-        for name in ("target_rows_per_fragment", "max_fragments", "max_small_fragments", "max_attempts"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"compaction {name} {getattr(self, name)} is not >= 1")
-        if self.max_tasks_per_round is not None and self.max_tasks_per_round < 1:
-            raise ValueError(f"compaction max_tasks_per_round {self.max_tasks_per_round} is not >= 1")
-        for name in ("materialize_deletions_threshold", "max_deleted_ratio"):
-            if not 0 <= getattr(self, name) <= 1:
-                raise ValueError(f"compaction {name} {getattr(self, name)} is not between 0 and 1")
+        check_fields(self, "compaction", {
+            "target_rows_per_fragment": count, "materialize_deletions_threshold": ratio, "max_fragments": count,
+            "max_small_fragments": count, "max_deleted_ratio": ratio, "max_tasks_per_round": optional(count),
+            "max_attempts": count})

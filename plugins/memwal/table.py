@@ -17,6 +17,7 @@ import lance
 import pyarrow as pa
 
 from memwal import naming
+from memwal.errors import TableNotFoundError, is_table_not_found
 from memwal.lock import TableLock, index_lock
 from memwal.mem_wal_index import MemWalIndex, MemWalIndexDetails, commit_details, index_of
 from memwal.primary_key import primary_key_columns
@@ -69,8 +70,13 @@ class MemWalTable:
     def dataset(self) -> lance.LanceDataset:
         """The base table at the handle's version."""
         if self._dataset is None:
-            self._dataset = lance.dataset(self.uri, version=self._version,
-                                          storage_options=lance_storage_options(self.storage_options))
+            try:
+                self._dataset = lance.dataset(self.uri, version=self._version,
+                                              storage_options=lance_storage_options(self.storage_options))
+            except (OSError, ValueError) as exc:
+                if self._version is None and is_table_not_found(exc):  # not Lance's text with Rust source paths
+                    raise TableNotFoundError(self.uri) from exc
+                raise
         return self._dataset
 
     @property

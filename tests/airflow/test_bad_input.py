@@ -22,6 +22,8 @@ from memwal.airflow.operators.memwal import (
     MemWalCatchupOperator,
     MemWalGcOperator,
     MemWalMergeOperator,
+    MemWalRetentionOperator,
+    MemWalSnapshotOperator,
 )
 from memwal.region_manifest import load_latest_manifest
 
@@ -208,3 +210,36 @@ def test_unknown_region_under_airflow_fails_the_plan_task_and_merges_nothing(air
     assert f"region {unknown} does not exist in table 't1'" in report["log"]
     assert state(local_location) == before
     assert lance.dataset(local_location.uri).version == before[0]
+
+
+@pytest.mark.parametrize(("operator", "setting", "key"), [
+    (MemWalGcOperator, "gc: {grace_period_s: .nan}", "gc.grace_period_s"),
+    (MemWalRetentionOperator, "retention: {older_than_s: .inf}", "retention.older_than_s"),
+    (MemWalRetentionOperator, "retention: {older_than_s: 1.0e+11}", "retention.older_than_s"),
+    (MemWalSnapshotOperator, "snapshot_inline_threshold: -5", "snapshot_inline_threshold"),
+])
+def test_a_setting_the_command_line_refuses_fails_the_task_without_retry(tmp_path, monkeypatch, local_location,
+                                                                        operator, setting, key):
+    """A NaN grace period used to disable failed-flush cleanup silently, an infinite retention age to end in
+    an OverflowError retried as if transient: the tables file refuses them, naming the table and the key."""
+    lance_core_table(local_location, regions=1, generations=1)
+    path = tmp_path / "tables.yaml"
+    path.write_text(f"tables:\n  t1: {{uri: {local_location.uri}, engine: in_process, {setting}}}\n")
+    monkeypatch.setenv("MEMWAL_TABLES_FILE", str(path))
+    before = state(local_location)
+    with pytest.raises(AirflowFailException) as exc:
+        operator(task_id="x", table="t1").execute({})
+    assert f"table 't1', key '{key}'" in one_line_error(exc)
+    assert state(local_location) == before
+
+
+def test_an_unknown_index_fails_catchup_without_retry_and_commits_nothing(configure, local_location):
+    """Catch-up of an index the table does not have used to report it optimised, with a commit."""
+    lance_core_table(local_location, regions=1, generations=1)
+    configure(t1={"uri": local_location.uri, "engine": "in_process"})
+    before = state(local_location)
+    with pytest.raises(AirflowFailException) as exc:
+        MemWalCatchupOperator(task_id="c", table="t1", indexes=["nosuch"]).execute({})
+    text = one_line_error(exc)
+    assert "table 't1'" in text and "--index 'nosuch': no such index" in text and "name_idx" in text, text
+    assert state(local_location) == before

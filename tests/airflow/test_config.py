@@ -121,3 +121,73 @@ def test_retention_and_compaction_policies_parse_with_the_library_defaults(tmp_p
     assert bad["c"].key == "retention.keep_versions"
     assert bad["d"].key == "compaction.max_deleted_ratio"
     assert bad["e"].key == "retention.keep" and "unknown key" in str(bad["e"])
+
+
+NUMERIC_KEYS = [
+    "max_generations_per_commit", "max_bytes_per_commit", "max_merge_applications", "snapshot_inline_threshold",
+    "lag_poll_interval_s", "gc.keep_manifest_versions", "gc.grace_period_s", "retention.older_than_s",
+    "retention.keep_versions", "compaction.target_rows_per_fragment", "compaction.materialize_deletions_threshold",
+    "compaction.max_fragments", "compaction.max_small_fragments", "compaction.max_deleted_ratio",
+    "compaction.max_tasks_per_round", *(f"thresholds.{k}" for k in (
+        "max_unmerged_generations", "max_unmerged_bytes", "max_oldest_unmerged_age_s", "max_index_lag",
+        "max_snapshot_age_s", "max_fragments", "max_small_fragments", "max_deleted_ratio", "max_table_versions",
+        "max_mem_wal_bytes")),
+]
+
+
+def _entry(key: str, value) -> dict:
+    outer, _, inner = key.rpartition(".")
+    return {"uri": "/t", **({outer: {inner: value}} if outer else {key: value})}
+
+
+@pytest.mark.parametrize("text", [".inf", "-.inf", ".nan"])
+@pytest.mark.parametrize("key", NUMERIC_KEYS)
+def test_non_finite_numbers_are_refused_naming_the_key(key, text):
+    """YAML's .inf / .nan are not settings (a NaN grace period disabled failed-flush cleanup)."""
+    import yaml
+
+    good, bad = parse_tables({"tables": {"t": _entry(key, yaml.safe_load(text))}}, "tables.yaml")
+    assert not good and bad["t"].key == key, (key, text, good)
+    assert "\n" not in str(bad["t"]) and "table 't'" in str(bad["t"])
+
+
+# The command line's options and the tables file's keys for the same setting.
+SAME_SETTING = [
+    ("merge", "--max-generations-per-commit", "max_generations_per_commit"),
+    ("merge", "--max-bytes-per-commit", "max_bytes_per_commit"),
+    ("snapshot", "--inline-threshold", "snapshot_inline_threshold"),
+    ("gc", "--keep-manifest-versions", "gc.keep_manifest_versions"),
+    ("gc", "--grace-period-s", "gc.grace_period_s"),
+    ("retention", "--older-than-s", "retention.older_than_s"),
+    ("retention", "--keep-versions", "retention.keep_versions"),
+    *(("compaction", "--" + k.replace("_", "-"), f"compaction.{k}") for k in (
+        "target_rows_per_fragment", "materialize_deletions_threshold", "max_fragments", "max_small_fragments",
+        "max_deleted_ratio", "max_tasks_per_round")),
+    ("status", "--max-unmerged-generations", "thresholds.max_unmerged_generations"),
+    ("status", "--max-age-s", "thresholds.max_oldest_unmerged_age_s"),
+    ("status", "--max-index-lag", "thresholds.max_index_lag"),
+    ("status", "--max-fragments", "thresholds.max_fragments"),
+    ("status", "--max-deleted-ratio", "thresholds.max_deleted_ratio"),
+    ("status", "--max-table-versions", "thresholds.max_table_versions"),
+]
+VALUES = [-100, -5, -1, 0, 1, 5, 100, 10**6, -0.0, 0.5, 1.5, 2.5, 3e9, 1e11, float("inf"), float("-inf"), float("nan")]
+
+
+@pytest.mark.parametrize(("job", "option", "key"), SAME_SETTING, ids=[o for _, o, _ in SAME_SETTING])
+def test_the_command_line_and_the_tables_file_accept_the_same_values(job, option, key):
+    """One check (memwal.option_values) behind both: a value one accepts, the other accepts."""
+    from memwal.cli import _parse
+
+    differ = []
+    for value in VALUES:
+        try:
+            _parse([job, "/t", option, str(value)])
+            cli_ok = True
+        except SystemExit as exc:
+            assert exc.code == 2
+            cli_ok = False
+        good, _ = parse_tables({"tables": {"t": _entry(key, value)}}, "tables.yaml")
+        if cli_ok != bool(good):
+            differ.append(f"{value!r}: command line {'accepts' if cli_ok else 'refuses'}, tables file "
+                          f"{'accepts' if good else 'refuses'}")
+    assert not differ, differ

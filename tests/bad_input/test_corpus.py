@@ -17,6 +17,7 @@ Decided and documented behaviours (where the spec leaves a choice):
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import uuid
 
@@ -355,9 +356,9 @@ def test_unknown_region_for_merge_and_gc(local_location, bogus):
     with pytest.raises((RegionNotFoundError, MemWalError)) as err:
         merge_region(loc.uri, None, bogus)
     assert bogus in str(err.value)
-    code = PARTIAL if len(bogus) == 36 else BAD_ARGUMENTS  # a well-formed unknown id fails its region only
-    assert cli("merge", loc.uri, "--region", bogus) == code
-    assert cli("merge", loc.uri, "--region", bogus, "--up-to-generation", "1") == code
+    # The library reports an unknown region as that region's failure; the commands refuse it as bad input.
+    assert cli("merge", loc.uri, "--region", bogus) == BAD_ARGUMENTS
+    assert cli("merge", loc.uri, "--region", bogus, "--up-to-generation", "1") == BAD_ARGUMENTS
     assert_nothing_lost(before, loc)
 
 
@@ -397,3 +398,173 @@ def test_region_spec_with_an_unknown_transform(local_location):
     f.source_ids.append(0)
     with pytest.raises(RegionSpecError, match="zorder"):
         RegionSpec.from_proto(msg)
+
+
+# -- one contract for bad input: exit 2, one line naming the parameter and the value -------------------
+# The same from `memwal` and every Spark entry point (spark_jobs/<job>.py), which refuses it before a
+# Spark session exists.
+
+UNKNOWN_REGION = "0b6e5f3c-1111-4222-8333-444455556666"
+
+
+@pytest.fixture
+def indexed_table(local_location):
+    """Two regions, merged, and a scalar index `id_idx` on the base table."""
+    a, b = two_regions(local_location)
+    merge_table(local_location.uri)
+    open_base(local_location).create_scalar_index("id", "BTREE", name="id_idx")
+    return local_location, a, b
+
+
+def entry_point(job: str, argv: list[str], capfd, monkeypatch) -> tuple[int, str, list[str]]:
+    """(exit status, stdout, stderr lines) of spark_jobs/<job>.py, with any Spark session refused."""
+    import importlib
+
+    from spark_jobs import common
+
+    def no_spark(*args, **kwargs):
+        raise AssertionError("bad input must be refused before a Spark session starts")
+
+    monkeypatch.setattr(common, "build_spark", no_spark)
+    capfd.readouterr()
+    code = importlib.import_module(f"spark_jobs.{job}").main(argv)
+    out, err = capfd.readouterr()
+    return code, out, err.splitlines()
+
+
+def command(argv: list[str], capfd) -> tuple[int, str, list[str]]:
+    capfd.readouterr()
+    code = cli(*argv)
+    out, err = capfd.readouterr()
+    return code, out, err.splitlines()
+
+
+# (job, arguments after TABLE, what the one line must say); {region} is a region of the table.
+BAD_INPUT = [
+    # 13: the same bad argument, the same status and line from both
+    ("merge", ["--up-to-generation", "2"], ["--up-to-generation 2", "exactly one --region"]),
+    ("merge", ["--region", "{region}", "--region", "{other}", "--up-to-generation", "2"],
+     ["--up-to-generation 2", "exactly one --region (got 2)"]),
+    ("gc", ["--storage-option", "novalue"], ["--storage-option", "'novalue'", "KEY=VALUE"]),
+    ("merge", ["--storage-options-json", "{bad"], ["--storage-options-json"]),
+    ("merge", ["--storage-options-json", "[1, 2]"], ["--storage-options-json", "not a JSON object"]),
+    ("merge", ["--storage-options-json", "@/nonexistent/s3.json"], ["--storage-options-json", "/nonexistent/s3.json"]),
+    ("merge", ["--region", "bucket-3"], ["--region", "'bucket-3'", "not a UUID"]),
+    # 16: an index that does not exist
+    ("catchup", ["--index", "nosuch"], ["--index 'nosuch'", "no such index in table {table}", "its indexes: id_idx"]),
+    # 17: --region where a job takes none; a region the table does not have
+    ("catchup", ["--region", "{region}"], ["--region", "{region}", "catchup", "takes no --region"]),
+    ("snapshot", ["--region", "{region}"], ["--region", "{region}", "snapshot", "takes no --region"]),
+    ("compaction", ["--region", "{region}"], ["--region", "{region}", "compaction", "takes no --region"]),
+    ("retention", ["--region", "{region}"], ["--region", "{region}", "retention", "takes no --region"]),
+    ("merge", ["--region", UNKNOWN_REGION], [f"--region {UNKNOWN_REGION}", "no such region in table {table}"]),
+    ("merge", ["--region", "{region}", "--region", UNKNOWN_REGION], [f"--region {UNKNOWN_REGION}", "{table}"]),
+    ("gc", ["--region", UNKNOWN_REGION], [f"--region {UNKNOWN_REGION}", "no such region in table {table}"]),
+    # 18: what the tables file refuses, the command line refuses; no non-finite number anywhere
+    ("gc", ["--grace-period-s", "-100"], ["--grace-period-s", "-100.0 is negative"]),
+    ("gc", ["--grace-period-s", "nan"], ["--grace-period-s", "nan is not a finite number"]),
+    ("gc", ["--keep-manifest-versions", "0"], ["--keep-manifest-versions", "0 is not >= 1"]),
+    ("snapshot", ["--inline-threshold", "-5"], ["--inline-threshold", "-5 is not >= 0"]),
+    ("retention", ["--older-than-s", "1e11"], ["--older-than-s", "1e+11 is more than"]),
+    ("retention", ["--older-than-s", "inf"], ["--older-than-s", "inf is not a finite number"]),
+    ("retention", ["--older-than-s", "nan"], ["--older-than-s", "nan is not a finite number"]),
+    ("retention", ["--keep-versions", "0"], ["--keep-versions", "0 is not >= 1"]),
+    ("compaction", ["--max-deleted-ratio", "nan"], ["--max-deleted-ratio", "nan is not a finite number"]),
+    ("compaction", ["--materialize-deletions-threshold", "1.5"], ["--materialize-deletions-threshold", "1.5"]),
+    ("merge", ["--max-bytes-per-commit", "0"], ["--max-bytes-per-commit", "'0' is not >= 1 byte"]),
+    ("merge", ["--max-generations-per-commit", "1.5"], ["--max-generations-per-commit", "'1.5' is not an integer"]),
+]
+
+
+def _fill(text: str, loc, a: str, b: str) -> str:
+    return text.replace("{region}", a).replace("{other}", b).replace("{table}", loc.uri)
+
+
+@pytest.mark.parametrize(("job", "args", "says"), BAD_INPUT,
+                         ids=[f"{j}{''.join(a[:2])}" for j, a, _ in BAD_INPUT])
+def test_bad_input_is_exit_2_and_one_line_from_memwal_and_the_spark_entry_point(
+        indexed_table, capfd, monkeypatch, job, args, says):
+    loc, a, b = indexed_table
+    args = [_fill(x, loc, a, b) for x in args]
+    before, version = files(loc), open_base(loc).version
+    mine = command([job, loc.uri, *args], capfd)
+    spark = entry_point(job, [loc.uri, *args], capfd, monkeypatch)
+    for (code, out, err), prefix in ((mine, f"memwal {job}: error: "), (spark, f"memwal-{job}: error: ")):
+        assert (code, out) == (BAD_ARGUMENTS, ""), (prefix, code, out, err)
+        assert len(err) == 1 and err[0].startswith(prefix), err
+        for text in says:
+            assert _fill(text, loc, a, b) in err[0], (text, err[0])
+        assert ".rs:" not in err[0] and "Traceback" not in err[0]
+    assert mine[2][0].removeprefix(f"memwal {job}: error: ") == spark[2][0].removeprefix(f"memwal-{job}: error: ")
+    assert_nothing_lost(before, loc)
+    assert open_base(loc).version == version, "bad input commits nothing"
+
+
+# `memwal status` (no Spark entry point): thresholds as the tables file and the lag monitor take them.
+STATUS_BAD_INPUT = [
+    (["--max-unmerged-generations", "-1"], ["--max-unmerged-generations", "-1 is not >= 0"]),
+    (["--max-age-s", "-5"], ["--max-age-s", "-5.0 is negative"]),
+    (["--max-age-s", "inf"], ["--max-age-s", "inf is not a finite number"]),
+    (["--max-index-lag", "-2"], ["--max-index-lag", "-2 is not >= 0"]),
+    (["--max-fragments", "-1"], ["--max-fragments", "-1 is not >= 0"]),
+    (["--max-deleted-ratio", "-0.5"], ["--max-deleted-ratio", "-0.5 is not between 0 and 1"]),
+    (["--max-table-versions", "-3"], ["--max-table-versions", "-3 is not >= 0"]),
+    # 15: a health threshold without the health it is checked against
+    (["--no-health", "--max-fragments", "5"], ["--max-fragments 5", "--no-health"]),
+    (["--max-deleted-ratio", "0.2", "--no-health"], ["--max-deleted-ratio 0.2", "--no-health"]),
+    (["--no-health", "--max-table-versions", "3"], ["--max-table-versions 3", "--no-health"]),
+    # 17: a region the table does not have
+    (["--region", UNKNOWN_REGION], [f"--region {UNKNOWN_REGION}", "no such region in table {table}"]),
+]
+
+
+@pytest.mark.parametrize(("args", "says"), STATUS_BAD_INPUT, ids=["".join(a) for a, _ in STATUS_BAD_INPUT])
+def test_status_bad_input_is_exit_2_and_one_line(indexed_table, capfd, args, says):
+    loc, a, b = indexed_table
+    code, out, err = command(["status", loc.uri, *args], capfd)
+    assert (code, out) == (BAD_ARGUMENTS, "") and len(err) == 1, (code, out, err)
+    assert err[0].startswith("memwal status: error: ")
+    for text in says:
+        assert _fill(text, loc, a, b) in err[0], (text, err[0])
+
+
+def test_status_help_says_thresholds_alert_with_exit_4(capsys):
+    assert cli("status", "--help") == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert text.count("alert (exit 4)") == 6 and "exit 3" not in text
+
+
+@pytest.mark.parametrize("job", ["status", "merge", "catchup", "snapshot", "gc", "compaction", "retention"])
+def test_a_missing_table_is_named_without_lance_internals(tmp_path, capfd, monkeypatch, job):
+    """19: the table's own path (with its leading /), not Lance's text with Rust source locations."""
+    missing = str(tmp_path / "nope.lance")
+    runs = [(command([job, missing], capfd), f"memwal {job}: error: ")]
+    if job != "status":
+        runs.append((entry_point(job, [missing], capfd, monkeypatch), f"memwal-{job}: error: "))
+    for (code, out, err), prefix in runs:
+        assert (code, out) == (BAD_ARGUMENTS, "") and len(err) == 1, (code, out, err)
+        assert err[0] == f"{prefix}table {missing} not found: no Lance dataset there; check the table URI and " \
+                         "the storage options"
+    assert not (tmp_path / "nope.lance").exists(), "nothing is created"
+
+
+def test_run_job_refuses_bad_input_before_the_job_runs(indexed_table):
+    """The same checks for library callers of `memwal.jobs.run_job` (the Airflow hook's in-process engine):
+    BadInputError, and nothing committed (catch-up of an unknown index used to commit and report optimized)."""
+    from memwal.errors import BadInputError
+    from memwal.job_config import JobOptions
+    from memwal.jobs import run_job
+    from memwal.table import MemWalTable
+
+    loc, a, _ = indexed_table
+    version = open_base(loc).version
+    table = MemWalTable(loc.uri)
+    for job, options, regions, says in (
+            ("catchup", JobOptions(indexes=("nosuch",)), None, "--index 'nosuch'"),
+            ("snapshot", JobOptions(), [a], "takes no --region"),
+            ("merge", JobOptions(), [UNKNOWN_REGION], f"--region {UNKNOWN_REGION}"),
+            ("gc", JobOptions(), [UNKNOWN_REGION], f"--region {UNKNOWN_REGION}")):
+        with pytest.raises(BadInputError, match=re.escape(says)):
+            run_job(job, table, options, regions)
+    assert open_base(loc).version == version
+    assert run_job("catchup", table, JobOptions(indexes=("id_idx",)))["failed_indexes"] == []

@@ -166,14 +166,14 @@ def _run_main(argv, capfd):
 def test_job_usage_errors_are_one_line(tmp_path, capfd):
     code, out, err = _run_main([str(tmp_path), "--up-to-generation", "2"], capfd)
     assert code == 2 and out == ""
-    assert err.strip().splitlines() == ["memwal-merge: error: --up-to-generation needs exactly one --region"]
+    assert err.strip().splitlines() == ["memwal-merge: error: --up-to-generation 2 needs exactly one --region (got 0)"]
     code, out, err = _run_main([str(tmp_path), "--region", "nope"], capfd)
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "not a UUID" in err
 
 
 def test_job_in_process_up_to_generation_and_a_failed_region(spark, tmp_path, capfd):
     loc = Loc(str(tmp_path / "t"))
-    region, _ = build_table(loc, n_regions=2)
+    region, other = build_table(loc, n_regions=2)
     code, out, err = _run_main([loc.uri, "--region", region, "--up-to-generation", "2"], capfd)
     assert code == 0, err
     summary = json.loads(out)
@@ -182,10 +182,21 @@ def test_job_in_process_up_to_generation_and_a_failed_region(spark, tmp_path, ca
 
     bogus = str(uuid.uuid4())
     code, out, err = _run_main([loc.uri, "--region", region, "--region", bogus], capfd)
+    assert (code, out) == (2, ""), "a region the table does not have is bad input: nothing runs"
+    assert err.strip().splitlines()[-1] == (f"memwal-merge: error: --region {bogus}: no such region in table "
+                                            f"{loc.uri} (2 regions; list them with `memwal status TABLE`)")
+    assert load_index(loc.uri).merged_generations == {region: 2}
+
+    store = loc.store()
+    for m in store.list(f"_mem_wal/{other}"):
+        if "_gen_1/data/" in m.path:  # listed by the manifest: the executor fails reading it
+            store.put(m.path, b"not a lance file")
+    code, out, err = _run_main([loc.uri, "--region", region, "--region", other], capfd)
     assert code == 3, "a failed region makes the job fail, after printing the summary"
     summary = json.loads(out)
-    assert summary["failed_regions"] == [bogus] and summary["regions"][0]["generations"] == [3, 4, 5]
-    assert err.strip().splitlines()[-1].startswith(f"memwal-merge: error: 1 of 2 region(s) failed: {bogus}: ")
+    assert summary["failed_regions"] == [other]
+    assert {r["region_id"]: r["generations"] for r in summary["regions"]}[region] == [3, 4, 5]
+    assert err.strip().splitlines()[-1].startswith(f"memwal-merge: error: 1 of 2 region(s) failed: {other}: ")
     assert not spark.sparkContext._jsc.sc().isStopped(), "an in-process job must not stop a session it reused"
 
 

@@ -104,9 +104,9 @@ def _reason_lines(stderr: str) -> list[str]:
 
 def test_a_failing_job_exits_non_zero_with_a_one_line_reason(tmp_path):
     proc = _run(submit.spark_submit_command("merge", str(tmp_path / "missing"), master="local[1]", conf=FAST_JVM))
-    assert proc.returncode == 1 and proc.stdout == "", "no summary for a job that failed"
+    assert proc.returncode == 2 and proc.stdout == "", "a missing table is bad input: no summary"
     reasons = _reason_lines(proc.stderr)
-    assert len(reasons) == 1 and "not found" in reasons[0].lower(), proc.stderr[-3000:]
+    assert len(reasons) == 1 and f"table {tmp_path / 'missing'} not found" in reasons[0], proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     assert proc.stderr.rstrip().splitlines()[-1] == reasons[0], "the reason is the last thing on stderr"
 

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from memwal import option_values
 from memwal.job_config import DEFAULT_INLINE_THRESHOLD, GcConfig, MergeConfig
 from memwal.maintenance_config import CompactionConfig, RetentionConfig
 
@@ -150,30 +151,16 @@ class TableConfig:
 
 
 def _int(v: Any, minimum: int = 1) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise ValueError(f"{v!r} is not an integer")
-    if v < minimum:
-        raise ValueError(f"{v} is not >= {minimum}")
-    return v
+    return option_values.count(v, minimum)
 
 
 def _number(v: Any) -> float:
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        raise ValueError(f"{v!r} is not a number")
-    if v < 0:
-        raise ValueError(f"{v} is negative")
-    return float(v)
+    """Seconds: finite, >= 0, at most 100 years (`memwal.option_values`, as the command line checks them)."""
+    return option_values.seconds(v)
 
 
-def _size(v: Any) -> int:
-    if isinstance(v, str):
-        from memwal.jobs import byte_size
-
-        try:
-            return byte_size(v)
-        except Exception as exc:  # argparse.ArgumentTypeError
-            raise ValueError(str(exc)) from None
-    return _int(v)
+_size = option_values.byte_size
+_ratio = option_values.ratio
 
 
 def _str(v: Any) -> str:
@@ -238,10 +225,7 @@ def _alerts(v: Any) -> dict[str, Any]:
 
 
 def _positive_number(v: Any) -> float:
-    out = _number(v)
-    if out <= 0:
-        raise ValueError(f"{v} is not > 0")
-    return out
+    return option_values.seconds(v, positive=True)
 
 
 def _opt(parse):
@@ -256,7 +240,7 @@ _THRESHOLDS = {
     "max_snapshot_age_s": _opt(_number),
     "max_fragments": _opt(lambda v: _int(v, 0)),
     "max_small_fragments": _opt(lambda v: _int(v, 0)),
-    "max_deleted_ratio": _opt(_number),
+    "max_deleted_ratio": _opt(_ratio),
     "max_table_versions": _opt(lambda v: _int(v, 0)),
     "max_mem_wal_bytes": _opt(lambda v: _size(v)),
 }
@@ -275,11 +259,6 @@ _TABLE = {
     "lag_poll_interval_s": _opt(_positive_number),
     "alerts": _opt(_alerts),
 }
-def _ratio(v: Any) -> float:
-    out = _number(v)
-    if out > 1:
-        raise ValueError(f"{v} is not between 0 and 1")
-    return out
 
 
 _RETENTION = {"enabled": _bool, "older_than_s": _number, "keep_versions": _int}

@@ -62,8 +62,9 @@ class JobRun:
 
 
 def _storage_problem(exc: BaseException, what: str, conn_id: str | None) -> AirflowException:
-    """A one-line task error for a failure to open a table: unreachable storage retries, the rest fails."""
-    from memwal.errors import MemWalNotInitializedError
+    """A one-line task error for a failure to open a table or run a job: unreachable storage retries; bad
+    input (`memwal.errors.BadInputError`: a setting, a missing table, region or index) fails without retry."""
+    from memwal.errors import BadInputError, MemWalNotInitializedError, TableNotFoundError, is_table_not_found
 
     text = str(exc)
     low = text.lower()
@@ -71,8 +72,10 @@ def _storage_problem(exc: BaseException, what: str, conn_id: str | None) -> Airf
     if isinstance(exc, MemWalNotInitializedError):
         return AirflowFailException(f"{what} has no MemWAL index (__lance_mem_wal): initialise MemWAL on the "
                                     "table (Lance initialize_mem_wal) or remove it from the tables file")
-    if "was not found" in low and "dataset at" in low:
+    if isinstance(exc, TableNotFoundError) or is_table_not_found(exc):
         return AirflowFailException(f"{what} does not exist: check its uri in the tables file and {conn}")
+    if isinstance(exc, BadInputError):
+        return AirflowFailException(f"{what}: {one_line(text)}")
     if any(h in low for h in _UNREACHABLE_HINTS):
         endpoint = next((w for w in text.split() if w.startswith(("http://", "https://"))), "")
         at = f" ({urlparse(endpoint).scheme}://{urlparse(endpoint).netloc})" if endpoint else ""
