@@ -60,6 +60,10 @@ def _parser() -> argparse.ArgumentParser:
                         help="alert (exit 4) when the base table's deleted-row ratio is higher")
     status.add_argument("--max-table-versions", type=int, default=None,
                         help="alert (exit 4) when Lance keeps more table versions")
+    status.add_argument("--max-index-segments", type=int, default=None,
+                        help="alert (exit 4) when an index has more segments")
+    status.add_argument("--max-unindexed-rows", type=int, default=None,
+                        help="alert (exit 4) when an index leaves more rows unindexed")
     status.add_argument("--no-health", dest="health", action="store_false",
                         help="leave out the table's health (fragments, versions, bytes, what GC could free)")
     status.add_argument("-v", "--verbose", action="store_true")
@@ -130,6 +134,10 @@ def print_status(status: dict[str, Any]) -> None:
         held = sorted(set(h["gc_limited_by"].values()))
         print(f"gc: could free {_bytes(h['gc_reclaimable_bytes'])} now"
               + (f"; held back by: {', '.join(held)}" if held else ""))
+    for i in status.get("indexes") or []:
+        print(f"index {i['name']} ({i['index_type']} on {', '.join(i['fields'])}): {i['segments']} segments, "
+              f"{i['indexed_rows']} rows indexed in {i['indexed_fragments']} fragments, {i['unindexed_rows']} "
+              f"unindexed in {i['unindexed_fragments']}")
 
 
 def _summary_line(s: dict[str, Any]) -> str:
@@ -140,7 +148,9 @@ def _summary_line(s: dict[str, Any]) -> str:
                 f"{s['rows_upserted']} upserts, {s['rows_deleted']} deletes, table version "
                 f"{s['table_version_before']} -> {s['table_version_after']} ({s['duration_s']:.1f}s)")
     if job == "catchup":
-        idx = ", ".join(f"{i['index_name']}{'' if i['covered'] else ' (not covered)'}" for i in s["indexes"])
+        idx = ", ".join(f"{i['index_name']}{'' if i['covered'] else ' (not covered)'}"
+                        + (f" (folded {i['folded_segments']} segments)" if i.get("folded_segments") else "")
+                        for i in s["indexes"])
         return f"catchup: {idx or 'no maintained indexes'}; table version {s['table_version_after']}"
     if job == "snapshot":
         return (f"snapshot: {s['num_regions']} regions stored {s['storage']} ({s['bytes']} bytes) at table "
@@ -152,17 +162,24 @@ def _summary_line(s: dict[str, Any]) -> str:
     if job == "compaction":
         if not s["compacted"]:
             return f"compaction: {'; '.join(s['due']) or 'not due'}; nothing committed" + (
-                f" ({s['error']})" if s.get("error") else "")
+                f" ({s['error']})" if s.get("error") else "") + _blocked(s)
         return (f"compaction: {'; '.join(s['due'])}: {s['tasks_committed']} tasks in {s['rounds']} rounds "
                 f"({s['tasks_preempted']} preempted), fragments {s['health_before']['fragments']} -> "
                 f"{s['health_after']['fragments']}, table version {s['table_version_before']} -> "
-                f"{s['table_version_after']}")
+                f"{s['table_version_after']}" + _blocked(s))
     if job == "retention":
         verb = "would remove" if s["dry_run"] else "removed"
         return (f"retention{' (dry run)' if s['dry_run'] else ''}: {verb} {s['num_versions_removed']} table "
                 f"versions ({_bytes(s['bytes_removed'])}); {s['num_versions_retained']} retained, oldest "
                 f"{s['oldest_retained_version']}")
     return json.dumps(s)
+
+
+def _blocked(s: dict[str, Any]) -> str:
+    """The indexes whose segments keep a due compaction from combining fragments (catch-up folds them)."""
+    blocked = s.get("blocked_by_index_segments") or {}
+    return "; still due, blocked by index segments: " + ", ".join(f"{k} ({v})" for k, v in sorted(blocked.items())) \
+        if blocked else ""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -181,11 +198,15 @@ def main(argv: list[str] | None = None) -> int:
                 from memwal.health import table_health
 
                 summary["health"] = table_health(table).to_dict()
+            from memwal.index_health import index_health
+
+            summary["indexes"] = [h.to_dict() for h in index_health(table.refresh().dataset)]
             alerts = [b["message"] for b in breaches(summary, {
                 "max_unmerged_generations": args.max_unmerged_generations,
                 "max_oldest_unmerged_age_s": args.max_age_s, "max_index_lag": args.max_index_lag,
                 "max_fragments": args.max_fragments, "max_deleted_ratio": args.max_deleted_ratio,
-                "max_table_versions": args.max_table_versions})]
+                "max_table_versions": args.max_table_versions,
+                "max_index_segments": args.max_index_segments, "max_unindexed_rows": args.max_unindexed_rows})]
             summary["alerts"] = alerts
             if args.json:
                 print(json.dumps(summary, default=str))

@@ -13,6 +13,10 @@ they wait. Other indexes are remapped at commit. Lance keeps `merged_generations
 the `__lance_mem_wal` entry, but its index remap drops `index_catchup` (pylance 14.0.2), which would read
 as "caught up": each round restores the entries it had, under the lock, for every index that still covers
 every fragment, else records 0 (the next catch-up raises it again).
+
+Lance does not combine fragments covered by different segments of one index: when compaction is still due
+after its run, `blocked_by_index_segments` names the indexes whose segments split the small fragments (and
+their segment counts), and the next catch-up folds them (`memwal.index_segments`).
 """
 
 from __future__ import annotations
@@ -137,6 +141,7 @@ class CompactionSummary:
     lock_wait_s: float = 0.0
     lock_held_s: float = 0.0
     duration_s: float = 0.0
+    blocked_by_index_segments: dict[str, int] = field(default_factory=dict)
     error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -252,7 +257,16 @@ def compact_table(table: TableLike, config: CompactionConfig | None = None,
             break
     after = table.refresh().dataset
     summary.table_version_after = after.version
-    summary.health_after = fragment_health(after, config.target_rows_per_fragment).to_dict()
+    health_after = fragment_health(after, config.target_rows_per_fragment)
+    summary.health_after = health_after.to_dict()
+    if config.enabled and summary.due and due_reasons(health_after, config):
+        from memwal.index_segments import blocking_segments  # it imports this module
+
+        summary.blocked_by_index_segments = blocking_segments(after, config.target_rows_per_fragment)
+        if summary.blocked_by_index_segments:
+            log.warning("compaction of %s is still due but Lance cannot combine fragments covered by different "
+                        "segments of indexes %s (index: segments); a catch-up with a bounded index policy folds them", uri,
+                        summary.blocked_by_index_segments)
     summary.duration_s = time.monotonic() - started
     log.info("compaction of %s: %s; %d tasks committed in %d rounds (%d preempted), fragments %d -> %d",
              uri, "; ".join(summary.due) or "not due", summary.tasks_committed, summary.rounds,

@@ -1,4 +1,4 @@
-"""The policies of table upkeep, version retention and compaction, with their defaults in one place.
+"""The policies of table upkeep, version retention, compaction and index segments, with their defaults in one place.
 
 The `memwal` command and the Spark entry points (argparse) and the Airflow tables file derive theirs from
 these. Nothing here imports Lance: DAG files read these defaults while they parse.
@@ -6,9 +6,16 @@ these. Nothing here imports Lance: DAG files read these defaults while they pars
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
-__all__ = ["CompactionConfig", "RetentionConfig"]
+__all__ = ["DEFAULT_MAX_INDEX_SEGMENTS", "CompactionConfig", "IndexPolicy", "RetentionConfig"]
+
+# Every segment of an index is searched on its own (a vector query probes its partitions in each segment),
+# so query work grows with segments, and compaction cannot combine fragments covered by different
+# segments. Folding reuses the trained model (no retraining) but rewrites the folded segments' files: at 4
+# a query searches at most 4 segments and a table caught up once per cycle folds once every 3 cycles.
+DEFAULT_MAX_INDEX_SEGMENTS = 4
 
 
 @dataclass(frozen=True)
@@ -59,3 +66,24 @@ class CompactionConfig:
         for name in ("materialize_deletions_threshold", "max_deleted_ratio"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(f"compaction {name} {getattr(self, name)} is not between 0 and 1")
+
+
+@dataclass(frozen=True)
+class IndexPolicy:
+    """The index segments of one table. Catch-up folds an index into one segment (Lance's
+    `num_indices_to_merge`, reusing the trained model) when it has, or would have after adding the new
+    rows, more than `max_segments` segments. None: unbounded (Lance's default: a vector index gains a
+    segment per catch-up). `max_segments_per_index` overrides it for named indexes."""
+
+    max_segments: int | None = DEFAULT_MAX_INDEX_SEGMENTS
+    max_segments_per_index: Mapping[str, int | None] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name, value in [("max_segments", self.max_segments),
+                            *((f"max_segments_per_index.{k}", v) for k, v in self.max_segments_per_index.items())]:
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"index policy {name} {value!r} is not an integer >= 1 (or null: unbounded)")
+
+    def limit(self, index_name: str) -> int | None:
+        """The segment bound of one index (None: unbounded)."""
+        return self.max_segments_per_index.get(index_name, self.max_segments)
