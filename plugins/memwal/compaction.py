@@ -265,8 +265,8 @@ def compact_table(table: TableLike, config: CompactionConfig | None = None,
         summary.blocked_by_index_segments = blocking_segments(after, config.target_rows_per_fragment)
         if summary.blocked_by_index_segments:
             log.warning("compaction of %s is still due but Lance cannot combine fragments covered by different "
-                        "segments of indexes %s (index: segments); a catch-up with a bounded index policy folds them", uri,
-                        summary.blocked_by_index_segments)
+                        "segments of indexes %s (index: segments); a catch-up with a bounded index policy folds "
+                        "them", uri, summary.blocked_by_index_segments)
     summary.duration_s = time.monotonic() - started
     log.info("compaction of %s: %s; %d tasks committed in %d rounds (%d preempted), fragments %d -> %d",
              uri, "; ".join(summary.due) or "not due", summary.tasks_committed, summary.rounds,
