@@ -150,3 +150,16 @@ def test_tables_file_index_thresholds_parse():
                                          "b": {"uri": "/t", "thresholds": {"max_index_segments": -1}}}}, "t.yaml")
     assert good["a"].thresholds.max_index_segments == 4 and good["a"].thresholds.max_unindexed_rows == 100000
     assert bad["b"].key == "thresholds.max_index_segments"
+
+
+def test_the_page_reads_index_health_with_the_tables_thresholds(table_with_lagging_indexes):
+    from memwal.airflow.config import TableConfig, Thresholds
+    from memwal.airflow.ui.regions import index_rows
+    from memwal.airflow.ui.sources import table_status
+
+    loc = table_with_lagging_indexes
+    cfg = TableConfig(name="t", uri=loc.uri, thresholds=Thresholds(max_index_segments=2))
+    status, _ = table_status(cfg)
+    rows = {r["name"]: r for r in index_rows(status, cfg.thresholds)}
+    assert rows["vec_idx"]["segments"] == 3 and rows["vec_idx"]["over"] == ["segments"]
+    assert rows["id_idx"]["over"] == [] and rows["id_idx"]["unindexed_rows"] == 50
