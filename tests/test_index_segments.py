@@ -115,6 +115,10 @@ def test_compaction_names_blocking_segments_then_the_fold_lets_it_combine_fragme
     assert blocked.health_after["fragments"] > 2, "fragments of different segments stay apart"
     _assert_searches_match(_dataset(loc), model)
 
+    from dataclasses import replace
+
+    off = catchup_table(loc.uri, compaction=replace(DUE, enabled=False)).indexes
+    assert not any(r.folded_segments for r in off), "no compaction: within the bound, nothing to fold for"
     # within the default bound (4), but blocking a due compaction: the next catch-up folds them
     result = {r.index_name: r for r in catchup_table(loc.uri, compaction=DUE).indexes}["vec_idx"]
     assert result.folded_segments == 4 and result.segments_after == 1, result

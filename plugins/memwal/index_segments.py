@@ -53,7 +53,7 @@ def fold_options(ds: lance.LanceDataset, name: str, policy: IndexPolicy, appendi
     n = indices_to_merge(segments, appending, limit)
     if n is None and limit is not None and segments > 1:
         config = compaction or CompactionConfig()
-        if due_reasons(fragment_health(ds, config.target_rows_per_fragment), config) and \
+        if config.enabled and due_reasons(fragment_health(ds, config.target_rows_per_fragment), config) and \
                 name in blocking_segments(ds, config.target_rows_per_fragment):
             log.info("index %s: %d segments block a due compaction; folding them", name, segments)
             n = segments
