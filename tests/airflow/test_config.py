@@ -121,3 +121,15 @@ def test_retention_and_compaction_policies_parse_with_the_library_defaults(tmp_p
     assert bad["c"].key == "retention.keep_versions"
     assert bad["d"].key == "compaction.max_deleted_ratio"
     assert bad["e"].key == "retention.keep" and "unknown key" in str(bad["e"])
+
+
+def test_the_tables_index_policy_reaches_the_catchup_operator():
+    from memwal.airflow.operators.memwal import MemWalCatchupOperator
+    from memwal.maintenance_config import IndexPolicy
+
+    good, _ = parse_tables({"tables": {"v": {"uri": "/t", "index_policy": {"max_segments": 2},
+                                             "compaction": {"max_small_fragments": 3}}}}, "tables.yaml")
+    options = MemWalCatchupOperator(task_id="c", table="v").job_options(good["v"])
+    assert options.index_policy == IndexPolicy(max_segments=2)
+    assert options.compaction.max_small_fragments == 3, "catch-up folds for compaction by the table's rules"
+    assert options.argv("catchup") == ["--max-segments", "2"], "the spark engine passes it to spark-submit"
