@@ -69,10 +69,14 @@ def _assert_searches_match(ds: lance.LanceDataset, model: dict[int, int]) -> Non
 
 def test_fold_decision():
     assert indices_to_merge(3, appending=True, max_segments=4) is None, "4 after the append: within the bound"
-    assert indices_to_merge(4, appending=True, max_segments=4) == 4, "5 after the append: fold all into one"
+    assert indices_to_merge(4, appending=True, max_segments=4, newest_small=4) == 4, "5: fold all into one"
+    assert indices_to_merge(4, appending=True, max_segments=4, newest_small=3) == 3, "the base segment stays"
+    assert indices_to_merge(4, appending=True, max_segments=4) == 1, "no small fragment: the newest + new rows"
     assert indices_to_merge(4, appending=False, max_segments=4) is None
-    assert indices_to_merge(5, appending=False, max_segments=4) == 5, "over the bound already (policy lowered)"
-    assert indices_to_merge(40, appending=True, max_segments=None) is None, "unbounded: Lance's default"
+    assert indices_to_merge(6, appending=False, max_segments=4) == 3, "over the bound already (policy lowered)"
+    assert indices_to_merge(3, appending=False, max_segments=4, newest_small=2, blocked=True) == 2
+    assert indices_to_merge(40, appending=True, max_segments=None, newest_small=40, blocked=True) is None, \
+        "unbounded: Lance's default"
     assert IndexPolicy(max_segments_per_index={"vec_idx": 2}).limit("vec_idx") == 2
     assert IndexPolicy().limit("other") == 4
     with pytest.raises(ValueError, match=r"max_segments_per_index\.vec_idx 0"):
@@ -185,3 +189,25 @@ def test_fts_and_btree_segments_fold_and_stay_correct(local_location):
     ds = _dataset(loc)
     assert ds.stats.index_stats("text_idx")["num_unindexed_rows"] == 0
     _assert_searches_match(ds, model)
+
+
+def test_a_fold_leaves_the_segment_over_large_fragments(local_location):
+    """With the base fragment large by compaction's rules, catch-up folds the delta segments (over the small
+    fragments it would combine) and leaves the base segment, the largest, as it is."""
+    loc = local_location
+    (region,) = create_vector_table(loc, BASE_ROWS)
+    model = _model()
+    rules = CompactionConfig(target_rows_per_fragment=2000, max_small_fragments=4)  # the base (3000) is large
+    base_uuid = next(d for d in _dataset(loc).describe_indices() if d.name == "vec_idx").segments[0].uuid
+    for c in range(3):
+        _cycle(loc, region, c, model)
+        _dataset(loc).optimize.optimize_indices(index_names=["vec_idx"], num_indices_to_merge=0)  # a delta each
+    assert segment_counts(_dataset(loc))["vec_idx"] == 4
+    _cycle(loc, region, 3, model)
+    result = {r.index_name: r for r in catchup_table(loc.uri, compaction=rules).indexes}["vec_idx"]
+    assert result.folded_segments == 3 and result.segments_after == 2, result
+    segments = next(d for d in _dataset(loc).describe_indices() if d.name == "vec_idx").segments
+    assert segments[0].uuid == base_uuid, "the base segment was not rewritten"
+    compacted = compact_table(loc.uri, rules)
+    assert compacted.blocked_by_index_segments == {} and compacted.health_after["fragments"] == 2
+    _assert_searches_match(_dataset(loc), model)

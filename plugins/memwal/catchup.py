@@ -4,7 +4,7 @@ The merged generations are read at table version V0 and every maintained index i
 incrementally (Lance's optimize_indices) from V0. Only once the index really covers every fragment of
 V0 is index_catchup[index][region] raised to merged_generations[region] as of V0, never more: data
 merged after V0 may be uncovered. The commit goes through commit_details (no progress regression).
-An index over its segment bound (`IndexPolicy`) is folded into one segment (`memwal.index_segments`).
+An index over its segment bound (`IndexPolicy`) has its newest segments folded (`memwal.index_segments`).
 
 `rebuild_indexes` recreates maintained indexes from scratch, vector ones retrained (the catch-up operator's
 `rebuild`).
@@ -40,7 +40,7 @@ class IndexCatchupResult:
     caught_up_generations: dict[str, int] = field(default_factory=dict)
     segments_before: int = 0
     segments_after: int = 0
-    folded_segments: int = 0  # segments merged into one (Lance's num_indices_to_merge); 0: no fold
+    folded_segments: int = 0  # newest segments merged into one (Lance's num_indices_to_merge); 0: no fold
     duration_s: float = 0.0
     error: str | None = None
 

@@ -3,10 +3,10 @@ explicit rebuild of a vector index.
 
 Lance's `optimize_indices()` appends a delta segment to a vector index on every call (scalar and FTS
 indexes are merged by default), and Lance's compaction does not combine fragments covered by different
-segments of one index. Catch-up therefore folds an index into one segment (`num_indices_to_merge` = all
-its segments: the trained centroids and codebook are reused, nothing is retrained) when it has, or would
-have after the append, more than the policy's `max_segments` (`memwal.maintenance_config.IndexPolicy`),
-or when compaction is due and the index's segments split the fragments it would combine.
+segments of one index. Catch-up therefore folds an index's newest segments into one (Lance's
+`num_indices_to_merge`: the trained centroids and codebook are reused, nothing is retrained) when it has,
+or would have after the append, more than the policy's `max_segments` (`memwal.maintenance_config.IndexPolicy`),
+or when compaction is due and the index's segments split the fragments it would combine (`indices_to_merge`).
 `rebuild_vector_index` retrains a vector index with the parameters the existing one reports.
 """
 
@@ -35,40 +35,54 @@ def segment_counts(ds: lance.LanceDataset) -> dict[str, int]:
     return {d.name: len(d.segments) for d in ds.describe_indices() if d.name != naming.MEM_WAL_INDEX_NAME}
 
 
-def indices_to_merge(segments: int, appending: bool, max_segments: int | None) -> int | None:
-    """Lance's `num_indices_to_merge` for one catch-up of an index with `segments` segments: all of them
-    (fold into one, with the new rows) when the bound is or would be exceeded, else None (Lance's default)."""
-    if max_segments is None or segments + (1 if appending else 0) <= max_segments:
+def indices_to_merge(segments: int, appending: bool, max_segments: int | None, newest_small: int = 0,
+                     blocked: bool = False) -> int | None:
+    """Lance's `num_indices_to_merge` for one catch-up of an index with `segments` segments (None: Lance's
+    default, no fold). Folds when the bound is or would be exceeded after the append, or when the index
+    blocks a due compaction (`blocked`): the newest segments into one, enough of them to get within the
+    bound and at least the `newest_small` newest (back to the oldest segment covering a small fragment, so
+    compaction can then combine those fragments). Older segments over large fragments stay as they are."""
+    if max_segments is None or (segments + (1 if appending else 0) <= max_segments and not blocked):
         return None
-    return segments
+    return min(segments, max(segments - max_segments + 1, newest_small, 1))
+
+
+def _small_fragments(ds: lance.LanceDataset, target_rows_per_fragment: int) -> set[int]:
+    """Fragments compaction would combine: live rows under half the target (`memwal.compaction`'s "small")."""
+    out = set()
+    for frag in ds.get_fragments():
+        meta = frag.metadata
+        deleted = meta.deletion_file.num_deleted_rows if meta.deletion_file is not None else 0
+        if meta.physical_rows - (deleted or 0) < target_rows_per_fragment // 2:
+            out.add(frag.fragment_id)
+    return out
 
 
 def fold_options(ds: lance.LanceDataset, name: str, policy: IndexPolicy, appending: bool,
                  compaction: CompactionConfig | None = None) -> dict[str, int]:
-    """The extra `optimize_indices` keyword arguments of catch-up for index `name` (empty: no fold). It folds
-    past the policy's bound, and also (bounded policy only) when compaction is due by `compaction`'s rules
-    but this index's segments split the fragments it would combine."""
-    segments = segment_counts(ds).get(name, 0)
+    """The extra `optimize_indices` keyword arguments of catch-up for index `name` (empty: no fold), by
+    `indices_to_merge`; "small" and "due" by `compaction`'s rules (default: CompactionConfig())."""
+    desc = next((d for d in ds.describe_indices() if d.name == name), None)
     limit = policy.limit(name)
-    n = indices_to_merge(segments, appending, limit)
-    if n is None and limit is not None and segments > 1:
-        config = compaction or CompactionConfig()
-        if config.enabled and due_reasons(fragment_health(ds, config.target_rows_per_fragment), config) and \
-                name in blocking_segments(ds, config.target_rows_per_fragment):
-            log.info("index %s: %d segments block a due compaction; folding them", name, segments)
-            n = segments
+    if desc is None or limit is None:
+        return {}
+    config = compaction or CompactionConfig()
+    small = _small_fragments(ds, config.target_rows_per_fragment)
+    covering = [i for i, seg in enumerate(desc.segments) if small & {int(f) for f in seg.fragment_ids}]
+    segments = len(desc.segments)
+    blocked = (len(covering) > 1 and config.enabled
+               and bool(due_reasons(fragment_health(ds, config.target_rows_per_fragment), config)))
+    n = indices_to_merge(segments, appending, limit, segments - covering[0] if covering else 0, blocked)
+    if n is not None:
+        log.info("index %s: folding the newest %d of %d segments (%s)", name, n, segments,
+                 "they block a due compaction" if blocked else f"bound {limit}")
     return {} if n is None else {"num_indices_to_merge": n}
 
 
 def blocking_segments(ds: lance.LanceDataset, target_rows_per_fragment: int) -> dict[str, int]:
     """Indexes whose segments split the fragments compaction would combine (those under half the target
     rows) into more than one group: index name -> its segment count. Lance plans no task across them."""
-    small = set()
-    for frag in ds.get_fragments():
-        meta = frag.metadata
-        deleted = meta.deletion_file.num_deleted_rows if meta.deletion_file is not None else 0
-        if meta.physical_rows - (deleted or 0) < target_rows_per_fragment // 2:
-            small.add(frag.fragment_id)
+    small = _small_fragments(ds, target_rows_per_fragment)
     out = {}
     for d in ds.describe_indices():
         if d.name == naming.MEM_WAL_INDEX_NAME or len(d.segments) < 2:

@@ -70,10 +70,10 @@ class CompactionConfig:
 
 @dataclass(frozen=True)
 class IndexPolicy:
-    """The index segments of one table. Catch-up folds an index into one segment (Lance's
+    """The index segments of one table. Catch-up folds an index's newest segments into one (Lance's
     `num_indices_to_merge`, reusing the trained model) when it has, or would have after adding the new
-    rows, more than `max_segments` segments. None: unbounded (Lance's default: a vector index gains a
-    segment per catch-up). `max_segments_per_index` overrides it for named indexes."""
+    rows, more than `max_segments` segments (`memwal.index_segments`). None: unbounded (Lance's default: a
+    vector index gains a segment per catch-up). `max_segments_per_index` overrides it for named indexes."""
 
     max_segments: int | None = DEFAULT_MAX_INDEX_SEGMENTS
     max_segments_per_index: Mapping[str, int | None] = field(default_factory=dict)
