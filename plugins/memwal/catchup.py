@@ -4,8 +4,10 @@ The merged generations are read at table version V0 and every maintained index i
 incrementally (Lance's optimize_indices) from V0. Only once the index really covers every fragment of
 V0 is index_catchup[index][region] raised to merged_generations[region] as of V0, never more: data
 merged after V0 may be uncovered. The commit goes through commit_details (no progress regression).
+An index over its segment bound (`IndexPolicy`) has its newest segments folded (`memwal.index_segments`).
 
-`rebuild_indexes` recreates maintained scalar indexes from scratch (the catch-up operator's `rebuild`).
+`rebuild_indexes` recreates maintained indexes from scratch, vector ones retrained (the catch-up operator's
+`rebuild`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import lance
 from memwal import naming
 from memwal.compaction import is_preempted
 from memwal.index_coverage import covered_fragments, live_fragments
+from memwal.index_segments import fold_options, is_vector_index, rebuild_vector_index, segment_counts
+from memwal.maintenance_config import CompactionConfig, IndexPolicy
 from memwal.mem_wal_index import MemWalIndexDetails
 from memwal.table import MemWalTable, TableLike
 
@@ -35,6 +39,9 @@ class IndexCatchupResult:
     covered: bool = False
     uncovered_fragments: list[int] = field(default_factory=list)
     caught_up_generations: dict[str, int] = field(default_factory=dict)
+    segments_before: int = 0
+    segments_after: int = 0
+    folded_segments: int = 0  # newest segments merged into one (Lance's num_indices_to_merge); 0: no fold
     duration_s: float = 0.0
     error: str | None = None
 
@@ -61,8 +68,11 @@ def _uncovered(frags0: set[int], ds1: lance.LanceDataset, name: str) -> list[int
     return sorted((frags0 & frags1) - (covered_fragments(ds1, name) or set()))
 
 
-def catchup_table(table: TableLike, index_names: Sequence[str] | None = None) -> CatchupSummary:
-    """Optimise every maintained index (or the given ones) and record what it now covers."""
+def catchup_table(table: TableLike, index_names: Sequence[str] | None = None,
+                  policy: IndexPolicy | None = None, compaction: CompactionConfig | None = None) -> CatchupSummary:
+    """Optimise every maintained index (or the given ones), folding its segments when the policy says so
+    (or when they block a compaction due by `compaction`'s rules), and record what it now covers."""
+    policy = policy or IndexPolicy()
     started = time.monotonic()
     table = MemWalTable.of(table)
     index0 = table.refresh().index
@@ -77,11 +87,16 @@ def catchup_table(table: TableLike, index_names: Sequence[str] | None = None) ->
             # V0's fragments, read before optimize_indices: it moves ds0 in place to the version it commits,
             # which holds whatever else committed meanwhile (a merge's new, unindexed fragments).
             frags0 = live_fragments(ds0)
-            if _uncovered(frags0, ds0, name):
-                ds0.optimize.optimize_indices(index_names=[name])
+            appending = bool(_uncovered(frags0, ds0, name))
+            fold = fold_options(ds0, name, policy, appending, compaction)
+            result.segments_before = segment_counts(ds0).get(name, 0)
+            if appending or fold:
+                ds0.optimize.optimize_indices(index_names=[name], **fold)
                 result.optimized = True
+                result.folded_segments = fold.get("num_indices_to_merge", 0)
                 summary.commits += 1
             ds1 = table.refresh().dataset
+            result.segments_after = segment_counts(ds1).get(name, 0)
             result.uncovered_fragments = _uncovered(frags0, ds1, name)
             result.covered = not result.uncovered_fragments
             if result.covered:
@@ -123,9 +138,10 @@ def catchup_table(table: TableLike, index_names: Sequence[str] | None = None) ->
 
 
 def rebuild_indexes(table: MemWalTable, names: Sequence[str] | None = None) -> list[str]:
-    """Recreate the maintained scalar indexes (or `names`) from scratch (Lance replace=True), under the
-    MemWAL index lock; catch-up then records them as covering the table. Vector indexes are left to
-    catch-up (their build parameters are not recorded in the table). ValueError naming an unknown index."""
+    """Recreate the maintained indexes (or `names`) from scratch (Lance replace=True), under the MemWAL
+    index lock; catch-up then records them as covering the table. A vector index is retrained with the
+    parameters it reports (`memwal.index_segments.rebuild_vector_index`; ValueError when they cannot be read).
+    ValueError naming an unknown index."""
     wanted = list(names) if names else table.maintained_indexes()
     described = {d.name: d for d in table.refresh().dataset.describe_indices() if d.name != naming.MEM_WAL_INDEX_NAME}
     missing = [n for n in wanted if n not in described]
@@ -135,9 +151,13 @@ def rebuild_indexes(table: MemWalTable, names: Sequence[str] | None = None) -> l
     with table.index_lock():
         for name in wanted:
             d = described[name]
-            if len(d.field_names) != 1 or "vector" in d.type_url.lower() or "ivf" in d.type_url.lower():
-                log.warning("%s: index %s (%s) is not a scalar index on one column; catch-up optimises it "
-                            "instead of a rebuild", table.uri, name, d.type_url)
+            if is_vector_index(d):
+                rebuild_vector_index(table.refresh().dataset, name)
+                rebuilt.append(name)
+                continue
+            if len(d.field_names) != 1:
+                log.warning("%s: index %s (%s) is not on one column; catch-up optimises it instead of a rebuild",
+                            table.uri, name, d.type_url)
                 continue
             table.refresh().dataset.create_scalar_index(d.field_names[0], d.index_type, name=name, replace=True)
             rebuilt.append(name)

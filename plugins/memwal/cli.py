@@ -59,6 +59,8 @@ _THRESHOLDS = (
     ("--max-fragments", "max_fragments", non_negative_int, "the base table has more fragments"),
     ("--max-deleted-ratio", "max_deleted_ratio", ratio_arg, "the base table's deleted-row ratio is higher"),
     ("--max-table-versions", "max_table_versions", non_negative_int, "Lance keeps more table versions"),
+    ("--max-index-segments", "max_index_segments", non_negative_int, "an index has more segments"),
+    ("--max-unindexed-rows", "max_unindexed_rows", non_negative_int, "an index leaves more rows unindexed"),
 )
 _HEALTH_THRESHOLDS = ("--max-fragments", "--max-deleted-ratio", "--max-table-versions")  # checked on the health
 
@@ -154,6 +156,10 @@ def print_status(status: dict[str, Any]) -> None:
         held = sorted(set(h["gc_limited_by"].values()))
         print(f"gc: could free {_bytes(h['gc_reclaimable_bytes'])} now"
               + (f"; held back by: {', '.join(held)}" if held else ""))
+    for i in status.get("indexes") or []:
+        print(f"index {i['name']} ({i['index_type']} on {', '.join(i['fields'])}): {i['segments']} segments, "
+              f"{i['indexed_rows']} rows indexed in {i['indexed_fragments']} fragments, {i['unindexed_rows']} "
+              f"unindexed in {i['unindexed_fragments']}")
 
 
 def _summary_line(s: dict[str, Any]) -> str:
@@ -164,7 +170,9 @@ def _summary_line(s: dict[str, Any]) -> str:
                 f"{s['rows_upserted']} upserts, {s['rows_deleted']} deletes, table version "
                 f"{s['table_version_before']} -> {s['table_version_after']} ({s['duration_s']:.1f}s)")
     if job == "catchup":
-        idx = ", ".join(f"{i['index_name']}{'' if i['covered'] else ' (not covered)'}" for i in s["indexes"])
+        idx = ", ".join(f"{i['index_name']}{'' if i['covered'] else ' (not covered)'}"
+                        + (f" (folded {i['folded_segments']} segments)" if i.get("folded_segments") else "")
+                        for i in s["indexes"])
         return f"catchup: {idx or 'no maintained indexes'}; table version {s['table_version_after']}"
     if job == "snapshot":
         return (f"snapshot: {s['num_regions']} regions stored {s['storage']} ({s['bytes']} bytes) at table "
@@ -176,11 +184,11 @@ def _summary_line(s: dict[str, Any]) -> str:
     if job == "compaction":
         if not s["compacted"]:
             return f"compaction: {'; '.join(s['due']) or 'not due'}; nothing committed" + (
-                f" ({s['error']})" if s.get("error") else "")
+                f" ({s['error']})" if s.get("error") else "") + _blocked(s)
         return (f"compaction: {'; '.join(s['due'])}: {s['tasks_committed']} tasks in {s['rounds']} rounds "
                 f"({s['tasks_preempted']} preempted), fragments {s['health_before']['fragments']} -> "
                 f"{s['health_after']['fragments']}, table version {s['table_version_before']} -> "
-                f"{s['table_version_after']}")
+                f"{s['table_version_after']}" + _blocked(s))
     if job == "retention":
         verb = "would remove" if s["dry_run"] else "removed"
         unverified = s.get("unverified_files")
@@ -191,6 +199,13 @@ def _summary_line(s: dict[str, Any]) -> str:
                     f"({_bytes(unverified['bytes'])}), e.g. {', '.join(unverified['sample'][:3]) or '-'}"
                     if unverified else ""))
     return json.dumps(s)
+
+
+def _blocked(s: dict[str, Any]) -> str:
+    """The indexes whose segments keep a due compaction from combining fragments (catch-up folds them)."""
+    blocked = s.get("blocked_by_index_segments") or {}
+    return "; still due, blocked by index segments: " + ", ".join(f"{k} ({v})" for k, v in sorted(blocked.items())) \
+        if blocked else ""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -214,6 +229,9 @@ def main(argv: list[str] | None = None) -> int:
                 from memwal.health import table_health
 
                 summary["health"] = table_health(table).to_dict()
+            from memwal.index_health import index_health
+
+            summary["indexes"] = [h.to_dict() for h in index_health(table.refresh().dataset)]
             alerts = [b["message"] for b in breaches(summary, {key: getattr(args, key) for _, key, *_ in _THRESHOLDS})]
             summary["alerts"] = alerts
             if args.json:

@@ -16,6 +16,10 @@ every fragment, else records 0 (the next catch-up raises it again). The entries 
 `_mem_wal/_compaction/index_catchup.json`, before Lance's commit: when the restore fails (or the process dies
 before it), the next run puts them back from there, even when compaction is no longer due. Meanwhile GC and
 status read an index with no entry as caught up only if it covers every live fragment (memwal.index_coverage).
+
+Lance does not combine fragments covered by different segments of one index: when compaction is still due
+after its run, `blocked_by_index_segments` names the indexes whose segments split the small fragments (and
+their segment counts), and the next catch-up folds them (`memwal.index_segments`).
 """
 
 from __future__ import annotations
@@ -158,6 +162,7 @@ class CompactionSummary:
     lock_wait_s: float = 0.0
     lock_held_s: float = 0.0
     duration_s: float = 0.0
+    blocked_by_index_segments: dict[str, int] = field(default_factory=dict)
     error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -299,7 +304,16 @@ def compact_table(table: TableLike, config: CompactionConfig | None = None,
             break
     after = table.refresh().dataset
     summary.table_version_after = after.version
-    summary.health_after = fragment_health(after, config.target_rows_per_fragment).to_dict()
+    health_after = fragment_health(after, config.target_rows_per_fragment)
+    summary.health_after = health_after.to_dict()
+    if config.enabled and summary.due and due_reasons(health_after, config):
+        from memwal.index_segments import blocking_segments  # it imports this module
+
+        summary.blocked_by_index_segments = blocking_segments(after, config.target_rows_per_fragment)
+        if summary.blocked_by_index_segments:
+            log.warning("compaction of %s is still due but Lance cannot combine fragments covered by different "
+                        "segments of indexes %s (index: segments); a catch-up with a bounded index policy folds "
+                        "them", uri, summary.blocked_by_index_segments)
     summary.duration_s = time.monotonic() - started
     log.info("compaction of %s: %s; %d tasks committed in %d rounds (%d preempted), fragments %d -> %d",
              uri, "; ".join(summary.due) or "not due", summary.tasks_committed, summary.rounds,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from memwal.maintenance_config import CompactionConfig, RetentionConfig
+from memwal.maintenance_config import CompactionConfig, IndexPolicy, RetentionConfig
 from memwal.option_values import check_fields, count, optional, seconds
 
 __all__ = ["DEFAULT_INLINE_THRESHOLD", "GcConfig", "JobOptions", "MergeConfig", "is_true"]
@@ -60,6 +60,7 @@ class JobOptions:
 
     merge, up_to_generation: the merge's budgets and its bound (up_to_generation needs exactly one region);
     indexes: the base-table indexes catch-up brings up to date (None: every maintained index);
+    index_policy: catch-up's bound on index segments (`memwal.maintenance_config.IndexPolicy`);
     inline_threshold: snapshots are stored inline up to this many regions; gc: GC's settings;
     compaction, retention: their policies (`memwal.maintenance_config`).
     """
@@ -67,6 +68,7 @@ class JobOptions:
     merge: MergeConfig = field(default_factory=MergeConfig)
     up_to_generation: int | None = None
     indexes: tuple[str, ...] | None = None
+    index_policy: IndexPolicy = field(default_factory=IndexPolicy)
     inline_threshold: int = DEFAULT_INLINE_THRESHOLD
     gc: GcConfig = field(default_factory=GcConfig)
     compaction: CompactionConfig = field(default_factory=CompactionConfig)
@@ -94,6 +96,11 @@ class JobOptions:
         elif job == "catchup":
             for name in self.indexes or ():
                 out.extend(["--index", name])
+            if self.index_policy.max_segments is None:
+                out.append("--unbounded-segments")
+            flag("--max-segments", self.index_policy.max_segments, default.index_policy.max_segments)
+            for name, limit in sorted(self.index_policy.max_segments_per_index.items()):
+                out.extend(["--max-segments-of", f"{name}={'none' if limit is None else limit}"])
         elif job == "snapshot":
             flag("--inline-threshold", self.inline_threshold, default.inline_threshold)
         elif job == "gc":

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from memwal import option_values
 from memwal.errors import BadInputError
 from memwal.job_config import DEFAULT_INLINE_THRESHOLD, GcConfig, JobOptions, MergeConfig
-from memwal.maintenance_config import CompactionConfig, RetentionConfig
+from memwal.maintenance_config import CompactionConfig, IndexPolicy, RetentionConfig
 
 if TYPE_CHECKING:
     from memwal.table import MemWalTable
@@ -143,6 +143,12 @@ def add_job_arguments(parser: argparse.ArgumentParser, job: str) -> None:
     elif job == "catchup":
         parser.add_argument("--index", action="append", default=None, metavar="NAME",
                             help="only this base-table index (repeatable; default: every maintained index)")
+        parser.add_argument("--max-segments", type=positive_int, default=IndexPolicy().max_segments,
+                            help="fold an index into one segment when it would have more (default %(default)s)")
+        parser.add_argument("--max-segments-of", action="append", type=_index_limit, default=[],
+                            metavar="INDEX=N", help="the bound of one index (repeatable; N or none: unbounded)")
+        parser.add_argument("--unbounded-segments", action="store_true",
+                            help="never fold (Lance's default: a vector index gains a segment per catch-up)")
     elif job == "snapshot":
         parser.add_argument("--inline-threshold", type=non_negative_int, default=DEFAULT_INLINE_THRESHOLD,
                             help="store snapshots inline up to this many regions, else as index.lance")
@@ -185,6 +191,14 @@ def add_job_arguments(parser: argparse.ArgumentParser, job: str) -> None:
         raise ValueError(f"unknown job {job!r}; expected one of {JOBS}")
 
 
+def _index_limit(text: str) -> tuple[str, int | None]:
+    """A `--max-segments-of INDEX=N` argument (N >= 1, or none: unbounded)."""
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is not INDEX=N")
+    return name.strip(), None if value.strip().lower() == "none" else positive_int(value)
+
+
 def job_options(job: str, args: argparse.Namespace) -> JobOptions:
     """The typed options of a parsed command line (the CLI's and the Spark entry points')."""
     base = MergeConfig()
@@ -194,7 +208,9 @@ def job_options(job: str, args: argparse.Namespace) -> JobOptions:
                           max_bytes_per_commit=args.max_bytes_per_commit),
             up_to_generation=args.up_to_generation)
     if job == "catchup":
-        return JobOptions(indexes=tuple(args.index) if args.index else None)
+        return JobOptions(indexes=tuple(args.index) if args.index else None, index_policy=IndexPolicy(
+            max_segments=None if args.unbounded_segments else args.max_segments,
+            max_segments_per_index=dict(args.max_segments_of)))
     if job == "snapshot":
         return JobOptions(inline_threshold=args.inline_threshold)
     if job == "gc":
@@ -274,7 +290,8 @@ def run_job(job: str, table: MemWalTable, options: JobOptions | None = None, reg
     if job == "catchup":
         from memwal.catchup import catchup_table
 
-        return catchup_table(table, index_names=options.indexes).to_dict()
+        return catchup_table(table, index_names=options.indexes, policy=options.index_policy,
+                             compaction=options.compaction).to_dict()
     if job == "snapshot":
         from memwal.snapshot import read_manifests_threaded, refresh_snapshot
 

@@ -2,7 +2,8 @@
 
 `measure` is `memwal.status` (per region: unmerged generations, rows, bytes, age of the oldest unmerged
 generation, index lag) plus the age of the MemWAL index snapshot (a table-wide value) and, with
-`health=True`, the table's health (`memwal.health`: fragments, deleted rows, versions, bytes). `breaches` holds a
+`health=True`, the table's health (`memwal.health`: fragments, deleted rows, versions, bytes), and always
+each index's health (`memwal.index_health`: segments, unindexed rows). `breaches` holds a
 measurement against a table's thresholds; `memwal status` (exit 4), the Airflow lag monitor, event trigger
 and sensor all use it, so they agree on what "behind" means.
 """
@@ -16,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from memwal.table import TableLike
 
-__all__ = ["HEALTH_METRICS", "HEALTH_THRESHOLDS", "REGION_THRESHOLDS", "TABLE_THRESHOLDS", "THRESHOLD_KEYS",
-           "breaches", "measure", "validate_thresholds"]
+__all__ = ["HEALTH_METRICS", "HEALTH_THRESHOLDS", "INDEX_METRICS", "INDEX_THRESHOLDS", "REGION_THRESHOLDS",
+           "TABLE_THRESHOLDS", "THRESHOLD_KEYS", "breaches", "measure", "validate_thresholds"]
 
 # threshold key -> the per-region status field it limits
 REGION_THRESHOLDS: dict[str, str] = {
@@ -39,7 +40,11 @@ HEALTH_THRESHOLDS: dict[str, str] = {
 # the table health values sent as gauges (memwal.airflow.metrics)
 HEALTH_METRICS = ("fragments", "small_fragments", "deleted_ratio", "table_versions", "base_bytes", "mem_wal_bytes",
                   "gc_reclaimable_bytes")
-THRESHOLD_KEYS = (*REGION_THRESHOLDS, *TABLE_THRESHOLDS, *HEALTH_THRESHOLDS)
+# threshold key -> the per-index value it limits (`memwal.index_health`, the measurement's `indexes`)
+INDEX_THRESHOLDS: dict[str, str] = {"max_index_segments": "segments", "max_unindexed_rows": "unindexed_rows"}
+# the per-index values sent as gauges
+INDEX_METRICS = ("segments", "indexed_rows", "unindexed_rows", "indexed_fragments", "unindexed_fragments")
+THRESHOLD_KEYS = (*REGION_THRESHOLDS, *TABLE_THRESHOLDS, *HEALTH_THRESHOLDS, *INDEX_THRESHOLDS)
 
 
 def validate_thresholds(thresholds: Mapping[str, Any] | None, where: str = "thresholds") -> dict[str, float]:
@@ -77,6 +82,9 @@ def measure(table: TableLike, now: float | None = None, health: bool = False) ->
         from memwal.health import table_health
 
         summary["health"] = table_health(table).to_dict()
+    from memwal.index_health import index_health  # from the manifest: cheap on every check
+
+    summary["indexes"] = [h.to_dict() for h in index_health(table.dataset)]
     return summary
 
 
@@ -108,6 +116,13 @@ def breaches(summary: Mapping[str, Any], thresholds: Mapping[str, Any] | None) -
         value = health.get(metric)
         if key in limits and value is not None and value > limits[key]:
             out.append(_breach(None, metric, value, limits[key]))
+    for index in summary.get("indexes") or []:
+        for key, metric in INDEX_THRESHOLDS.items():
+            value = index.get(metric)
+            if key in limits and value is not None and value > limits[key]:
+                out.append({**_breach(None, metric, value, limits[key]), "key": f"index:{index['name']}:{metric}",
+                            "index": index["name"],
+                            "message": f"index {index['name']}: {metric} {value:g} > {limits[key]:g}"})
     return out
 
 

@@ -1,4 +1,4 @@
-"""The policies of table upkeep, version retention and compaction, with their defaults in one place.
+"""The policies of table upkeep, version retention, compaction and index segments, with their defaults in one place.
 
 The `memwal` command and the Spark entry points (argparse) and the Airflow tables file derive theirs from
 these, and every value is checked by `memwal.option_values` (the check they all share). Nothing here
@@ -7,11 +7,19 @@ imports Lance: DAG files read these defaults while they parse.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
+from memwal.errors import BadInputError
 from memwal.option_values import check_fields, count, optional, ratio, seconds
 
-__all__ = ["CompactionConfig", "RetentionConfig"]
+__all__ = ["DEFAULT_MAX_INDEX_SEGMENTS", "CompactionConfig", "IndexPolicy", "RetentionConfig"]
+
+# Every segment of an index is searched on its own (a vector query probes its partitions in each segment),
+# so query work grows with segments, and compaction cannot combine fragments covered by different
+# segments. Folding reuses the trained model (no retraining) but rewrites the folded segments' files: at 4
+# a query searches at most 4 segments and a table caught up once per cycle folds once every 3 cycles.
+DEFAULT_MAX_INDEX_SEGMENTS = 4
 
 
 @dataclass(frozen=True)
@@ -56,3 +64,26 @@ class CompactionConfig:
             "target_rows_per_fragment": count, "materialize_deletions_threshold": ratio, "max_fragments": count,
             "max_small_fragments": count, "max_deleted_ratio": ratio, "max_tasks_per_round": optional(count),
             "max_attempts": count})
+
+
+@dataclass(frozen=True)
+class IndexPolicy:
+    """The index segments of one table. Catch-up folds an index's newest segments into one (Lance's
+    `num_indices_to_merge`, reusing the trained model) when it has, or would have after adding the new
+    rows, more than `max_segments` segments (`memwal.index_segments`). None: unbounded (Lance's default: a
+    vector index gains a segment per catch-up). `max_segments_per_index` overrides it for named indexes."""
+
+    max_segments: int | None = DEFAULT_MAX_INDEX_SEGMENTS
+    max_segments_per_index: Mapping[str, int | None] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_fields(self, "index_policy", {"max_segments": optional(count)})
+        for name, value in self.max_segments_per_index.items():
+            try:
+                optional(count)(value)
+            except ValueError as exc:
+                raise BadInputError(f"index_policy max_segments_per_index.{name}: {exc}") from None
+
+    def limit(self, index_name: str) -> int | None:
+        """The segment bound of one index (None: unbounded)."""
+        return self.max_segments_per_index.get(index_name, self.max_segments)

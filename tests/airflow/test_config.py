@@ -191,3 +191,13 @@ def test_the_command_line_and_the_tables_file_accept_the_same_values(job, option
             differ.append(f"{value!r}: command line {'accepts' if cli_ok else 'refuses'}, tables file "
                           f"{'accepts' if good else 'refuses'}")
     assert not differ, differ
+def test_the_tables_index_policy_reaches_the_catchup_operator():
+    from memwal.airflow.operators.memwal import MemWalCatchupOperator
+    from memwal.maintenance_config import IndexPolicy
+
+    good, _ = parse_tables({"tables": {"v": {"uri": "/t", "index_policy": {"max_segments": 2},
+                                             "compaction": {"max_small_fragments": 3}}}}, "tables.yaml")
+    options = MemWalCatchupOperator(task_id="c", table="v").job_options(good["v"])
+    assert options.index_policy == IndexPolicy(max_segments=2)
+    assert options.compaction.max_small_fragments == 3, "catch-up folds for compaction by the table's rules"
+    assert options.argv("catchup") == ["--max-segments", "2"], "the spark engine passes it to spark-submit"

@@ -81,3 +81,32 @@ def test_merge_now_forwards_the_callers_token_and_reports_airflows_refusal():
     with pytest.raises(MergeRequestError) as err:
         trigger_merge("other", "t", transport=httpx.MockTransport(airflow), base_url="http://af")
     assert err.value.status_code == 403 and "Forbidden" in str(err.value)
+
+
+def test_index_health_rows_are_marked_and_rendered():
+    from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+    from memwal.airflow.ui import app as ui_app
+    from memwal.airflow.ui.formatting import fmt, fmt_bytes, fmt_limit, fmt_time
+    from memwal.airflow.ui.regions import COLUMNS, INDEX_COLUMNS, TableView, index_rows
+
+    status = {"regions": [], "indexes": [
+        {"name": "vec_idx", "index_type": "IVF_PQ", "segments": 6, "indexed_rows": 900, "unindexed_rows": 100,
+         "indexed_fragments": 6, "unindexed_fragments": 1},
+        {"name": "id_idx", "index_type": "BTree", "segments": 1, "indexed_rows": 1000, "unindexed_rows": 0,
+         "indexed_fragments": 7, "unindexed_fragments": 0}]}
+    rows = index_rows(status, Thresholds(max_index_segments=4, max_unindexed_rows=50))
+    assert [r["over"] for r in rows] == [["segments", "unindexed_rows"], []]
+    assert index_rows(status, Thresholds())[0]["over"] == []
+
+    env = Environment(loader=FileSystemLoader(ui_app._HERE / "templates"), autoescape=select_autoescape(["html"]))
+    env.filters.update(fmt=fmt, fmt_time=fmt_time, fmt_bytes=fmt_bytes, fmt_limit=fmt_limit)
+    view = TableView(name="t", uri="/t", summary={"table_version": 3, "num_regions": 0, "unmerged_generations": 0,
+                                                  "unmerged_rows": 0, "unmerged_bytes": 0, "generated_at": "now"},
+                     indexes=rows)
+    html = env.get_template("page.html").render(views=[view], columns=COLUMNS, index_columns=INDEX_COLUMNS,
+                                                can_merge=False, user="u", base="", csrf_header="x",
+                                                all_tables=["t"], selected=None, bad_tables={})
+    assert '<tr class="index over" data-index="vec_idx">' in html
+    assert '<td data-key="segments" class="over">6</td>' in html
+    assert '<tr class="index" data-index="id_idx">' in html

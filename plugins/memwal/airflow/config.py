@@ -19,6 +19,7 @@
         retention: {older_than_s: 604800, keep_versions: 10}   # base-table versions (memwal.retention)
         compaction: {target_rows_per_fragment: 1048576, max_fragments: 64, max_small_fragments: 16,
                      max_deleted_ratio: 0.1, max_tasks_per_round: null}  # when due (memwal.compaction)
+        index_policy: {max_segments: 4, max_segments_per_index: {vec_idx: 2}}  # null: unbounded (catch-up)
         lag_poll_interval_s: 60         # how often the lag asset's trigger polls the table
         alerts: {webhook_conn_id: pager, notifiers: [mycompany.alerts.PagerDutyNotifier]}  # memwal.airflow.alerts
 
@@ -44,7 +45,7 @@ from typing import Any
 
 from memwal import option_values
 from memwal.job_config import DEFAULT_INLINE_THRESHOLD, GcConfig, MergeConfig
-from memwal.maintenance_config import CompactionConfig, RetentionConfig
+from memwal.maintenance_config import CompactionConfig, IndexPolicy, RetentionConfig
 
 __all__ = [
     "DEFAULT_TABLES_FILE",
@@ -97,6 +98,8 @@ class Thresholds:
     max_deleted_ratio: float | None = None
     max_table_versions: int | None = None
     max_mem_wal_bytes: int | None = None
+    max_index_segments: int | None = None
+    max_unindexed_rows: int | None = None
 
 
 @dataclass(frozen=True)
@@ -127,6 +130,7 @@ class TableConfig:
     gc: GcSettings = field(default_factory=GcSettings)
     retention: RetentionConfig = field(default_factory=RetentionConfig)
     compaction: CompactionConfig = field(default_factory=CompactionConfig)
+    index_policy: IndexPolicy = field(default_factory=IndexPolicy)
     lag_poll_interval_s: float | None = None
     alerts: Mapping[str, Any] | None = None
 
@@ -142,6 +146,8 @@ class TableConfig:
         out["gc"] = {f.name: getattr(self.gc, f.name) for f in fields(GcSettings)}
         out["retention"] = {f.name: getattr(self.retention, f.name) for f in fields(RetentionConfig)}
         out["compaction"] = {f.name: getattr(self.compaction, f.name) for f in fields(CompactionConfig)}
+        out["index_policy"] = {"max_segments": self.index_policy.max_segments,
+                               "max_segments_per_index": dict(self.index_policy.max_segments_per_index)}
         out["spark_conf"] = dict(self.spark_conf)
         out["alerts"] = None if self.alerts is None else dict(self.alerts)
         return out
@@ -243,6 +249,8 @@ _THRESHOLDS = {
     "max_deleted_ratio": _opt(_ratio),
     "max_table_versions": _opt(lambda v: _int(v, 0)),
     "max_mem_wal_bytes": _opt(lambda v: _size(v)),
+    "max_index_segments": _opt(lambda v: _int(v, 0)),
+    "max_unindexed_rows": _opt(lambda v: _int(v, 0)),
 }
 _GC = {"enabled": _bool, "keep_manifest_versions": _int, "grace_period_s": _number}
 _TABLE = {
@@ -274,8 +282,24 @@ _REFUSED = {
 _COMPACTION = {"enabled": _bool, "target_rows_per_fragment": _int, "materialize_deletions_threshold": _ratio,
                "max_fragments": _int, "max_small_fragments": _int, "max_deleted_ratio": _ratio,
                "max_tasks_per_round": _opt(_int), "use_lock": _bool}
+
+
+def _segment_limits(v: Any) -> dict[str, int | None]:
+    if not isinstance(v, Mapping):
+        raise ValueError(f"{v!r} is not a mapping of index name to a segment count")
+    out = {}
+    for name, limit in v.items():
+        try:
+            out[_str(name)] = None if limit is None else _int(limit)
+        except ValueError as exc:
+            raise ValueError(f"index {name!r}: {exc}") from None
+    return out
+
+
+_INDEX_POLICY = {"max_segments": _opt(_int), "max_segments_per_index": _segment_limits}
 _NESTED = {"thresholds": (_THRESHOLDS, Thresholds), "gc": (_GC, GcSettings),
-           "retention": (_RETENTION, RetentionConfig), "compaction": (_COMPACTION, CompactionConfig)}
+           "retention": (_RETENTION, RetentionConfig), "compaction": (_COMPACTION, CompactionConfig),
+           "index_policy": (_INDEX_POLICY, IndexPolicy)}
 
 
 def _merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:

@@ -24,9 +24,15 @@ prefixes them with `[metrics] statsd_prefix`, default `airflow.`):
     memwal.<table>.base_bytes                       bytes of the base table on storage (without _mem_wal)
     memwal.<table>.mem_wal_bytes                    bytes under _mem_wal/ (generations, WAL, manifests)
     memwal.<table>.gc_reclaimable_bytes             what GC could free now
+    memwal.<table>.index.<index>.segments           segments of one base-table index (memwal.index_health)
+    memwal.<table>.index.<index>.indexed_rows       rows it covers
+    memwal.<table>.index.<index>.unindexed_rows     rows it does not cover yet (catch-up adds them)
+    memwal.<table>.index.<index>.indexed_fragments  fragments it covers
+    memwal.<table>.index.<index>.unindexed_fragments  fragments it does not cover
 
 `<table>` is the configured table name with any character outside [A-Za-z0-9_-] replaced by `_` (a dot
-would add a StatsD level); `<region>` is the region UUID.
+would add a StatsD level), `<index>` the index name likewise (tag `index`: the name as is); `<region>` is
+the region UUID.
 """
 
 from __future__ import annotations
@@ -35,9 +41,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from memwal.lag import HEALTH_METRICS
+from memwal.lag import HEALTH_METRICS, INDEX_METRICS
 
-__all__ = ["HEALTH_METRICS", "REGION_METRICS", "TABLE_METRICS", "emit_lag_metrics", "lag_metrics", "metric_table_name"]
+__all__ = ["HEALTH_METRICS", "INDEX_METRICS", "REGION_METRICS",
+           "TABLE_METRICS", "emit_lag_metrics", "lag_metrics", "metric_table_name"]
 
 REGION_METRICS = ("unmerged_generations", "unmerged_rows", "unmerged_bytes", "oldest_unmerged_age_s",
                   "index_lag_generations", "unreadable")
@@ -79,6 +86,10 @@ def lag_metrics(table: str, summary: Mapping[str, Any], breaches: int = 0) -> li
     health = summary.get("health") or {}
     out += [(f"memwal.{t}.{k}", float(health[k]), {"table": table})
             for k in HEALTH_METRICS if health.get(k) is not None]
+    for index in summary.get("indexes") or []:
+        name = index["name"]
+        out += [(f"memwal.{t}.index.{metric_table_name(name)}.{k}", float(index[k]),
+                 {"table": table, "index": name}) for k in INDEX_METRICS if index.get(k) is not None]
     return out
 
 

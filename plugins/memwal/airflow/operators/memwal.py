@@ -224,8 +224,8 @@ MERGED_ALIAS = "memwal_merged"
 
 
 class MemWalCatchupOperator(MemWalJobOperator):
-    """Index catch-up: optimise every maintained index (or `indexes`); with `rebuild=True`, recreate them
-    from scratch first."""
+    """Index catch-up: optimise every maintained index (or `indexes`), folding segments past the table's
+    `index_policy`; with `rebuild=True`, recreate them from scratch first (vector indexes retrained)."""
 
     job = "catchup"
     template_fields: Sequence[str] = ("table", "engine", "indexes", "rebuild")
@@ -238,7 +238,8 @@ class MemWalCatchupOperator(MemWalJobOperator):
 
     def job_options(self, cfg: TableConfig) -> JobOptions:
         indexes = string_list("indexes", self.indexes)
-        return JobOptions(indexes=tuple(indexes) if indexes else None)
+        return JobOptions(indexes=tuple(indexes) if indexes else None, index_policy=cfg.index_policy,
+                          compaction=cfg.compaction)
 
     def execute(self, context: Context) -> dict[str, Any]:
         if flag(self.rebuild):

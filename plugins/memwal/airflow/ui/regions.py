@@ -2,7 +2,8 @@
 
 One row per region, in the words of `memwal status --json` (writer epoch, current, flushed and merged
 generation, unmerged rows and bytes, age of the oldest unmerged generation, index lag) plus the age of
-the table's region snapshot; `over` names every column above the table's threshold.
+the table's region snapshot; `over` names every column above the table's threshold. `index_rows`: the
+same for each index's health (`memwal.index_health`: segments, unindexed rows).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["COLUMNS", "TableView", "region_rows", "threshold"]
+__all__ = ["COLUMNS", "INDEX_COLUMNS", "TableView", "index_rows", "region_rows", "threshold"]
 
 #: (key in a row, heading, threshold key in the tables file or None)
 COLUMNS: list[tuple[str, str, str | None]] = [
@@ -26,6 +27,16 @@ COLUMNS: list[tuple[str, str, str | None]] = [
     ("oldest_unmerged_age_s", "Oldest unmerged", "max_oldest_unmerged_age_s"),
     ("index_lag_generations", "Index lag", "max_index_lag"),
     ("snapshot_age_s", "Snapshot age", "max_snapshot_age_s"),
+]
+
+#: the index health table: (key in a row, heading, threshold key or None)
+INDEX_COLUMNS: list[tuple[str, str, str | None]] = [
+    ("name", "Index", None),
+    ("index_type", "Type", None),
+    ("segments", "Segments", "max_index_segments"),
+    ("indexed_rows", "Indexed rows", None),
+    ("unindexed_rows", "Unindexed rows", "max_unindexed_rows"),
+    ("unindexed_fragments", "Unindexed fragments", None),
 ]
 
 
@@ -69,6 +80,18 @@ def region_rows(
     return rows
 
 
+def index_rows(status: dict, thresholds: Any) -> list[dict]:
+    """Rows of the index health table from the status' `indexes`, `over` naming the columns above limits."""
+    rows = []
+    for i in status.get("indexes") or []:
+        row = {key: i.get(key) for key, _, _ in INDEX_COLUMNS}
+        row["over"] = [key for key, _, tkey in INDEX_COLUMNS
+                       if tkey is not None and row[key] is not None
+                       and (limit := threshold(thresholds, tkey)) is not None and row[key] > limit]
+        rows.append(row)
+    return rows
+
+
 @dataclass
 class TableView:
     """Everything the page shows for one configured table."""
@@ -76,6 +99,7 @@ class TableView:
     name: str
     uri: str
     regions: list[dict] = field(default_factory=list)
+    indexes: list[dict] = field(default_factory=list)
     summary: dict = field(default_factory=dict)
     history: list[dict] = field(default_factory=list)
     runs: list[dict] = field(default_factory=list)

@@ -16,7 +16,7 @@ from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
 
 from memwal.airflow.ui.auth import MERGE_DAG_ID, can_read_dag
-from memwal.airflow.ui.regions import COLUMNS, TableView, region_rows, threshold
+from memwal.airflow.ui.regions import COLUMNS, TableView, index_rows, region_rows, threshold
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,9 @@ def table_status(cfg: Any) -> tuple[dict, int | None]:
     compaction = getattr(cfg, "compaction", None)
     target = getattr(compaction, "target_rows_per_fragment", None)
     status["health"] = (table_health(table, target) if target else table_health(table)).to_dict()
+    from memwal.index_health import index_health
+
+    status["indexes"] = [h.to_dict() for h in index_health(table.dataset)]
     return status, table.details.snapshot_ts_millis or None
 
 
@@ -176,6 +179,7 @@ def table_view(cfg: Any, user: BaseUser, history_hours: float = 24.0) -> TableVi
         status, snapshot_ts = table_status(cfg)
         view.summary = status
         view.regions = region_rows(status, getattr(cfg, "thresholds", None), snapshot_ts)
+        view.indexes = index_rows(status, thresholds)
     except Exception as exc:  # shown on the page; the other tables still render
         log.warning("status of table %s (%s) failed: %s", cfg.name, cfg.uri, exc)
         view.error = f"status of table {cfg.name} at {cfg.uri} could not be read: {exc}"
