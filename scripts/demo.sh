@@ -17,6 +17,9 @@ if [ -z "${DEMO_TABLE:-}" ]; then
     rm -rf demo  # the project's own directory (.gitignore; `make clean` removes it too)
     mkdir -p demo
 else
+    case "$(basename "$TABLE")" in
+        "" | . | .. | /) echo "make demo: DEMO_TABLE=$DEMO_TABLE does not name a table directory" >&2; exit 2 ;;
+    esac
     OWN="$TABLE.memwal-demo"
     for p in "$TABLE" "$TABLE.model.json"; do
         if { [ -e "$p" ] || [ -L "$p" ]; } && [ ! -d "$OWN" ]; then
