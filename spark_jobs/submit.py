@@ -198,7 +198,7 @@ def write_storage_options_file(directory: str | Path, storage_options: Mapping[s
     path = Path(directory) / "storage-options.json"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
-        json.dump({str(k): str(v) for k, v in storage_options.items()}, f)
+        json.dump(dict(storage_options), f)
     return path
 
 
