@@ -1,12 +1,40 @@
 #!/usr/bin/env bash
 # `make demo`: write a MemWAL table through our writer, then run the maintenance jobs on it
 # (merge through spark-submit on local[*]) and show the table before and after.
+#
+# DEMO_TABLE=PATH writes the table at PATH instead of demo/table.lance. Each run starts afresh by removing
+# only what an earlier run wrote: by default the project's demo/ directory; with DEMO_TABLE, PATH, its model
+# PATH.model.json and PATH.memwal-demo/ (the demo's marker, holding the table's tables file), and never
+# anything else in PATH's directory. A PATH (or PATH.model.json) that exists without that marker is not the
+# demo's: the demo stops, names it and deletes nothing.
+# `scripts/demo.sh --reset-only` does that first step alone and exits (tests/test_demo_script.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=.venv/bin
 TABLE="${DEMO_TABLE:-demo/table.lance}"
-rm -rf "$(dirname "$TABLE")"
-mkdir -p "$(dirname "$TABLE")"
+TABLE="${TABLE%/}"
+if [ -z "${DEMO_TABLE:-}" ]; then
+    rm -rf demo  # the project's own directory (.gitignore; `make clean` removes it too)
+    mkdir -p demo
+else
+    case "$(basename "$TABLE")" in
+        "" | . | .. | /) echo "make demo: DEMO_TABLE=$DEMO_TABLE does not name a table directory" >&2; exit 2 ;;
+    esac
+    OWN="$TABLE.memwal-demo"
+    for p in "$TABLE" "$TABLE.model.json"; do
+        if { [ -e "$p" ] || [ -L "$p" ]; } && [ ! -d "$OWN" ]; then
+            echo "make demo: DEMO_TABLE: $p exists and was not written by the demo (no $OWN): nothing deleted;" \
+                 "remove it yourself or choose another DEMO_TABLE" >&2
+            exit 2
+        fi
+    done
+    echo "make demo: removing what an earlier demo run wrote (if any): $TABLE, $TABLE.model.json, $OWN"
+    rm -rf "$TABLE" "$TABLE.model.json" "$OWN"
+    mkdir -p "$OWN"
+fi
+if [ "${1:-}" = "--reset-only" ]; then
+    exit 0
+fi
 
 echo "== 1. writer: a bucket-partitioned table (4 regions), updates and deletes, several generations"
 $BIN/python -m memwal.demo write "$TABLE"
@@ -34,7 +62,7 @@ $BIN/python -m memwal.demo verify "$TABLE"
 # --- Airflow (airflow-core): the same maintenance as a DAG, on embedded defaults ---------------------------
 # dags/memwal_tables.yaml's `demo` table is this one (demo/table.lance); another DEMO_TABLE gets its own file.
 if [ -n "${DEMO_TABLE:-}" ]; then
-    export MEMWAL_TABLES_FILE="$(dirname "$TABLE")/memwal_tables.yaml"
+    export MEMWAL_TABLES_FILE="$OWN/memwal_tables.yaml"
     printf 'tables:\n  demo: {uri: "%s", engine: spark, spark_conn_id: memwal_spark_local, max_merge_applications: 2, retention: {older_than_s: 0, keep_versions: 2}, compaction: {max_small_fragments: 4}}\n' \
         "$(cd "$(dirname "$TABLE")" && pwd)/$(basename "$TABLE")" > "$MEMWAL_TABLES_FILE"
 fi

@@ -2,7 +2,7 @@
 maintenance DAG on embedded defaults (an Airflow home with SQLite under demo/airflow, Spark local[*]
 through the `memwal_spark_local` connection, local files).
 
-    python scripts/demo_airflow.py write-more TABLE   two more batches through the writer (model.json updated)
+    python scripts/demo_airflow.py write-more TABLE   two more batches through the writer (TABLE.model.json updated)
     python scripts/demo_airflow.py maintain           memwal_maintenance__demo with dag.test(); prints each
                                                       task's outcome and the merge summaries
 """
@@ -24,12 +24,12 @@ DAG_ID = "memwal_maintenance__demo"
 def write_more(table: str, batches: int = 2, batch_rows: int = 1_000, seed: int = 11) -> None:
     import numpy as np
 
-    from memwal.demo import write_batches
+    from memwal.demo import model_path, write_batches
 
-    model_path = Path(table).resolve().parent / "model.json"
-    model = {int(k): v for k, v in json.loads(model_path.read_text()).items()}
+    path = Path(model_path(table))
+    model = {int(k): v for k, v in json.loads(path.read_text()).items()}
     write_batches(table, model, np.random.default_rng(seed), batches, batch_rows, first_version=100, id_space=40_000)
-    model_path.write_text(json.dumps(model))
+    path.write_text(json.dumps(model))
 
 
 def airflow_env() -> dict[str, str]:

@@ -10,28 +10,34 @@ with `--py-files` (`package_code()`, built from the installed packages, content-
 whose Python has the dependencies (pylance, pyarrow, numpy, obstore, protobuf, mmh3) but not this project
 runs the jobs; an installed copy on the workers is shadowed by the shipped one (the same code). The
 command pins the driver's and executors' Python with `spark.pyspark.driver.python` / `spark.pyspark.python`
-(default: this interpreter; a `conf` entry overrides it, e.g. the workers' own python3).
+(default: this interpreter; a `conf` entry overrides it, e.g. the workers' own python3). The zip is
+kept in a directory only this user can write (`code_cache_dir()`) and checked against the code before
+it is reused.
 
-Storage options go on the command line as `--storage-option KEY=VALUE` (the logged command redacts
-secret-looking values); `storage_options_file=` passes them as `--storage-options-json @FILE` instead,
-which keeps them out of the process list.
+Storage options never go on a command line: `run_spark_job` writes them to a 0600 file in a fresh private
+directory (removed when spark-submit ends) and passes `--storage-options-json @FILE`; the command builder
+puts only non-secret options on argv as `--storage-option KEY=VALUE`. The logged command redacts
+secret-looking values, Spark confs included (`redact`).
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import hashlib
 import json
 import logging
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 import zipfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import memwal
@@ -41,14 +47,17 @@ from memwal.storage import is_secret_option
 __all__ = [
     "JOBS",
     "SparkJobError",
+    "code_cache_dir",
     "job_script",
     "package_code",
+    "private_workdir",
     "redact",
     "run_spark_job",
     "spark_home",
     "spark_submit_command",
     "spark_submit_env",
     "spark_submit_executable",
+    "write_storage_options_file",
 ]
 
 log = logging.getLogger(__name__)
@@ -134,9 +143,14 @@ def spark_submit_command(
 ) -> list[str]:
     """The exact spark-submit argv of a job. `python` (default: this interpreter) runs the driver and the
     executors' Python workers; `conf` entries override the defaults set here. `ship_code`: the zip of
-    `package_code()` goes first in `--py-files`, ahead of `py_files`."""
+    `package_code()` goes first in `--py-files`, ahead of `py_files`. `storage_options` go on argv, so a
+    secret one is refused: pass it in `storage_options_file` (run_spark_job does)."""
     from memwal.storage import normalize_uri
 
+    secret = sorted(k for k in storage_options or {} if is_secret_option(k))
+    if secret:
+        raise ValueError(f"storage option(s) {', '.join(secret)} would be on spark-submit's command line: pass "
+                         "them in storage_options_file= (run_spark_job does)")
     settings = spark_conf_defaults(conf, python)
     cmd = [spark_submit or spark_submit_executable(), "--master", master, "--name", f"memwal-{job}"]
     for key, value in settings.items():
@@ -155,14 +169,37 @@ def spark_submit_command(
 
 
 def redact(cmd: Sequence[str]) -> list[str]:
-    """The command with secret-looking storage option values replaced by ***."""
-    out = []
-    for arg in cmd:
+    """The command with the values of secret-looking `KEY=VALUE` arguments (storage options and Spark confs
+    such as spark.hadoop.fs.s3a.secret.key) and of an inline `--storage-options-json` replaced by ***."""
+    out: list[str] = []
+    for arg in map(str, cmd):
         key, sep, _ = arg.partition("=")
-        if sep and is_secret_option(key) and not key.startswith("spark."):
+        if out and out[-1] == "--storage-options-json" and not arg.startswith("@"):
+            arg = "***"
+        elif sep and is_secret_option(key):
             arg = f"{key}=***"
         out.append(arg)
     return out
+
+
+@contextlib.contextmanager
+def private_workdir(prefix: str) -> Iterator[Path]:
+    """A fresh directory only this user can enter (mkdtemp: 0700), removed with its files afterwards."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def write_storage_options_file(directory: str | Path, storage_options: Mapping[str, str]) -> Path:
+    """The options as a JSON object in a new 0600 file of `directory` (a private_workdir), for a job's
+    `--storage-options-json @FILE`: the way secrets reach a Spark job without being on its command line."""
+    path = Path(directory) / "storage-options.json"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(dict(storage_options), f)
+    return path
 
 
 def spark_submit_env(python: str | None = None, env: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -188,9 +225,20 @@ def run_spark_job(
     """Run a job with spark-submit; stderr lines go to `logger` as they arrive. Returns the JSON summary.
 
     Raises SparkJobError (with the job's one-line reason and the last stderr lines) on a non-zero exit,
-    a timeout, or a missing summary. kwargs are those of spark_submit_command.
+    a timeout, or a missing summary. kwargs are those of spark_submit_command; `storage_options` reach the
+    job in a private file (write_storage_options_file), never on the command line.
     """
-    logger = logger or log
+    storage_options = kwargs.pop("storage_options", None)
+    if storage_options and kwargs.get("storage_options_file"):
+        raise ValueError("give run_spark_job storage_options or storage_options_file, not both")
+    with private_workdir(f"memwal-{job}-") as workdir:
+        if storage_options:
+            kwargs["storage_options_file"] = str(write_storage_options_file(workdir, storage_options))
+        return _run_spark_submit(job, table, logger or log, env, timeout, kwargs)
+
+
+def _run_spark_submit(job: str, table: str, logger: logging.Logger, env: Mapping[str, str] | None,
+                      timeout: float | None, kwargs: dict) -> dict:
     cmd = spark_submit_command(job, table, **kwargs)
     logger.info("running %s", " ".join(redact(cmd)))
     proc = subprocess.Popen(
@@ -261,24 +309,93 @@ def _last_json_line(stdout: str) -> dict | None:
     return value if isinstance(value, dict) else None
 
 
+CODE_ZIPS_KEPT = 3  # package_code keeps the newest few zips (other installed versions of the code) ...
+CODE_ZIP_MIN_AGE_S = 86400  # ... and any used within a day: a running application's executors still fetch it
+
+
+def code_cache_dir() -> Path:
+    """Where package_code keeps its zips: $XDG_CACHE_HOME/memwal (default ~/.cache/memwal), or
+    <tempdir>/memwal-<uid> when the home directory cannot hold it; a directory only this user can write
+    (created 0700; an existing one of another owner or writable by others is refused, never used)."""
+    try:
+        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "memwal"
+        cache.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except (OSError, RuntimeError):  # no home directory, or a read-only one
+        cache = Path(tempfile.gettempdir()) / f"memwal-{os.geteuid()}"
+    return _private_dir(cache)
+
+
+def _private_dir(path: Path) -> Path:
+    """`path`, created 0700 if missing, after checking that it is a directory (not a link) of this user
+    that neither its group nor others can write: nobody else can plant or swap a file in it."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = os.lstat(path)
+    problems = [what for bad, what in (
+        (not stat.S_ISDIR(st.st_mode), "it is not a directory"),
+        (st.st_uid != os.geteuid(), f"it belongs to uid {st.st_uid}, not {os.geteuid()}"),
+        (bool(st.st_mode & 0o022), f"its mode {stat.S_IMODE(st.st_mode):o} lets others write in it"),
+    ) if bad]
+    if problems:
+        raise PermissionError(f"{path}: refusing to keep the code zip shipped to Spark executors there: "
+                              f"{'; '.join(problems)} (remove it, or pass another directory)")
+    return path
+
+
 def package_code(dest_dir: str | None = None) -> str:
-    """A zip of the `memwal` and `spark_jobs` packages for `--py-files` (content-addressed, reused), taken
-    from where they are imported from: a wheel in site-packages, or this repository (editable install)."""
+    """A zip of the `memwal` and `spark_jobs` packages for `--py-files`, taken from where they are imported
+    from (a wheel in site-packages, or this repository). Content-addressed in a private directory
+    (`dest_dir`, default code_cache_dir()); an existing zip is reused only if it holds exactly this code."""
     roots = {"memwal": Path(memwal.__file__).resolve().parent, "spark_jobs": JOBS_DIR}
     files = sorted(
-        (f"{name}/{p.relative_to(root).as_posix()}", p)
+        (f"{name}/{p.relative_to(root).as_posix()}", p.read_bytes())
         for name, root in roots.items()
         for p in root.rglob("*")
         if p.is_file() and "__pycache__" not in p.parts and p.suffix in (".py", ".pyi")
     )
     digest = hashlib.sha256()
-    for arc, path in files:
-        digest.update(arc.encode() + b"\0" + path.read_bytes() + b"\0")
-    out = Path(dest_dir or tempfile.gettempdir()) / f"memwal-code-{digest.hexdigest()[:16]}.zip"
-    if not out.exists():
-        tmp = out.with_suffix(f".{os.getpid()}.tmp")
-        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
-            for arc, path in files:
-                zf.write(path, arc)
-        os.replace(tmp, out)
+    for arc, data in files:
+        digest.update(arc.encode() + b"\0" + data + b"\0")
+    directory = _private_dir(Path(dest_dir)) if dest_dir else code_cache_dir()
+    out = directory / f"memwal-code-{digest.hexdigest()[:16]}.zip"
+    if _zip_holds(out, files):
+        os.utime(out)  # in use: pruning keeps it
+    else:
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f"{out.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f, zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED) as zf:
+                for arc, data in files:
+                    zf.writestr(arc, data)
+            os.replace(tmp, out)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    _prune_code_zips(directory, keep=out)
     return str(out)
+
+
+def _zip_holds(path: Path, files: list[tuple[str, bytes]]) -> bool:
+    """Whether the zip at `path` is a regular file holding exactly `files` (names and bytes)."""
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return False
+        with zipfile.ZipFile(path) as zf:
+            return zf.namelist() == [arc for arc, _ in files] and all(zf.read(arc) == data for arc, data in files)
+    except (OSError, zipfile.BadZipFile, KeyError, RuntimeError, ValueError):
+        return False
+
+
+def _prune_code_zips(directory: Path, keep: Path) -> None:
+    """Remove the zips (and `.tmp` files a killed build left) of `directory` that are neither among the
+    newest CODE_ZIPS_KEPT nor used within CODE_ZIP_MIN_AGE_S; `keep` (the one just returned) stays."""
+    now = time.time()
+    entries = []
+    for p in directory.glob("memwal-code-*"):
+        if p.name.endswith(".zip") or p.name.endswith(".tmp"):
+            with contextlib.suppress(OSError):
+                entries.append((p.stat().st_mtime, p))
+    entries.sort(reverse=True)
+    kept = [p for _, p in entries if p.name.endswith(".zip")][:CODE_ZIPS_KEPT]
+    for mtime, p in entries:
+        if p == keep or p in kept or now - mtime < CODE_ZIP_MIN_AGE_S:
+            continue
+        p.unlink(missing_ok=True)

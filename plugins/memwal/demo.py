@@ -1,7 +1,7 @@
 """Demo data for `make demo`: a bucket-partitioned table written through our writer, and a check.
 
     python -m memwal.demo write TABLE   base table + MemWAL (4 buckets) + generations with updates/deletes
-    python -m memwal.demo verify TABLE  the LSM view equals the model of every write
+    python -m memwal.demo verify TABLE  the LSM view equals the model of every write (TABLE.model.json)
 """
 
 from __future__ import annotations
@@ -69,6 +69,12 @@ def verify(table: str, model: dict[int, float]) -> None:
     print(f"demo: LSM view matches the model: {len(model)} rows")
 
 
+def model_path(table: str) -> str:
+    """Where `write` keeps the model of a table: beside it, named after it (TABLE.model.json), so that it
+    never replaces another file of the table's directory."""
+    return os.path.abspath(str(table).rstrip("/")) + ".model.json"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m memwal.demo")
     p.add_argument("action", choices=["write", "verify"])
@@ -79,14 +85,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=7)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    model_path = os.path.join(os.path.dirname(os.path.abspath(args.table)), "model.json")
     if args.action == "write":
         model = write(args.table, args.base_rows, args.batches, args.batch_rows, args.seed)
-        with open(model_path, "w") as f:
+        with open(model_path(args.table), "w") as f:
             json.dump(model, f)
         verify(args.table, model)
     else:
-        with open(model_path) as f:
+        with open(model_path(args.table)) as f:
             model = {int(k): v for k, v in json.load(f).items()}
         verify(args.table, model)
     return 0

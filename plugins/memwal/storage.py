@@ -15,6 +15,7 @@ same storage options (`aws_endpoint`, `aws_access_key_id`, `aws_secret_access_ke
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -64,12 +65,26 @@ def join_uri(uri: str, *parts: str) -> str:
     return f"{base}/{rel}" if rel else base
 
 
-_SECRET_HINTS = ("secret", "password", "token", "credential", "session", "access_key", "key_id")
+# What the value of a secret option is named, matched on the key as lower-case words joined by `_`
+# (`spark.hadoop.fs.s3a.secret.key` -> `spark_hadoop_fs_s3a_secret_key`, `keyPassword` -> `key_password`).
+# It covers every credential key of obstore / Lance (S3, Azure, GCS, with their aliases: the secret access
+# key, session token, SSE-C customer key, account / master / SAS keys, client secret, bearer token, the
+# service account key and its path) and Spark / Hadoop's (`fs.s3a.access.key`, `fs.azure.account.key.*`,
+# `fs.azure.sas.*`, `*.private.key`, `*Password`); tests/test_secret_options.py checks it against obstore's.
+_SECRET_KEY = re.compile(
+    r"secret|passw(or)?d|token(?!_service_url)"  # Azure's fabric_token_service_url is where tokens come from
+    r"|(^|_)(access|account|master|sas|customer|encryption|private|api)_key(_|$)"
+    r"|(^|_)sas(_|$)"
+    r"|(^|_)service_account(_key|_path)?$"
+    r"|(^|_)credentials?$"
+)
 
 
 def is_secret_option(key: str) -> bool:
-    """Whether a storage option (or connection field) named `key` holds a secret: never log or show it."""
-    return any(h in key.lower() for h in _SECRET_HINTS)
+    """Whether a storage option, connection field or Spark conf named `key` holds a secret: never log or
+    show its value. Region, endpoint, bucket and the like stay readable."""
+    words = re.sub(r"[^a-z0-9]+", "_", re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", str(key)).lower())
+    return _SECRET_KEY.search(words) is not None
 
 
 def lance_storage_options(storage_options: dict[str, str] | None) -> dict[str, str] | None:

@@ -144,7 +144,7 @@ def test_spark_submit_command_is_exact(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cmd = submit.spark_submit_command(
         "merge", "rel/table", master="spark://h:7077",
-        storage_options={"aws_endpoint": "http://x", "aws_secret_access_key": "s3cr3t"}, regions=["r1", "r2"],
+        storage_options={"aws_endpoint": "http://x"}, storage_options_file="/so.json", regions=["r1", "r2"],
         extra_args=["--max-generations-per-commit", 4], conf={"spark.executor.memory": "2g"},
         python="/py", spark_submit="/ss", py_files=["/code.zip"], ship_code=False,
     )
@@ -154,11 +154,11 @@ def test_spark_submit_command_is_exact(tmp_path, monkeypatch):
         "--conf", f"spark.driver.extraJavaOptions=-Dlog4j2.configurationFile=file:{submit.LOG4J_CONFIG}",
         "--conf", f"spark.executor.extraJavaOptions=-Dlog4j2.configurationFile=file:{submit.LOG4J_CONFIG}",
         "--conf", "spark.executor.memory=2g", "--py-files", "/code.zip",
-        str(submit.JOBS_DIR / "merge.py"), str(tmp_path / "rel" / "table"),
-        "--storage-option", "aws_endpoint=http://x", "--storage-option", "aws_secret_access_key=s3cr3t",
-        "--region", "r1", "--region", "r2", "--max-generations-per-commit", "4",
+        str(submit.JOBS_DIR / "merge.py"), str(tmp_path / "rel" / "table"), "--storage-options-json", "@/so.json",
+        "--storage-option", "aws_endpoint=http://x", "--region", "r1", "--region", "r2",
+        "--max-generations-per-commit", "4",
     ]
-    shown = submit.redact(cmd)
+    shown = submit.redact([*cmd, "--storage-option", "aws_secret_access_key=s3cr3t"])
     assert "aws_secret_access_key=***" in shown and "aws_endpoint=http://x" in shown and "s3cr3t" not in shown
     with pytest.raises(ValueError):
         submit.spark_submit_command("compact", "t")

@@ -323,6 +323,7 @@ class MemWalHook(BaseHook):
             spark_conf_defaults,
             spark_submit_env,
             spark_submit_executable,
+            write_storage_options_file,
         )
 
         env = spark_submit_env()
@@ -336,11 +337,8 @@ class MemWalHook(BaseHook):
         result_file = Path(workdir) / "result.json"
         env_vars["MEMWAL_RESULT_FILE"] = str(result_file)
         try:
-            if handle.storage_options:
-                opts_file = Path(workdir) / "storage-options.json"
-                fd = os.open(opts_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                with os.fdopen(fd, "w") as f:
-                    json.dump(handle.storage_options, f)
+            if handle.storage_options:  # a 0600 file in the 0700 workdir: never on spark-submit's argv
+                opts_file = write_storage_options_file(workdir, handle.storage_options)
                 app_args += ["--storage-options-json", f"@{opts_file}"]
             # py_files: the executors import memwal and spark_jobs from this zip, installed on the workers or not.
             spark = self._spark_submit_hook(job, spark_conn_id, what, conf=spark_conf_defaults(spark_conf),

@@ -1,0 +1,145 @@
+"""is_secret_option against every configuration key obstore (and so Lance's object_store) accepts, and
+redact() on Spark confs (issue 23, item 8). The keys come from obstore's own type stubs, so a key a new
+obstore adds fails here until it is classified below."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import obstore
+import pytest
+from obstore import exceptions as obx
+from obstore.store import AzureStore, GCSStore, S3Store
+
+from memwal.storage import is_secret_option
+from spark_jobs.submit import redact
+
+STUBS = Path(obstore.__file__).parent / "_store"
+
+# Keys of obstore's config TypedDicts whose value is a credential (or where one is read from).
+SECRET = {
+    "S3Config": {"access_key_id", "secret_access_key", "session_token", "sse_customer_key_base64",
+                 "container_authorization_token_file", "web_identity_token_file"},
+    "S3Credential": {"access_key_id", "secret_access_key", "token"},
+    "AzureConfig": {"account_key", "client_secret", "sas_key", "token", "fabric_session_token", "encryption_key",
+                    "federated_token_file"},
+    "AzureAccessKey": {"access_key"},
+    "AzureSASToken": {"sas_token"},
+    "AzureBearerToken": {"token"},
+    "GCSConfig": {"service_account", "service_account_key", "bearer_token", "application_credentials"},
+    "GCSCredential": {"token"},
+    "ClientConfig": set(),
+    "RetryConfig": set(),
+    "BackoffConfig": set(),
+}
+
+# The same keys as Lance users write them (object_store's prefixed aliases); each is checked to be a key
+# obstore accepts, so this list cannot drift into names nothing reads.
+SECRET_ALIASES = {
+    S3Store: ["aws_access_key_id", "aws_secret_access_key", "aws_session_token", "aws_token",
+              "aws_sse_customer_key_base64", "aws_container_authorization_token_file",
+              "aws_web_identity_token_file"],
+    AzureStore: ["azure_storage_account_key", "azure_storage_access_key", "azure_storage_master_key", "master_key",
+                 "access_key", "azure_storage_client_secret", "azure_client_secret", "azure_storage_sas_key",
+                 "azure_storage_sas_token", "sas_token", "azure_storage_token", "bearer_token",
+                 "azure_fabric_session_token", "azure_storage_encryption_key", "azure_federated_token_file"],
+    GCSStore: ["google_service_account_key", "google_service_account", "google_service_account_path",
+               "service_account_path", "google_application_credentials", "google_bearer_token"],
+}
+NOT_SECRET_ALIASES = {
+    S3Store: ["aws_region", "aws_endpoint", "aws_endpoint_url", "aws_default_region", "aws_sse_kms_key_id",
+              "aws_role_session_name", "aws_container_credentials_relative_uri", "aws_metadata_endpoint"],
+    AzureStore: ["azure_storage_client_id", "azure_storage_tenant_id", "azure_authority_host",
+                 "azure_fabric_token_service_url", "azure_msi_endpoint"],
+    GCSStore: ["google_base_url"],
+}
+
+
+def _config_keys() -> dict[str, list[str]]:
+    """Every field of every TypedDict in obstore's store stubs (S3, Azure, GCS, client options)."""
+    out: dict[str, list[str]] = {}
+    for stub in sorted(STUBS.glob("*.pyi")):
+        for node in ast.parse(stub.read_text()).body:
+            if isinstance(node, ast.ClassDef) and any(getattr(b, "id", None) == "TypedDict" for b in node.bases):
+                out[node.name] = [s.target.id for s in node.body if isinstance(s, ast.AnnAssign)]
+    return out
+
+
+def _known_to_obstore(store: type, key: str) -> bool:
+    """Whether obstore takes `key` as a configuration key (any other complaint is about the dummy value)."""
+    try:
+        if store is AzureStore:
+            store("container", config={"account_name": "acct", key: "x"})
+        else:
+            store("bucket", config={key: "x"})
+    except obx.UnknownConfigurationKeyError:
+        return False
+    except Exception:  # a bad value for a known key
+        return True
+    return True
+
+
+def test_every_obstore_config_key_is_classified():
+    keys = _config_keys()
+    assert {"S3Config", "AzureConfig", "GCSConfig", "ClientConfig"} <= set(keys), "obstore's stubs moved"
+    assert set(keys) <= set(SECRET), f"classify the keys of {sorted(set(keys) - set(SECRET))}"
+    wrong = [(cls, k, is_secret_option(k)) for cls, names in keys.items() for k in names
+             if is_secret_option(k) != (k in SECRET[cls])]
+    assert wrong == [], "(class, key, is_secret_option) that disagree with the classification"
+    assert "sse_customer_key_base64" in keys["S3Config"]
+
+
+@pytest.mark.parametrize("store", list(SECRET_ALIASES))
+def test_the_aliases_lance_users_write(store):
+    for key in SECRET_ALIASES[store] + NOT_SECRET_ALIASES[store]:
+        assert _known_to_obstore(store, key), f"{key} is not an obstore key"
+    assert [k for k in SECRET_ALIASES[store] if not is_secret_option(k)] == []
+    assert [k for k in NOT_SECRET_ALIASES[store] if is_secret_option(k)] == []
+    assert is_secret_option("AWS_SECRET_ACCESS_KEY") and not is_secret_option("AWS_REGION"), "case does not matter"
+
+
+# Spark / Hadoop confs: (key, secret?)
+SPARK_CONFS = [
+    ("spark.hadoop.fs.s3a.secret.key", True),
+    ("spark.hadoop.fs.s3a.access.key", True),
+    ("spark.hadoop.fs.s3a.session.token", True),
+    ("spark.hadoop.fs.s3a.bucket.lake.secret.key", True),
+    ("spark.hadoop.fs.s3a.encryption.key", True),
+    ("spark.hadoop.fs.s3a.server-side-encryption.key", True),
+    ("spark.hadoop.fs.azure.account.key.acct.dfs.core.windows.net", True),
+    ("spark.hadoop.fs.azure.account.oauth2.client.secret", True),
+    ("spark.hadoop.fs.azure.sas.container.acct.blob.core.windows.net", True),
+    ("spark.hadoop.fs.gs.auth.service.account.private.key", True),
+    ("spark.ssl.keyPassword", True),
+    ("spark.ssl.trustStorePassword", True),
+    ("spark.authenticate.secret", True),
+    ("spark.kubernetes.authenticate.submission.oauthToken", True),
+    ("spark.hadoop.javax.jdo.option.ConnectionPassword", True),
+    ("spark.pyspark.python", False),
+    ("spark.executor.memory", False),
+    ("spark.driver.extraJavaOptions", False),
+    ("spark.sql.session.timeZone", False),
+    ("spark.hadoop.fs.s3a.endpoint", False),
+    ("spark.hadoop.fs.s3a.path.style.access", False),
+    ("spark.hadoop.fs.s3a.aws.credentials.provider", False),
+    ("spark.hadoop.fs.s3a.encryption.algorithm", False),
+    ("spark.security.credentials.hive.enabled", False),
+    ("spark.kubernetes.authenticate.driver.serviceAccountName", False),
+]
+
+
+def test_redact_hides_secret_spark_confs_and_keeps_the_others_readable():
+    cmd = ["spark-submit", "--master", "local[*]"]
+    for key, _ in SPARK_CONFS:
+        cmd += ["--conf", f"{key}=value-of-{key}"]
+    cmd += ["job.py", "s3://b/t", "--storage-option", "aws_sse_customer_key_base64=c3NlYw==",
+            "--storage-option", "aws_region=eu-west-1"]
+    shown = redact(cmd)
+    assert len(shown) == len(cmd)
+    for key, secret in SPARK_CONFS:
+        assert (f"{key}=***" if secret else f"{key}=value-of-{key}") in shown, key
+    assert "aws_sse_customer_key_base64=***" in shown and "aws_region=eu-west-1" in shown
+    assert redact(["x", "--storage-options-json", '{"aws_secret_access_key": "s"}']) == \
+        ["x", "--storage-options-json", "***"]
+    assert redact(["--storage-options-json", "@/run/so.json"]) == ["--storage-options-json", "@/run/so.json"]
