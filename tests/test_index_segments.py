@@ -79,7 +79,7 @@ def test_fold_decision():
         "unbounded: Lance's default"
     assert IndexPolicy(max_segments_per_index={"vec_idx": 2}).limit("vec_idx") == 2
     assert IndexPolicy().limit("other") == 4
-    with pytest.raises(ValueError, match=r"max_segments_per_index\.vec_idx 0"):
+    with pytest.raises(ValueError, match=r"max_segments_per_index\.vec_idx: 0"):
         IndexPolicy(max_segments_per_index={"vec_idx": 0})
 
 

@@ -13,6 +13,8 @@ import time
 import zipfile
 from pathlib import Path
 
+import lance
+import pyarrow as pa
 import pytest
 
 from memwal.cli import main
@@ -56,7 +58,7 @@ def fake_spark(tmp_path, monkeypatch):
 @pytest.mark.parametrize("how", ["--storage-option", "--storage-options-json @FILE"])
 def test_memwal_spark_passes_storage_secrets_in_a_private_file_not_on_argv(tmp_path, fake_spark, capsys, how):
     table = tmp_path / "table.lance"
-    table.mkdir()
+    lance.write_dataset(pa.table({"id": [1]}), str(table))  # bad input (no table) is refused before spark-submit
     options = {"aws_secret_access_key": SECRET, "aws_access_key_id": "AKIAITEM7", "aws_region": "eu-west-1"}
     if how == "--storage-option":
         extra = [a for k, v in options.items() for a in ("--storage-option", f"{k}={v}")]

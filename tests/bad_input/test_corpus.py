@@ -29,6 +29,7 @@ from tables import SCHEMA, create_base, open_base, rows
 
 from memwal import naming, wal
 from memwal.catchup import catchup_table
+from memwal.cli import _THRESHOLDS
 from memwal.cli import main as cli_main
 from memwal.errors import (
     CorruptFileError,
@@ -531,7 +532,7 @@ def test_status_bad_input_is_exit_2_and_one_line(indexed_table, capfd, args, say
 def test_status_help_says_thresholds_alert_with_exit_4(capsys):
     assert cli("status", "--help") == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert text.count("alert (exit 4)") == 6 and "exit 3" not in text
+    assert text.count("alert (exit 4)") == len(_THRESHOLDS) and "exit 3" not in text
 
 
 @pytest.mark.parametrize("job", ["status", "merge", "catchup", "snapshot", "gc", "compaction", "retention"])
