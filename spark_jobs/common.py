@@ -343,3 +343,12 @@ def _stop(spark: Any, owned: bool) -> None:
         spark.stop()
     except Exception as exc:  # the job's outcome is already decided
         log.warning("stopping Spark failed: %s", exc)
+
+
+def set_job_description(spark: Any, text: str | None) -> None:
+    """Name the next Spark jobs in the Spark UI (a classic session only: Spark Connect has no SparkContext,
+    and the description is only cosmetic)."""
+    try:
+        spark.sparkContext.setJobDescription(text)
+    except Exception:
+        pass

@@ -47,7 +47,7 @@ from memwal.generation import open_generation
 from memwal.merge import Dedup, GenerationRef, MergeInput, dedup_generations, read_generation, split_winners
 from memwal.planning import largest_first
 from memwal.storage import ObjectStore
-from spark_jobs.common import one_line, spark_error_line
+from spark_jobs.common import one_line, set_job_description, spark_error_line
 
 __all__ = ["DEFAULT_TASK_BYTES", "STAGING_DIR", "spark_dedup", "warm_up"]
 
@@ -119,11 +119,11 @@ def warm_up(spark) -> float:
     the merge plans, so that the merge's own job does not pay for it. Seconds taken."""
     started = time.monotonic()
     n = _task_count(spark, 1 << 30)
-    _set_job_description(spark, "memwal merge: start the executors' Python workers")
+    set_job_description(spark, "memwal merge: start the executors' Python workers")
     try:
         spark.range(0, n, 1, n).mapInArrow(_warm, _units_struct()).toArrow()  # the dedup job's own plan
     finally:
-        _set_job_description(spark, None)
+        set_job_description(spark, None)
     return time.monotonic() - started
 
 
@@ -301,13 +301,6 @@ def _open_staged(store: ObjectStore, paths: Sequence[str], schema: pa.Schema) ->
     return pa.concat_tables(tables) if tables else schema.empty_table()
 
 
-def _set_job_description(spark, text: str | None) -> None:
-    try:
-        spark.sparkContext.setJobDescription(text)
-    except Exception:  # Spark Connect has no SparkContext; the description is only cosmetic
-        pass
-
-
 def _dedup_shuffle(spark, refs: Sequence[GenerationRef], pk: list[str], schema: pa.Schema, store: ObjectStore,
            file_bytes: int) -> MergeInput:
     from pyspark.sql import Window
@@ -340,7 +333,7 @@ def _dedup_shuffle(spark, refs: Sequence[GenerationRef], pk: list[str], schema: 
         return F.col("`" + name.replace("`", "``") + "`")
 
     newest = Window.partitionBy(*[col(c) for c in pk]).orderBy(col(GEN_COLUMN).desc(), col(ROWADDR_COLUMN).desc())
-    _set_job_description(spark, f"memwal merge: region {region} generations {gens[0]}..{gens[-1]}")
+    set_job_description(spark, f"memwal merge: region {region} generations {gens[0]}..{gens[-1]}")
     try:
         rows = spark.range(0, len(tasks), 1, len(tasks)).mapInArrow(
             _reader(tasks, store.uri, options, rows_arrow), rows_struct
@@ -363,7 +356,7 @@ def _dedup_shuffle(spark, refs: Sequence[GenerationRef], pk: list[str], schema: 
             f"region {region}: Spark dedup of generations {gens} failed: {spark_error_line(exc)}"
         ) from exc
     finally:
-        _set_job_description(spark, None)
+        set_job_description(spark, None)
 
     paths = [p for p, _ in files]
     log.info(
@@ -529,7 +522,7 @@ def _dedup_units(spark, units: list[list[GenerationRef]], pk: list[str], schema:
     batch_rows = int(spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch", "10000") or 10000)
     regions = sorted({u[0].region_id for u in units})
     what = f"{len(units)} region batch(es) of {len(regions)} region(s)"
-    _set_job_description(spark, f"memwal merge: dedup of {what} in {len(bins)} task(s)")
+    set_job_description(spark, f"memwal merge: dedup of {what} in {len(bins)} task(s)")
     try:
         result = spark.range(0, len(bins), 1, len(bins)).mapInArrow(
             _unit_runner(units, bins, inline, store.uri, options, prefix, pk, schema, out_arrow, file_bytes,
@@ -546,7 +539,7 @@ def _dedup_units(spark, units: list[list[GenerationRef]], pk: list[str], schema:
                               f"{[r.generation for r in refs]} failed: {spark_error_line(exc)}") from exc
         raise MemWalError(f"Spark dedup of {what} failed: {spark_error_line(exc)}") from exc
     finally:
-        _set_job_description(spark, None)
+        set_job_description(spark, None)
 
     key_schema = pa.schema([schema.field(c) for c in pk])
     files: dict[int, list[tuple[str, int]]] = {i: [] for i in range(len(units))}
