@@ -20,10 +20,14 @@ prefixes them with `[metrics] statsd_prefix`, default `airflow.`):
     memwal.<table>.fragments                        base-table fragments (memwal.health)
     memwal.<table>.small_fragments                  fragments under half compaction's target rows
     memwal.<table>.deleted_ratio                    deleted rows / physical rows of the base table
+    memwal.<table>.data_bytes                       bytes of the latest version's data files (its manifest)
     memwal.<table>.table_versions                   base-table versions Lance keeps (retention bounds it)
     memwal.<table>.base_bytes                       bytes of the base table on storage (without _mem_wal)
     memwal.<table>.mem_wal_bytes                    bytes under _mem_wal/ (generations, WAL, manifests)
-    memwal.<table>.gc_reclaimable_bytes             what GC could free now
+    memwal.<table>.gc_reclaimable_bytes             what GC could free (dry run)
+
+The last three come from the storage reading (`memwal.health.storage_health`), which the lag monitor takes
+at its own slower cadence: between two readings the gauges repeat the last one.
 
 `<table>` is the configured table name with any character outside [A-Za-z0-9_-] replaced by `_` (a dot
 would add a StatsD level); `<region>` is the region UUID.
