@@ -90,6 +90,13 @@ def test_storage_reading_is_taken_once_per_interval_and_reused_with_its_time(tab
     assert loads[0] == loads[2] > loads[1] == 1, f"index loads per check: {loads}"
     kept = state["stores"]["t"].values[history.STORAGE_HEALTH_KEY]
     assert kept["storage_measured_at"] == (t0 + timedelta(minutes=61)).isoformat(timespec="seconds")
+    assert kept["table_uri"] == table.uri
+
+    moved = TableConfig(name="t", uri=table.uri + "/", thresholds=cfg.thresholds)
+    with count_opens(table.uri) as counts:
+        result = monitor.check_table_lag(moved, notifiers=[], at=t0 + timedelta(minutes=62))
+    assert counts["index"] > 1 and result["health"]["storage_measured_at"].endswith("13:02:00+00:00"), (
+        "a reading kept for another URI is not reused")
 
 
 def test_storage_interval_zero_reads_every_time_and_a_bad_value_is_named(table, state, monkeypatch):

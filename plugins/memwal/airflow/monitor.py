@@ -33,8 +33,8 @@ DEFAULT_STORAGE_INTERVAL_S = 3600.0
 
 
 def storage_interval_s() -> float:
-    """How old a kept storage reading may be before the lag monitor takes a new one ($MEMWAL_HEALTH_STORAGE_
-    INTERVAL_S; 0: every check)."""
+    """How old a kept storage reading may be before the lag monitor takes a new one, in seconds
+    (`$MEMWAL_HEALTH_STORAGE_INTERVAL_S`, default 3600; 0: every check)."""
     raw = os.environ.get(STORAGE_INTERVAL_ENV) or ""
     try:
         value = float(raw) if raw.strip() else DEFAULT_STORAGE_INTERVAL_S
@@ -81,23 +81,27 @@ def _measure(cfg: Any, storage_reading: Callable[[Any], Mapping[str, Any] | None
     return summary, breaches(summary, thresholds_of(cfg)), None
 
 
-def _storage_reading(name: str, table: Any, at: datetime) -> dict[str, Any] | None:
-    """The table's kept storage reading if younger than storage_interval_s(), else one taken now (and kept).
-    A reading that fails is logged and the kept one (or none) is used: the lag check itself goes on."""
+def _storage_reading(cfg: Any, table: Any, at: datetime) -> dict[str, Any] | None:
+    """The table's kept storage reading if it is of the same URI and younger than storage_interval_s(), else
+    one taken now (and kept). A reading that fails is logged and the kept one (or none) is used: the lag check
+    itself goes on."""
     from memwal.health import storage_health
 
     interval = storage_interval_s()
-    kept = history.load_storage_health(name)
+    kept = history.load_storage_health(cfg.name)
+    if kept and kept.get("table_uri") != cfg.uri:
+        kept = None  # the table was moved: its old figures say nothing about the new one
     age = _age_s(kept.get("storage_measured_at") if kept else None, at)
     if age is not None and 0 <= age < interval:
         return kept
     try:
-        reading = {**storage_health(table).to_dict(), "storage_measured_at": at.isoformat(timespec="seconds")}
+        reading = {**storage_health(table).to_dict(), "storage_measured_at": at.isoformat(timespec="seconds"),
+                   "table_uri": cfg.uri}
     except Exception as exc:  # the storage figures wait for the next check; the lag is still measured
-        log.warning("table %s: storage health not read (%s: %s); %s", name, type(exc).__name__,
+        log.warning("table %s: storage health not read (%s: %s); %s", cfg.name, type(exc).__name__,
                     " ".join(str(exc).split())[:300], "keeping the last reading" if kept else "none kept")
         return kept
-    history.save_storage_health(name, reading)
+    history.save_storage_health(cfg.name, reading)
     return reading
 
 
@@ -121,7 +125,7 @@ def check_table_lag(cfg: Any, *, notifiers: Sequence[Any] | None = None, context
     notifiers: None -> the table's configured ones (`alerts.notifiers_for`); a list replaces them.
     """
     at = at or datetime.now(UTC)
-    summary, found, error = _measure(cfg, lambda table: _storage_reading(cfg.name, table, at))
+    summary, found, error = _measure(cfg, lambda table: _storage_reading(cfg, table, at))
     sent = [] if error else emit_lag_metrics(cfg.name, summary, len(found))
     history.record(cfg.name, {**summary, "breaches": found}, at)
     state = history.load_alert_state(cfg.name)
