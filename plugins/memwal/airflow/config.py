@@ -45,6 +45,7 @@ from typing import Any
 
 from memwal import option_values
 from memwal.job_config import DEFAULT_INLINE_THRESHOLD, GcConfig, MergeConfig
+from memwal.lag import THRESHOLD_KEYS, threshold_checks
 from memwal.maintenance_config import CompactionConfig, IndexPolicy, RetentionConfig
 
 __all__ = [
@@ -238,20 +239,8 @@ def _opt(parse):
     return lambda v: None if v is None else parse(v)
 
 
-_THRESHOLDS = {
-    "max_unmerged_generations": _opt(lambda v: _int(v, 0)),
-    "max_unmerged_bytes": _opt(lambda v: _size(v)),
-    "max_oldest_unmerged_age_s": _opt(_number),
-    "max_index_lag": _opt(lambda v: _int(v, 0)),
-    "max_snapshot_age_s": _opt(_number),
-    "max_fragments": _opt(lambda v: _int(v, 0)),
-    "max_small_fragments": _opt(lambda v: _int(v, 0)),
-    "max_deleted_ratio": _opt(_ratio),
-    "max_table_versions": _opt(lambda v: _int(v, 0)),
-    "max_mem_wal_bytes": _opt(lambda v: _size(v)),
-    "max_index_segments": _opt(lambda v: _int(v, 0)),
-    "max_unindexed_rows": _opt(lambda v: _int(v, 0)),
-}
+# the lag thresholds: the checks of `memwal.lag.validate_thresholds` (the sensor's and the triggers' too)
+_THRESHOLDS = {key: _opt(threshold_checks()[key]) for key in THRESHOLD_KEYS}
 _GC = {"enabled": _bool, "keep_manifest_versions": _int, "grace_period_s": _number}
 _TABLE = {
     "uri": _str,
