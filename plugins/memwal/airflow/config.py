@@ -38,7 +38,8 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,7 @@ __all__ = [
     "TableConfig",
     "TableConfigError",
     "Thresholds",
+    "config_errors_fail",
     "get_table",
     "load_tables",
     "load_tables_and_errors",
@@ -453,6 +455,18 @@ def load_tables(use_variable: bool = True) -> dict[str, TableConfig]:
     if bad:
         raise next(iter(bad.values()))
     return good
+
+
+@contextmanager
+def config_errors_fail() -> Iterator[None]:
+    """In a task: a TableConfigError becomes AirflowFailException, which fails the task without a retry
+    (retrying cannot fix a tables file; a plain exception would be retried as if transient)."""
+    try:
+        yield
+    except TableConfigError as exc:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        raise AirflowFailException(str(exc)) from None
 
 
 def get_table(name: str, use_variable: bool = True) -> TableConfig:

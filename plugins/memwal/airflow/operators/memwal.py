@@ -68,12 +68,10 @@ class MemWalJobOperator(BaseOperator):
     @cached_property
     def cfg(self) -> TableConfig:
         """The table's configuration, resolved at run time (after templating)."""
-        from memwal.airflow.config import TableConfigError, get_table
+        from memwal.airflow.config import config_errors_fail, get_table
 
-        try:
+        with config_errors_fail():
             return get_table(str(self.table).strip())
-        except TableConfigError as exc:
-            raise AirflowFailException(str(exc)) from None
 
     @cached_property
     def hook(self) -> MemWalHook:
