@@ -198,29 +198,21 @@ class MemWalHook(BaseHook):
             raise AirflowFailException(one_line(exc)) from exc
 
     def validate_regions(self, table: str | TableConfig, regions: Sequence[str] | None) -> list[str] | None:
-        """Canonical region ids; AirflowFailException naming a malformed or unknown one. None: all regions."""
-        import uuid
+        """Canonical region ids (`memwal.jobs.check_regions`, the command line's check); AirflowFailException
+        naming a malformed or unknown one and the table. None: all regions."""
+        from memwal.errors import BadInputError
+        from memwal.jobs import check_regions
 
         if not regions:
             return None
         _, what = _uri_and_name(table)
         handle = self.table(table)
         try:
-            known = set(handle.regions())
+            return check_regions(handle, regions, param="region", where=what)
+        except BadInputError as exc:
+            raise AirflowFailException(str(exc)) from None
         except Exception as exc:
             raise _storage_problem(exc, what, self.memwal_conn_id) from exc
-        out = []
-        for r in regions:
-            try:
-                rid = str(uuid.UUID(str(r).strip()))
-            except ValueError:
-                raise AirflowFailException(f"region id {r!r} is not a UUID ({what}); list regions with "
-                                           "`memwal status TABLE`") from None
-            if rid not in known:
-                raise AirflowFailException(f"region {rid} does not exist in {what} ({len(known)} regions; list "
-                                           "them with `memwal status TABLE`)")
-            out.append(rid)
-        return list(dict.fromkeys(out))
 
     def status(self, table: str | TableConfig, regions: Sequence[str] | None = None) -> dict[str, Any]:
         """`memwal status` of the table (a URI or a TableConfig) as a dict."""
