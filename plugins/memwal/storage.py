@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -85,6 +86,29 @@ def is_secret_option(key: str) -> bool:
     show its value. Region, endpoint, bucket and the like stay readable."""
     words = re.sub(r"[^a-z0-9]+", "_", re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", str(key)).lower())
     return _SECRET_KEY.search(words) is not None
+
+
+# A URL with credentials in it: `scheme://user:password@host...` (proxy_url, an endpoint, ...).
+_URL_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)([^/?#]*)@")
+
+
+def url_credentials(value: str) -> str | None:
+    """The userinfo (`user:password`) of a URL-valued option, or None: a secret whatever the key's name."""
+    m = _URL_USERINFO.match(str(value))
+    return m.group(2) if m else None
+
+
+def redact_value(key: str, value: str) -> str:
+    """What may be logged of an option's value: *** for a secret key, else the value with the credentials
+    of a URL (`scheme://user:pass@host`) replaced by *** (the rest of the URL stays readable)."""
+    if is_secret_option(key):
+        return "***"
+    return _URL_USERINFO.sub(r"\1***@", str(value), count=1)
+
+
+def redact_options(options: Mapping[str, Any] | None) -> dict[str, str]:
+    """Storage options (or Spark confs) as they may be logged (`redact_value` of each)."""
+    return {str(k): redact_value(str(k), str(v)) for k, v in (options or {}).items()}
 
 
 def lance_storage_options(storage_options: dict[str, str] | None) -> dict[str, str] | None:

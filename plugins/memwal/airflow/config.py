@@ -210,12 +210,19 @@ def _engine(v: Any) -> str:
 
 
 def _spark_conf(v: Any) -> dict[str, str]:
+    from memwal.storage import is_secret_option, url_credentials  # here: the other keys need no obstore
+
     if not isinstance(v, Mapping):
         raise ValueError(f"{v!r} is not a mapping of Spark properties")
     out = {}
     for k, val in v.items():
         if not isinstance(k, str) or not k.startswith("spark."):
             raise ValueError(f"{k!r} is not a Spark property (spark.*)")
+        if is_secret_option(k) or url_credentials(str(val)):  # never echo the value
+            raise ValueError(
+                f"{k!r} holds a secret, and spark_conf goes on spark-submit's command line, which every user of "
+                "the host can read: put the table's storage credentials in its `memwal` connection (conn_id; "
+                "they reach the job in a private file) and Spark's own secrets in spark-defaults.conf")
         out[k] = str(val).lower() if isinstance(val, bool) else str(val)
     return out
 

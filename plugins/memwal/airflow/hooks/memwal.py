@@ -32,7 +32,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 
 from memwal.errors import one_line
 from memwal.job_config import is_true
-from memwal.storage import is_secret_option
+from memwal.storage import is_secret_option, url_credentials
 
 if TYPE_CHECKING:
     from memwal.airflow.config import TableConfig
@@ -400,7 +400,8 @@ def _uri_and_name(table: str | TableConfig) -> tuple[str, str]:
 
 
 def _mask(opts: Mapping[str, str]) -> None:
-    """Register secret-looking storage option values with Airflow's secrets masker."""
+    """Register secret-looking storage option values, and the credentials embedded in URL-valued ones
+    (`proxy_url=http://user:pass@host`), with Airflow's secrets masker."""
     try:
         from airflow.sdk.log import mask_secret
     except ImportError:  # pragma: no cover
@@ -408,4 +409,6 @@ def _mask(opts: Mapping[str, str]) -> None:
     for key, value in opts.items():
         if value and is_secret_option(key):
             mask_secret(value, key)
+        elif value and (userinfo := url_credentials(value)):
+            mask_secret(userinfo)
 
