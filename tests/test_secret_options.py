@@ -167,13 +167,15 @@ def test_the_tables_file_keeps_plain_spark_confs_and_refuses_a_url_with_credenti
     from memwal.airflow.config import parse_tables
 
     conf = {key: "1" for key in PLAIN_CONFS}
-    good, bad = parse_tables({"tables": {"ok": {"uri": "/t", "spark_conf": conf},
+    user_only = {"spark.jars.repositories": "https://maven@repo.internal/maven2,s3://bucket/a@b"}
+    good, bad = parse_tables({"tables": {"ok": {"uri": "/t", "spark_conf": {**conf, **user_only}},
                                          "proxy": {"uri": "/t", "spark_conf": {"spark.driver.extraJavaOptions":
-                                                                               f"-Dhttp.proxy={PROXY}"}},
+                                                                               f"-Xmx1g -Dhttp.proxy={PROXY}"}},
                                          "url": {"uri": "/t", "spark_conf": {"spark.hadoop.fs.s3a.endpoint": PROXY}}}},
                              "tables.yaml")
-    assert good["ok"].spark_conf == conf and "proxy" in good, "credentials only count at a URL's start"
+    assert good["ok"].spark_conf == {**conf, **user_only}, "a user name alone is no secret"
     assert "'spark.hadoop.fs.s3a.endpoint' holds a secret" in str(bad["url"]) and "pr0xy" not in str(bad["url"])
+    assert "'spark.driver.extraJavaOptions' holds a secret" in str(bad["proxy"]), "a URL inside a value too"
 
 
 @pytest.mark.parametrize("conf", [*(f"{key}=s3cr3t-value" for key in SECRET_CONFS),
@@ -215,6 +217,9 @@ def test_redact_hides_the_credentials_of_a_url_and_keeps_the_rest_readable():
         "proxy_url": "http://***@proxy.internal:3128", "aws_secret_access_key": "***", "aws_region": "eu-west-1"}
     assert redact_value("aws_endpoint", "https://s3.amazonaws.com/a@b") == "https://s3.amazonaws.com/a@b"
     assert url_credentials(PROXY) == "bob:pr0xy-pa55" and url_credentials("/data/a@b") is None
+    assert url_credentials("s3://bucket/a:b@c") is None and url_credentials("https://git@host/x") is None
+    assert redact_value("spark.driver.extraJavaOptions", f"-Xmx1g -Dhttp.proxy={PROXY} -Dx=ftp://a:b@f/") == \
+        "-Xmx1g -Dhttp.proxy=http://***@proxy.internal:3128 -Dx=ftp://***@f/", "every URL in a value"
 
 
 def test_the_hook_masks_the_credentials_of_a_url_valued_option(monkeypatch):

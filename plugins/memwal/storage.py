@@ -88,22 +88,22 @@ def is_secret_option(key: str) -> bool:
     return _SECRET_KEY.search(words) is not None
 
 
-# A URL with credentials in it: `scheme://user:password@host...` (proxy_url, an endpoint, ...).
-_URL_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)([^/?#]*)@")
+# A URL with credentials in it, anywhere in a value: `scheme://user:password@host...` (a proxy_url, an
+# endpoint, `-Dhttp.proxy=...` in Java options); the userinfo ends at the last `@` before the path.
+_URL_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)([^/?#\s]*)@")
 
 
 def url_credentials(value: str) -> str | None:
-    """The userinfo (`user:password`) of a URL-valued option, or None: a secret whatever the key's name."""
-    m = _URL_USERINFO.match(str(value))
-    return m.group(2) if m else None
+    """The first `user:password` of a URL in the value, or None: a secret whatever the key's name."""
+    return next((m.group(2) for m in _URL_USERINFO.finditer(str(value)) if ":" in m.group(2)), None)
 
 
 def redact_value(key: str, value: str) -> str:
-    """What may be logged of an option's value: *** for a secret key, else the value with the credentials
-    of a URL (`scheme://user:pass@host`) replaced by *** (the rest of the URL stays readable)."""
+    """What may be logged of an option's value: *** for a secret key, else the value with the userinfo of
+    every URL in it (`scheme://user:pass@host`) replaced by *** (the rest stays readable)."""
     if is_secret_option(key):
         return "***"
-    return _URL_USERINFO.sub(r"\1***@", str(value), count=1)
+    return _URL_USERINFO.sub(r"\1***@", str(value))
 
 
 def redact_options(options: Mapping[str, Any] | None) -> dict[str, str]:
