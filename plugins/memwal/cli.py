@@ -45,6 +45,7 @@ from memwal.jobs import (
     storage_options_of,
     validate_job_options,
 )
+from memwal.storage import is_secret_option, url_credentials
 from memwal.table import MemWalTable
 
 __all__ = ["main"]
@@ -63,6 +64,18 @@ _THRESHOLDS = (
     ("--max-unindexed-rows", "max_unindexed_rows", non_negative_int, "an index leaves more rows unindexed"),
 )
 _HEALTH_THRESHOLDS = ("--max-fragments", "--max-deleted-ratio", "--max-table-versions")  # checked on the health
+
+
+def _spark_conf(text: str) -> tuple[str, str]:
+    """A `--conf KEY=VALUE`; a secret (by its key, or a URL's credentials) is refused naming the key only: it
+    would be on spark-submit's command line, which every user of the host can read."""
+    key, value = key_value(text)
+    if is_secret_option(key) or url_credentials(value):
+        raise argparse.ArgumentTypeError(
+            f"{key} holds a secret, and --conf goes on spark-submit's command line, which every user of the "
+            "host can read: give storage credentials with --storage-options-json @FILE (they reach the job "
+            "in a private file) and Spark's own secrets in spark-defaults.conf")
+    return key, value
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -84,7 +97,7 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--json", action="store_true", help="print the JSON summary to stdout")
         p.add_argument("--spark", action="store_true", help="run the job through spark-submit")
         p.add_argument("--master", default="local[*]", help="Spark master for --spark (default local[*])")
-        p.add_argument("--conf", action="append", type=key_value, default=[], metavar="KEY=VALUE",
+        p.add_argument("--conf", action="append", type=_spark_conf, default=[], metavar="KEY=VALUE",
                        help="Spark configuration for --spark (repeatable), e.g. spark.pyspark.python=python3: the "
                             "executors' Python (it needs the dependencies; the code is shipped with --py-files)")
         p.add_argument("-v", "--verbose", action="store_true")

@@ -43,6 +43,7 @@ __all__ = [
     "add_job_arguments",
     "byte_size",
     "check_job_input",
+    "check_regions",
     "failure_reason",
     "job_options",
     "key_value",
@@ -239,21 +240,33 @@ def validate_job_options(job: str, options: JobOptions, regions: Sequence[str] |
                             f"(got {len(regions or [])})")
 
 
+def check_regions(table: MemWalTable, regions: Sequence[str], *, param: str = "--region",
+                  where: str | None = None) -> list[str]:
+    """The canonical ids of the given regions, duplicates dropped; BadInputError naming the parameter, a
+    malformed id or one the table does not have, and the table (`where`, default its URI). The one region
+    check of `memwal`, the Spark entry points and the Airflow hook."""
+    where = where or f"table {table.uri}"
+    known = set(table.regions())
+    out = []
+    for region in regions:
+        try:
+            rid = str(uuid.UUID(str(region).strip()))
+        except ValueError:
+            raise BadInputError(f"{param}: region id {region!r} is not a UUID ({where})") from None
+        if rid not in known:
+            raise BadInputError(f"{param} {rid}: no such region in {where} ({len(known)} regions; list them with "
+                                "`memwal status TABLE`)")
+        out.append(rid)
+    return list(dict.fromkeys(out))
+
+
 def check_job_input(job: str, table: MemWalTable, options: JobOptions, regions: Sequence[str] | None) -> None:
     """What the table must have for the job's input: it exists (TableNotFoundError), every selected region
     exists and, for catch-up, every named index. BadInputError naming the region or index and the table."""
     validate_job_options(job, options, regions)
     table.dataset  # noqa: B018 - a missing table fails here, named
     if regions and job in REGION_JOBS:
-        known = set(table.regions())
-        for region in regions:
-            try:
-                found = str(uuid.UUID(str(region))) in known
-            except ValueError:
-                raise BadInputError(f"--region: region id {region!r} is not a UUID") from None
-            if not found:
-                raise BadInputError(f"--region {region}: no such region in table {table.uri} ({len(known)} "
-                                    "regions; list them with `memwal status TABLE`)")
+        check_regions(table, regions)
     if job == "catchup" and options.indexes:
         from memwal import naming
 

@@ -48,17 +48,34 @@ INDEX_METRICS = ("segments", "indexed_rows", "unindexed_rows", "indexed_fragment
 THRESHOLD_KEYS = (*REGION_THRESHOLDS, *TABLE_THRESHOLDS, *HEALTH_THRESHOLDS, *INDEX_THRESHOLDS)
 
 
+def threshold_checks() -> dict[str, Any]:
+    """Threshold key -> its check in `memwal.option_values` (the one the CLI and the tables file use)."""
+    from memwal import option_values as ov
+
+    counts = ("max_unmerged_generations", "max_index_lag", "max_fragments", "max_small_fragments",
+              "max_table_versions", "max_index_segments", "max_unindexed_rows")
+    return {**{k: lambda v: ov.count(v, 0) for k in counts},
+            "max_unmerged_bytes": ov.byte_size, "max_mem_wal_bytes": ov.byte_size,
+            "max_oldest_unmerged_age_s": ov.seconds, "max_snapshot_age_s": ov.seconds,
+            "max_deleted_ratio": ov.ratio}
+
+
 def validate_thresholds(thresholds: Mapping[str, Any] | None, where: str = "thresholds") -> dict[str, float]:
-    """Known keys with numeric values >= 0 (None dropped); one ValueError naming the bad key otherwise."""
+    """Known keys, each value checked by `memwal.option_values` as the CLI and the tables file check it
+    (finite, in range; None dropped); one BadInputError naming the bad key and value otherwise."""
+    from memwal.errors import BadInputError
+
+    checks = threshold_checks()
     out: dict[str, float] = {}
     for key, value in (thresholds or {}).items():
         if key not in THRESHOLD_KEYS:
-            raise ValueError(f"{where}: unknown threshold {key!r}; known: {', '.join(THRESHOLD_KEYS)}")
+            raise BadInputError(f"{where}: unknown threshold {key!r}; known: {', '.join(THRESHOLD_KEYS)}")
         if value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-            raise ValueError(f"{where}: threshold {key!r} must be a number >= 0, got {value!r}")
-        out[key] = value
+        try:
+            out[key] = checks[key](value)
+        except ValueError as exc:
+            raise BadInputError(f"{where}: threshold {key!r}: {exc}") from None
     return out
 
 

@@ -38,13 +38,15 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from memwal import option_values
 from memwal.job_config import DEFAULT_INLINE_THRESHOLD, GcConfig, MergeConfig
+from memwal.lag import THRESHOLD_KEYS, threshold_checks
 from memwal.maintenance_config import CompactionConfig, IndexPolicy, RetentionConfig
 
 __all__ = [
@@ -56,6 +58,7 @@ __all__ = [
     "TableConfig",
     "TableConfigError",
     "Thresholds",
+    "config_errors_fail",
     "get_table",
     "load_tables",
     "load_tables_and_errors",
@@ -207,12 +210,19 @@ def _engine(v: Any) -> str:
 
 
 def _spark_conf(v: Any) -> dict[str, str]:
+    from memwal.storage import is_secret_option, url_credentials  # here: the other keys need no obstore
+
     if not isinstance(v, Mapping):
         raise ValueError(f"{v!r} is not a mapping of Spark properties")
     out = {}
     for k, val in v.items():
         if not isinstance(k, str) or not k.startswith("spark."):
             raise ValueError(f"{k!r} is not a Spark property (spark.*)")
+        if is_secret_option(k) or url_credentials(str(val)):  # never echo the value
+            raise ValueError(
+                f"{k!r} holds a secret, and spark_conf goes on spark-submit's command line, which every user of "
+                "the host can read: put the table's storage credentials in its `memwal` connection (conn_id; "
+                "they reach the job in a private file) and Spark's own secrets in spark-defaults.conf")
         out[k] = str(val).lower() if isinstance(val, bool) else str(val)
     return out
 
@@ -238,20 +248,8 @@ def _opt(parse):
     return lambda v: None if v is None else parse(v)
 
 
-_THRESHOLDS = {
-    "max_unmerged_generations": _opt(lambda v: _int(v, 0)),
-    "max_unmerged_bytes": _opt(lambda v: _size(v)),
-    "max_oldest_unmerged_age_s": _opt(_number),
-    "max_index_lag": _opt(lambda v: _int(v, 0)),
-    "max_snapshot_age_s": _opt(_number),
-    "max_fragments": _opt(lambda v: _int(v, 0)),
-    "max_small_fragments": _opt(lambda v: _int(v, 0)),
-    "max_deleted_ratio": _opt(_ratio),
-    "max_table_versions": _opt(lambda v: _int(v, 0)),
-    "max_mem_wal_bytes": _opt(lambda v: _size(v)),
-    "max_index_segments": _opt(lambda v: _int(v, 0)),
-    "max_unindexed_rows": _opt(lambda v: _int(v, 0)),
-}
+# the lag thresholds: the checks of `memwal.lag.validate_thresholds` (the sensor's and the triggers' too)
+_THRESHOLDS = {key: _opt(threshold_checks()[key]) for key in THRESHOLD_KEYS}
 _GC = {"enabled": _bool, "keep_manifest_versions": _int, "grace_period_s": _number}
 _TABLE = {
     "uri": _str,
@@ -464,6 +462,18 @@ def load_tables(use_variable: bool = True) -> dict[str, TableConfig]:
     if bad:
         raise next(iter(bad.values()))
     return good
+
+
+@contextmanager
+def config_errors_fail() -> Iterator[None]:
+    """In a task: a TableConfigError becomes AirflowFailException, which fails the task without a retry
+    (retrying cannot fix a tables file; a plain exception would be retried as if transient)."""
+    try:
+        yield
+    except TableConfigError as exc:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        raise AirflowFailException(str(exc)) from None
 
 
 def get_table(name: str, use_variable: bool = True) -> TableConfig:

@@ -24,7 +24,8 @@ from memwal.airflow.metrics import emit_lag_metrics
 from memwal.airflow.triggers.memwal import thresholds_of
 from memwal.lag import breaches, measure
 
-__all__ = ["STORAGE_INTERVAL_ENV", "check_table_lag", "compaction_target", "measure_table", "storage_interval_s"]
+__all__ = ["STORAGE_INTERVAL_ENV", "check_configured_table", "check_table_lag", "compaction_target",
+           "configured_tables", "measure_table", "storage_interval_s"]
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +117,33 @@ def _age_s(iso: Any, at: datetime) -> float | None:
 
 def _utc(at: datetime) -> datetime:
     return at if at.tzinfo else at.replace(tzinfo=UTC)
+
+
+def configured_tables() -> list[str]:
+    """Every table of the tables file (with the `memwal_tables` Variable applied), valid or not: a bad entry
+    fails its own check (below), the others are still checked. A file that cannot be read at all fails
+    the task without a retry (AirflowFailException: retrying cannot fix it)."""
+    from memwal.airflow.config import config_errors_fail, load_tables_and_errors
+
+    with config_errors_fail():
+        good, bad = load_tables_and_errors()
+    return sorted({*good, *bad})
+
+
+def check_configured_table(name: str, context: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """`check_table_lag` of a table by name, as the lag monitor's mapped task runs it. A bad entry in the
+    tables file fails without a retry (AirflowFailException naming the table and key); a table whose lag
+    cannot be measured fails with AirflowException (after alerting), which is retried."""
+    from airflow.sdk.exceptions import AirflowException
+
+    from memwal.airflow.config import config_errors_fail, get_table
+
+    with config_errors_fail():
+        cfg = get_table(name)
+    result = check_table_lag(cfg, context=context)
+    if result["error"]:
+        raise AirflowException(f"table {name!r}: lag not measured: {result['error']}")
+    return result
 
 
 def check_table_lag(cfg: Any, *, notifiers: Sequence[Any] | None = None, context: Mapping[str, Any] | None = None,

@@ -32,7 +32,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 
 from memwal.errors import one_line
 from memwal.job_config import is_true
-from memwal.storage import is_secret_option
+from memwal.storage import is_secret_option, url_credentials
 
 if TYPE_CHECKING:
     from memwal.airflow.config import TableConfig
@@ -198,29 +198,21 @@ class MemWalHook(BaseHook):
             raise AirflowFailException(one_line(exc)) from exc
 
     def validate_regions(self, table: str | TableConfig, regions: Sequence[str] | None) -> list[str] | None:
-        """Canonical region ids; AirflowFailException naming a malformed or unknown one. None: all regions."""
-        import uuid
+        """Canonical region ids (`memwal.jobs.check_regions`, the command line's check); AirflowFailException
+        naming a malformed or unknown one and the table. None: all regions."""
+        from memwal.errors import BadInputError
+        from memwal.jobs import check_regions
 
         if not regions:
             return None
         _, what = _uri_and_name(table)
         handle = self.table(table)
         try:
-            known = set(handle.regions())
+            return check_regions(handle, regions, param="region", where=what)
+        except BadInputError as exc:
+            raise AirflowFailException(str(exc)) from None
         except Exception as exc:
             raise _storage_problem(exc, what, self.memwal_conn_id) from exc
-        out = []
-        for r in regions:
-            try:
-                rid = str(uuid.UUID(str(r).strip()))
-            except ValueError:
-                raise AirflowFailException(f"region id {r!r} is not a UUID ({what}); list regions with "
-                                           "`memwal status TABLE`") from None
-            if rid not in known:
-                raise AirflowFailException(f"region {rid} does not exist in {what} ({len(known)} regions; list "
-                                           "them with `memwal status TABLE`)")
-            out.append(rid)
-        return list(dict.fromkeys(out))
 
     def status(self, table: str | TableConfig, regions: Sequence[str] | None = None) -> dict[str, Any]:
         """`memwal status` of the table (a URI or a TableConfig) as a dict."""
@@ -408,7 +400,8 @@ def _uri_and_name(table: str | TableConfig) -> tuple[str, str]:
 
 
 def _mask(opts: Mapping[str, str]) -> None:
-    """Register secret-looking storage option values with Airflow's secrets masker."""
+    """Register secret-looking storage option values, and the credentials embedded in URL-valued ones
+    (`proxy_url=http://user:pass@host`), with Airflow's secrets masker."""
     try:
         from airflow.sdk.log import mask_secret
     except ImportError:  # pragma: no cover
@@ -416,4 +409,6 @@ def _mask(opts: Mapping[str, str]) -> None:
     for key, value in opts.items():
         if value and is_secret_option(key):
             mask_secret(value, key)
+        elif value and (userinfo := url_credentials(value)):
+            mask_secret(userinfo)
 
