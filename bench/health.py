@@ -21,8 +21,9 @@
    and compaction on), once with the default index policy (catch-up folds segments past
    DEFAULT_MAX_INDEX_SEGMENTS or when they block a due compaction) and once unfolded
    (`IndexPolicy(max_segments=None)`: Lance's default, a vector segment per catch-up). At the measured
-   cycles: fragments, segments per index, base bytes, the merge's time. Target (folded): cycle 40 within 1.2x
-   of cycle 10 for each; unfolded: the growth.
+   cycles: fragments, segments per index, base bytes, the merge's time, and (printed, no target) the median
+   time of an ANN search and of an FTS query. Target (folded): cycle 40 within 1.2x of cycle 10 for the
+   first four; unfolded: the growth.
 5. `--scaling`: issue 10's scaling on a workload with more than 5 s of task work on local[1] (16 regions x
    4 generations x 300,000 rows into 2,000,000), through bench/maintenance.py's harness: local[1] against
    local[2].
@@ -175,6 +176,23 @@ def run_cycles(work: str, on: bool, cycles: int, measure_at: set[int], base_rows
     return {"points": points, "total_s": time.perf_counter() - started}
 
 
+def query_times(path: str, n: int = 20) -> dict:
+    """Median milliseconds of n ANN searches (k 10, Lance's default probes) and n FTS queries of one word."""
+    ds = lance.dataset(path)
+    rng = np.random.default_rng(5)
+    out = {}
+    for key, kwargs in (("ann_ms", lambda i: {"nearest": {"column": "vec", "k": 10,
+                                                           "q": rng.standard_normal(VECTOR_DIM, dtype=np.float32)}}),
+                        ("fts_ms", lambda i: {"full_text_query": str(WORDS[i]), "limit": 10})):
+        times = []
+        for i in range(n):
+            t = time.perf_counter()
+            ds.to_table(columns=["id"], **kwargs(i))
+            times.append((time.perf_counter() - t) * 1000)
+        out[key] = sorted(times)[n // 2]
+    return out
+
+
 def run_vector_cycles(work: str, policy: str, cycles: int, measure_at: set[int], base_rows: int, regions: int,
                       rows: int, seed: int) -> dict:
     """The cycles (retention and compaction on) on the vector table, catch-up under POLICIES[policy]."""
@@ -193,7 +211,7 @@ def run_vector_cycles(work: str, policy: str, cycles: int, measure_at: set[int],
             window = sorted(merge_times[-5:])
             m["merge_s_this_cycle"], m["merge_s"] = m["merge_s"], window[len(window) // 2]
             segments = segment_counts(lance.dataset(path))
-            points[c] = {**m, "fragments": h.fragments, "base_bytes": h.base_bytes,
+            points[c] = {**m, **query_times(path), "fragments": h.fragments, "base_bytes": h.base_bytes,
                          "vec_segments": segments["vec_idx"], "text_segments": segments["text_idx"],
                          "rows": lance.dataset(path).count_rows()}
             log(f"vector {policy} cycle {c}: {json.dumps(points[c])}")
@@ -307,16 +325,17 @@ def report(results: dict) -> None:
         pts = results[f"vector-{policy}"]["points"]
         total = results[f"vector-{policy}"]["total_s"]
         print(f"\nIVF_PQ + FTS table, segments {policy} ({total:.0f} s for all cycles)")
-        print("  cycle  fragments  vec segments  fts segments  base bytes   merge s  catch-up s")
+        print("  cycle  fragments  vec segments  fts segments  base bytes   merge s  catch-up s  ANN ms  FTS ms")
         for c, p in sorted(pts.items(), key=lambda kv: int(kv[0])):
             print(f"  {int(c):5d}  {p['fragments']:9d}  {p['vec_segments']:12d}  {p['text_segments']:12d}  "
-                  f"{p['base_bytes']:11d}  {p['merge_s']:7.2f}  {p['catchup_s']:10.2f}")
+                  f"{p['base_bytes']:11d}  {p['merge_s']:7.2f}  {p['catchup_s']:10.2f}  {p['ann_ms']:6.1f}  "
+                  f"{p['fts_ms']:6.1f}")
         first, last = pts[min(pts, key=int)], pts[max(pts, key=int)]
-        for key in ("fragments", "vec_segments", "text_segments", "base_bytes", "merge_s"):
+        for key in ("fragments", "vec_segments", "text_segments", "base_bytes", "merge_s", "ann_ms", "fts_ms"):
             r = last[key] / first[key] if first[key] else float("inf")
             label = f"vector {policy}: {key} cycle {max(pts, key=int)} / cycle {min(pts, key=int)}"
-            folded = policy == "folded"
-            print("  " + (_ratio(label, r, "<= 1.2", r <= 1.2) if folded else _ratio(label + " (growth)", r)))
+            targeted = policy == "folded" and key not in ("ann_ms", "fts_ms")
+            print("  " + (_ratio(label, r, "<= 1.2", r <= 1.2) if targeted else _ratio(label + " (growth)", r)))
     if "spark" in results:
         s = results["spark"]
         print(f"\ncompaction of a {results['settings']['fragments']}-fragment table: in process "
@@ -347,9 +366,9 @@ def main() -> None:
     p.add_argument("--measure-at", default="10,20,40", help="cycles at which everything is measured")
     p.add_argument("--modes", default="on,off")
     p.add_argument("--vector-cycles", type=int, default=40, help="cycles of the IVF_PQ + FTS table (0: none)")
-    p.add_argument("--vector-base-rows", type=int, default=100_000)
+    p.add_argument("--vector-base-rows", type=int, default=200_000)
     p.add_argument("--vector-regions", type=int, default=2)
-    p.add_argument("--vector-rows", type=int, default=5_000, help="upserts per region and cycle, vector table")
+    p.add_argument("--vector-rows", type=int, default=10_000, help="upserts per region and cycle, vector table")
     p.add_argument("--vector-policies", default="folded,unfolded")
     p.add_argument("--fragments", type=int, default=64)
     p.add_argument("--rows-per-fragment", type=int, default=100_000)

@@ -18,7 +18,7 @@ from vector_machine import local_vector_machine
 
 LOCAL_EXAMPLES = int(os.environ.get("MEMWAL_MODEL_EXAMPLES", "200"))
 LOCAL_STEPS = 15
-VECTOR_EXAMPLES = int(os.environ.get("MEMWAL_MODEL_VECTOR_EXAMPLES", "30"))
+VECTOR_EXAMPLES = int(os.environ.get("MEMWAL_MODEL_VECTOR_EXAMPLES", "25"))
 S3_EXAMPLES = 10
 S3_STEPS = 10
 COMMON = {

@@ -33,18 +33,27 @@ VECTOR_INDEX, FTS_INDEX = "vec_idx", "text_idx"
 VECTOR_SCHEMA = pa.schema([*SCHEMA, pa.field("text", pa.string()), pa.field("vec", pa.list_(pa.float32(), DIM))])
 
 
+def vector_table(vals: list[tuple[int, Row]]) -> pa.Table:
+    """Rows of VECTOR_SCHEMA for (key, (name, score)) pairs: text and vector derived from the name."""
+    names = [v[0] for _, v in vals]
+    return pa.table({"id": [k for k, _ in vals], "name": names, "score": [v[1] for _, v in vals],
+                     "text": [text_of(n) for n in names], "vec": vector_column(names)}, schema=VECTOR_SCHEMA)
+
+
+def create_vector_indexes(ds: lance.LanceDataset) -> None:
+    ds.create_index("vec", "IVF_PQ", name=VECTOR_INDEX, **IVF_PQ_PARAMS)
+    ds.create_scalar_index("text", "INVERTED", name=FTS_INDEX)
+
+
 class VectorLsmMachine(LsmMachine):
     # 12 rows outside the written keys: with the 4 base keys, the 16 rows IVF_PQ trains on.
     static_keys: ClassVar[range] = range(100, 112)
 
     def _table(self, vals: list[tuple[int, Row]]) -> pa.Table:
-        names = [v[0] for _, v in vals]
-        return pa.table({"id": [k for k, _ in vals], "name": names, "score": [v[1] for _, v in vals],
-                         "text": [text_of(n) for n in names], "vec": vector_column(names)}, schema=VECTOR_SCHEMA)
+        return vector_table(vals)
 
     def _create_indexes(self, ds: lance.LanceDataset) -> None:
-        ds.create_index("vec", "IVF_PQ", name=VECTOR_INDEX, **IVF_PQ_PARAMS)
-        ds.create_scalar_index("text", "INVERTED", name=FTS_INDEX)
+        create_vector_indexes(ds)
 
     def _all_merged(self) -> bool:
         merged = self._check_merged_monotonic()
