@@ -172,6 +172,17 @@ class LanceDbTable:
 
         return sorted(self._run(go).column("id").to_pylist())
 
+    def search_plans(self, q, word: str) -> tuple[str, str]:
+        """LanceDB's plans of an ANN search (every partition probed) and an FTS query on the base table."""
+
+        async def go(db):
+            t = await db.open_table(self.name)
+            ann = t.query().nearest_to(q).column("vec").use_lsm(False).nprobes(PARTITIONS).refine_factor(10)
+            return (await ann.explain_plan(),
+                    await t.query().nearest_to_text(word, columns="text").use_lsm(False).explain_plan())
+
+        return self._run(go)
+
     def index_stats(self, name: str):
         """LanceDB's index_stats of one index (IndexStatistics: num_indexed_rows, num_unindexed_rows, ...)."""
 

@@ -96,6 +96,9 @@ def test_lancedb_vector_and_fts_search_after_our_maintenance(local_location):
             assert_top_k(ann, names, q, ANN_K, f"round {r}: LanceDB's ANN search, query {qi}")
         for word in WORDS:
             assert t.fts_base(word) == fts_ids(names, word), f"round {r}: LanceDB's FTS {word!r}"
+        ann_plan, fts_plan = t.search_plans(QUERIES[0], WORDS[0])
+        assert f"ANNSubIndex: name={VECTOR_INDEX}" in ann_plan, ann_plan
+        assert "MatchQuery: column=text" in fts_plan and "FlatMatchQuery" not in fts_plan, fts_plan
         for index in (INDEX, VECTOR_INDEX, FTS_INDEX):
             stats = t.index_stats(index)
             assert stats.num_unindexed_rows == 0 and stats.num_indexed_rows == len(names), (r, index, stats)
