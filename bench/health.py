@@ -183,7 +183,8 @@ def query_times(path: str, n: int = 20) -> dict:
     out = {}
     for key, kwargs in (("ann_ms", lambda i: {"nearest": {"column": "vec", "k": 10,
                                                            "q": rng.standard_normal(VECTOR_DIM, dtype=np.float32)}}),
-                        ("fts_ms", lambda i: {"full_text_query": str(WORDS[i]), "limit": 10})):
+                        ("fts_ms", lambda i: {"full_text_query": {"query": str(WORDS[i]), "columns": ["text"]},
+                                              "limit": 10})):
         times = []
         for i in range(n):
             t = time.perf_counter()
