@@ -1,6 +1,7 @@
 """The model-based machine (machine.py) on a table with a vector index (IVF_PQ, 2 partitions) and a full-text
 index (INVERTED) beside its BTREE, all maintained by the machine's jobs: catch-up with the default IndexPolicy
-(segments folded past the bound), compaction, retention, snapshot and GC.
+(segments folded past the bound, or, with a compaction due at 2 small fragments, when they would block it),
+compaction, retention, snapshot and GC.
 
 Every row's vector and text are functions of its name (tests/vector_model.py), so the machine's model
 (key -> name, score) is the model of the searches too. After every step, through Lance on the base table:
@@ -20,16 +21,21 @@ from typing import ClassVar
 import lance
 import numpy as np
 import pyarrow as pa
-from hypothesis.stateful import invariant
+from hypothesis import strategies as st
+from hypothesis.stateful import invariant, precondition, rule
 from machine import LsmMachine, _tracked, local_machine
 from tables import SCHEMA, Row, view
 from vector_model import DIM, IVF_PQ_PARAMS, check_lance_searches, text_of, vector_column, vector_of
 
+from memwal.catchup import catchup_table
 from memwal.index_segments import segment_counts
-from memwal.maintenance_config import DEFAULT_MAX_INDEX_SEGMENTS
+from memwal.maintenance_config import DEFAULT_MAX_INDEX_SEGMENTS, CompactionConfig
+from memwal.merge import merge_table
 from memwal.storage import lance_storage_options
+from memwal.table import MemWalTable
 
 VECTOR_INDEX, FTS_INDEX = "vec_idx", "text_idx"
+DUE_AT_TWO = CompactionConfig(max_small_fragments=2)
 VECTOR_SCHEMA = pa.schema([*SCHEMA, pa.field("text", pa.string()), pa.field("vec", pa.list_(pa.float32(), DIM))])
 
 
@@ -75,6 +81,20 @@ class VectorLsmMachine(LsmMachine):
         assert max(segments.values()) <= DEFAULT_MAX_INDEX_SEGMENTS, f"{what}: segments over the bound: {segments}"
         type(self).stats["max_vector_segments"] = max(type(self).stats["max_vector_segments"], segments[VECTOR_INDEX])
         return ds
+
+    @precondition(lambda self: self._any_region())
+    @rule(merge_first=st.booleans())
+    @_tracked
+    def catch_up_before_compaction(self, merge_first: bool) -> None:
+        """(Merge, then) catch-up as the maintenance DAG runs it on a table whose compaction is due at 2 small
+        fragments: with the default IndexPolicy it folds the segments that would block that compaction."""
+        if merge_first:
+            assert not merge_table(MemWalTable(self.uri, self.so), dedup=self.dedup).failed_regions
+            self._check_merged_monotonic()
+        summary = catchup_table(MemWalTable(self.uri, self.so), compaction=DUE_AT_TWO)
+        assert all(i.error is None and i.covered for i in summary.indexes), summary
+        type(self).stats["folded_segments"] += sum(i.folded_segments for i in summary.indexes)
+        self._check_merged_monotonic()
 
     @invariant()
     @_tracked
