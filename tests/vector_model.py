@@ -59,11 +59,11 @@ def _pairs(table: pa.Table) -> list[tuple[float, int]]:
 
 
 def assert_top_k(got: list[tuple[float, int]], names: Mapping[int, str], q: np.ndarray, k: int, what: str) -> None:
-    """got (distance, id) are k nearest rows: the model's k smallest distances, each id at its own distance
-    (whichever of rows tied at the k-th distance Lance returns)."""
+    """got (distance, id) are k nearest rows, nearest first: the model's k smallest distances, each id at its
+    own distance (whichever of rows tied at the k-th distance Lance returns)."""
     order = exact_order(names, q)
     dist = {i: d for d, i in order}
-    assert sorted(d for d, _ in got) == [d for d, _ in order[:k]], f"{what}: distances {got} vs {order[:k]}"
+    assert [d for d, _ in got] == [d for d, _ in order[:k]], f"{what}: distances {got} vs {order[:k]}"
     assert len({i for _, i in got}) == len(got) and all(dist.get(i) == d for d, i in got), \
         f"{what}: rows at wrong distances {got}"
 
@@ -76,7 +76,9 @@ def check_lance_searches(ds: lance.LanceDataset, names: Mapping[int, str], score
     n = len(names)
     for qi, q in enumerate(QUERIES):
         exact = ds.to_table(columns=["id"], nearest={"column": "vec", "q": q, "k": max(n, 1), "use_index": False})
-        assert sorted(_pairs(exact)) == exact_order(names, q), f"{what}: exact search, query {qi}"
+        got = _pairs(exact)
+        assert [d for d, _ in got] == sorted(d for d, _ in got), f"{what}: exact search out of order, query {qi}"
+        assert sorted(got) == exact_order(names, q), f"{what}: exact search, query {qi}"
         ann = {"column": "vec", "q": q, "k": ANN_K, "nprobes": PARTITIONS,
                "refine_factor": math.ceil(max(n, 1) / ANN_K) + 1}
         plan = ds.scanner(columns=["id"], nearest=ann).explain_plan()

@@ -28,6 +28,7 @@ from tables import SCHEMA, Row, view
 from vector_model import DIM, IVF_PQ_PARAMS, check_lance_searches, text_of, vector_column, vector_of
 
 from memwal.catchup import catchup_table
+from memwal.compaction import compact_table
 from memwal.index_segments import segment_counts
 from memwal.maintenance_config import DEFAULT_MAX_INDEX_SEGMENTS, CompactionConfig
 from memwal.merge import merge_table
@@ -83,17 +84,24 @@ class VectorLsmMachine(LsmMachine):
         return ds
 
     @precondition(lambda self: self._any_region())
-    @rule(merge_first=st.booleans())
+    @rule(merge_first=st.booleans(), then_compact=st.booleans())
     @_tracked
-    def catch_up_before_compaction(self, merge_first: bool) -> None:
-        """(Merge, then) catch-up as the maintenance DAG runs it on a table whose compaction is due at 2 small
-        fragments: with the default IndexPolicy it folds the segments that would block that compaction."""
+    def catch_up_before_compaction(self, merge_first: bool, then_compact: bool) -> None:
+        """(Merge ->) catch-up (-> compaction) as the maintenance DAG runs them on a table whose compaction is
+        due at 2 small fragments: with the default IndexPolicy catch-up folds the segments that would block
+        that compaction, so the compaction can combine the fragments. Neither changes the LSM view."""
         if merge_first:
             assert not merge_table(MemWalTable(self.uri, self.so), dedup=self.dedup).failed_regions
             self._check_merged_monotonic()
+        before = self._lsm(False)
         summary = catchup_table(MemWalTable(self.uri, self.so), compaction=DUE_AT_TWO)
         assert all(i.error is None and i.covered for i in summary.indexes), summary
         type(self).stats["folded_segments"] += sum(i.folded_segments for i in summary.indexes)
+        if then_compact:
+            compacted = compact_table(MemWalTable(self.uri, self.so), DUE_AT_TWO)
+            assert compacted.error is None, compacted.to_dict()
+            type(self).stats["dag_compaction_tasks"] += compacted.tasks_committed
+        assert self._lsm(False) == before, "catch-up or compaction changed the LSM view"
         self._check_merged_monotonic()
 
     @invariant()
