@@ -28,7 +28,8 @@ manifest updates, not on every WAL write): its entry lands at the next free WAL 
 by the current writer's next write or replayed by the next writer. Until then a strong read through the
 current writer cannot see it; the machine models exactly that (`shadow`).
 
-Used by tests/model/test_lsm_model.py (local and S3) and scripts/soak.py.
+Used by tests/model/test_lsm_model.py (local and S3) and scripts/soak.py; vector_machine.py runs it on a
+table with vector and full-text indexes.
 """
 
 from __future__ import annotations
