@@ -215,10 +215,14 @@ def _summary_line(s: dict[str, Any]) -> str:
 
 
 def _blocked(s: dict[str, Any]) -> str:
-    """The indexes whose segments keep a due compaction from combining fragments (catch-up folds them)."""
-    blocked = s.get("blocked_by_index_segments") or {}
-    return "; still due, blocked by index segments: " + ", ".join(f"{k} ({v})" for k, v in sorted(blocked.items())) \
-        if blocked else ""
+    """The indexes that keep a due compaction from combining fragments (the next catch-up lifts both)."""
+    out = ""
+    for key, what in (("blocked_by_index_segments", "index segments"),
+                      ("blocked_by_unindexed_fragments", "fragments not indexed yet")):
+        blocked = s.get(key) or {}
+        if blocked:
+            out += f"; still due, blocked by {what}: " + ", ".join(f"{k} ({v})" for k, v in sorted(blocked.items()))
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
