@@ -27,6 +27,14 @@ class Crash(BaseException):
     """The process dies here (not an OSError: the merge loop does not retry it)."""
 
 
+@pytest.fixture(autouse=True, params=["index", "scan"])
+def lookup_path(request, monkeypatch) -> str:
+    """Every case on both lookup paths (keys through the index, fragments' key column scanned) and both
+    join paths of the marker commit (tiny tables would always scan)."""
+    monkeypatch.setattr(merge_apply, "_use_index", lambda ds, keys: request.param == "index")
+    return request.param
+
+
 @pytest.fixture(autouse=True)
 def fragment_apply(monkeypatch):
     use_fragment_apply(monkeypatch)

@@ -5,7 +5,9 @@ The three steps (STYLE: plan on the driver, tasks own disjoint work and return m
 
 1. **plan**: the backlog's keys (upserts and deleted keys), sorted, are cut into slices; a task per slice
    looks their `_rowaddr` up at the planned version v with batched `key IN (...)` scans (the key's scalar
-   index serves them) and returns (key, address) pairs. Address = fragment id << 32 | offset.
+   index serves them) and returns (key, address) pairs. Address = fragment id << 32 | offset. A backlog
+   large against the table (`merge_commit._use_index`: the same measured rule as the two passes' join) is
+   looked up by fragment instead: each task scans the key column of its fragments and keeps the backlog's.
 2. **apply**: the touched fragments are dealt to tasks (balanced by rows); each task writes its
    fragments' deletion vectors (`LanceFragment.delete_rows`, no rescan) and its share of the replacement
    rows (upserts whose key was found) as new fragments (`lance.fragment.write_fragments`), and returns
@@ -68,7 +70,7 @@ __all__ = ["APPLY_ATTEMPTS", "Apply", "ApplyPlan", "ApplyTaskError", "apply_comm
 log = logging.getLogger(__name__)
 
 APPLY_ATTEMPTS = 5  # Updates refused by a concurrent commit on our fragments before the commit fails
-LOOKUP_KEYS = 4096  # keys per `IN (...)` lookup: one scan through the key's index each
+LOOKUP_KEYS = 16_384  # keys per `IN (...)` lookup: one scan through the key's index each
 LOOKUP_TASK_KEYS = 262_144  # keys per lookup task
 ADDRESS = "_rowaddr"
 
@@ -115,12 +117,22 @@ class LookupTask:
     storage_options: dict[str, str] | None
     key: str
     keys: pa.Array  # sorted
+    fragment_ids: list[int] | None = None  # scan these fragments' key column (else look the keys up)
 
 
 def lookup_addresses(task: LookupTask) -> pa.Table:
-    """(key, _rowaddr) of the task's keys present in the base table at the version."""
+    """(key, _rowaddr) of the task's keys present in the base table at the version: through the key's
+    index, or by scanning the key column of the task's fragments."""
     ds = _dataset(task.uri, task.version, task.storage_options)
     parts = []
+    if task.fragment_ids is not None:
+        fragments = [ds.get_fragment(f) for f in task.fragment_ids]
+        scanner = ds.scanner(columns=[task.key], with_row_address=True, fragments=fragments)
+        for batch in scanner.to_batches():
+            hit = pc.is_in(batch.column(task.key), value_set=task.keys)
+            parts.append(pa.Table.from_batches([batch.filter(hit)]))
+        if parts:
+            return pa.concat_tables(parts).select([task.key, ADDRESS])
     for start in range(0, len(task.keys), LOOKUP_KEYS):
         chunk = task.keys.slice(start, LOOKUP_KEYS)
         parts.append(ds.to_table(columns=[task.key], filter=pc.field(task.key).isin(chunk),
@@ -198,9 +210,16 @@ def plan_apply(table: MemWalTable, upserts: pa.Table, deleted_keys: pa.Table, ru
     keys = pa.concat_arrays([upserts.column(key).combine_chunks().cast(kind),
                              deleted_keys.column(key).combine_chunks().cast(kind)])
     keys = keys.take(pc.array_sort_indices(keys))  # each task's slice then touches few index pages
-    per_task = max(1, min(LOOKUP_TASK_KEYS, -(-len(keys) // max(1, parallelism))))
-    tasks = [LookupTask(table.uri, ds.version, table.storage_options, key, keys.slice(i, per_task))
-             for i in range(0, len(keys), per_task)]
+    if not len(keys):
+        tasks = []
+    elif _use_index(ds, len(keys)):
+        per_task = max(1, min(LOOKUP_TASK_KEYS, -(-len(keys) // max(1, parallelism))))
+        tasks = [LookupTask(table.uri, ds.version, table.storage_options, key, keys.slice(i, per_task))
+                 for i in range(0, len(keys), per_task)]
+    else:
+        sizes = {f.fragment_id: f.metadata.physical_rows for f in ds.get_fragments()}
+        tasks = [LookupTask(table.uri, ds.version, table.storage_options, key, keys, group)
+                 for group in _balanced(sizes, parallelism)]
     found = pa.concat_tables(_run(runner, lookup_addresses, tasks, "lookup")) if tasks else pa.table(
         {key: keys, ADDRESS: pa.array([], pa.uint64())})
     lookup_s = time.monotonic() - started
@@ -231,22 +250,21 @@ def plan_apply(table: MemWalTable, upserts: pa.Table, deleted_keys: pa.Table, ru
     return ApplyPlan(ds.version, by_fragment, replacements, replacement_fragments, fresh, deleted_found, lookup_s)
 
 
-def _deal(plan: ApplyPlan, parallelism: int) -> list[list[int]]:
-    """The touched fragments dealt to at most `parallelism` tasks, largest first, each to the lightest."""
-    fragments = sorted(plan.offsets, key=lambda f: -len(plan.offsets[f]))
-    n = max(1, min(parallelism, len(fragments)))
+def _balanced(weights: Mapping[int, int], parallelism: int) -> list[list[int]]:
+    """Fragment ids dealt to at most `parallelism` tasks, heaviest first, each to the lightest task."""
+    n = max(1, min(parallelism, len(weights)))
     tasks: list[list[int]] = [[] for _ in range(n)]
     load = [0] * n
-    for f in fragments:
+    for f in sorted(weights, key=lambda f: -weights[f]):
         i = load.index(min(load))
         tasks[i].append(f)
-        load[i] += len(plan.offsets[f])
+        load[i] += weights[f]
     return [t for t in tasks if t]
 
 
 def apply_tasks(table: MemWalTable, plan: ApplyPlan, parallelism: int, max_rows_per_file: int) -> list[ApplyTask]:
     tasks = []
-    for fragment_ids in _deal(plan, parallelism):
+    for fragment_ids in _balanced({f: len(o) for f, o in plan.offsets.items()}, parallelism):
         mask = pc.is_in(pa.array(plan.replacement_fragments), value_set=pa.array(fragment_ids, pa.uint64()))
         rows = plan.replacements.filter(mask) if plan.replacements.num_rows else None
         tasks.append(ApplyTask(table.uri, plan.version, table.storage_options,
