@@ -72,6 +72,7 @@ log = logging.getLogger(__name__)
 APPLY_ATTEMPTS = 5  # Updates refused by a concurrent commit on our fragments before the commit fails
 LOOKUP_KEYS = 16_384  # keys per `IN (...)` lookup: one scan through the key's index each
 LOOKUP_TASK_KEYS = 262_144  # keys per lookup task
+SCAN_CHUNK_ROWS = 4 * 1024 * 1024  # key-column rows matched against the backlog at once (a fragment scan)
 ADDRESS = "_rowaddr"
 
 
@@ -128,9 +129,19 @@ def lookup_addresses(task: LookupTask) -> pa.Table:
     if task.fragment_ids is not None:
         fragments = [ds.get_fragment(f) for f in task.fragment_ids]
         scanner = ds.scanner(columns=[task.key], with_row_address=True, fragments=fragments)
+        pending: list[pa.RecordBatch] = []
+
+        def flush() -> None:  # one hash set of the backlog's keys per SCAN_CHUNK_ROWS rows, not per batch
+            chunk = pa.Table.from_batches(pending)
+            parts.append(chunk.filter(pc.is_in(chunk.column(task.key), value_set=task.keys)))
+            pending.clear()
+
         for batch in scanner.to_batches():
-            hit = pc.is_in(batch.column(task.key), value_set=task.keys)
-            parts.append(pa.Table.from_batches([batch.filter(hit)]))
+            pending.append(batch)
+            if sum(b.num_rows for b in pending) >= SCAN_CHUNK_ROWS:
+                flush()
+        if pending:
+            flush()
         if parts:
             return pa.concat_tables(parts).select([task.key, ADDRESS])
     for start in range(0, len(task.keys), LOOKUP_KEYS):
