@@ -145,6 +145,26 @@ def test_a_compaction_between_the_apply_and_the_update_makes_it_replan(local_loc
     _exact_everywhere(loc, v0, model)
 
 
+def test_a_row_delete_on_a_planned_fragment_makes_the_update_replan(local_location, monkeypatch):
+    """Tasks wrote the deletion vector of the fragment [3..5] for gen 1's delete of 4 | a user's Lance delete of
+    base key 5 (another row of that fragment) commits | our Update would overwrite that fragment's deletion
+    vector: Lance refuses it; we replan on the latest version and both deletions stand."""
+    loc = local_location
+    region = _table(loc, [([20], "g1", [4])], fragment_rows=3)
+    v0 = open_base(loc).version
+
+    def delete_five(n: int) -> None:
+        if n == 1:
+            open_base(loc).delete("id = 5")
+
+    hits = _at(monkeypatch, "merge.apply_before_commit", delete_five)
+    assert merge_region(loc.uri, None, region, ONE).generations == [1]
+    assert len(hits) == 2, "the Update was refused and the apply replanned once"
+    got = view(open_base(loc).to_table())
+    assert 4 not in got and 5 not in got and got[20] == ("g120", 10.0) and 3 in got
+    assert open_base(loc).version == v0 + 3, "the user's delete, our Update, our marker: nothing else"
+
+
 def _after_final_check(monkeypatch, action) -> None:
     """Run action() right after the progress check just before our first Update commit."""
     real, calls = merge_apply._check_progress, []
