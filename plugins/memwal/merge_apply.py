@@ -133,7 +133,7 @@ def lookup_addresses(task: LookupTask) -> pa.Table:
 
         def flush() -> None:  # one hash set of the backlog's keys per SCAN_CHUNK_ROWS rows, not per batch
             chunk = pa.Table.from_batches(pending)
-            parts.append(chunk.filter(pc.is_in(chunk.column(task.key), value_set=task.keys)))
+            parts.append(chunk.filter(pc.is_in(chunk.column(task.key).combine_chunks(), value_set=task.keys)))
             pending.clear()
 
         for batch in scanner.to_batches():
