@@ -5,7 +5,8 @@ master given (`local[1]`, `local[2]`, `standalone`: a master and two one-core wo
 Per master: the session and its Python workers are started first (not timed); then, each from a restore
 of the base, a backlog of N random updates + N/10 deletes and one of N/10 updates + N/100 deletes (the
 driver's peak RSS growth is compared between them: 10x the backlog). Lance's threads in each task are
-the task's core (LANCE_CPU_THREADS=1 on the executors). The dedup runs in process (timed apart).
+the task's core (LANCE_CPU_THREADS=1 on the executors). The dedup is the Spark job's (`spark_dedup`:
+upserts staged as files, which the apply's tasks read; timed apart), as `spark_jobs/merge.py` runs it.
 Reported: the apply's seconds (lookups + apply tasks + Update + marker commit), the scaling local[2] /
 local[1], and the driver's RSS growth.
 """
@@ -136,6 +137,7 @@ def _checksum(path: str) -> tuple:
 
 
 def distributed(path: str, version: int, base_rows: int, masters: list[str], updates: int) -> dict:
+    from spark_jobs.merge_dedup import spark_dedup
     from spark_jobs.task_runner import default_parallelism, spark_runner
 
     lance.dataset(path, version=version).restore()
@@ -160,7 +162,7 @@ def distributed(path: str, version: int, base_rows: int, masters: list[str], upd
                     t = time.perf_counter()
                     summary = memwal_merge.merge_table(
                         path, regions=[region], config=memwal_merge.MergeConfig(apply="fragments"),
-                        runner=runner, parallelism=cores)
+                        dedup=spark_dedup(spark), runner=runner, parallelism=cores)
                     wall = time.perf_counter() - t
                 if summary.failed_regions:
                     raise SystemExit(f"merge failed on {master}: {summary.to_dict()}")

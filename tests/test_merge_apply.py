@@ -285,3 +285,52 @@ def test_the_apply_locates_rows_through_the_lookup_and_deletes_by_offset(local_l
     assert {f: o.tolist() for f, o in plan.offsets.items()} == {0: [1], 1: [1], 2: [1], 3: [0]}
     assert plan.replacements.column("id").to_pylist() == [1, 7, 9]
     assert plan.fresh.column("id").to_pylist() == [30] and plan.deleted_found == 1
+
+
+def _staging_dedup(opened: list):
+    """A dedup hook that stages its upserts as Arrow IPC files in the table's store, as the Spark dedup does
+    (two files per batch), and records any driver-side open of them in `opened`."""
+    from memwal.merge import MergeInput, local_dedup
+
+    def dedup(refs, pk, schema, store):
+        done = local_dedup(refs, pk, schema, store)
+        upserts = done.open_upserts()
+        prefix = f"_mem_wal/_staging/test-{uuid.uuid4()}"
+        paths = []
+        for i, part in enumerate((upserts.slice(0, upserts.num_rows // 2), upserts.slice(upserts.num_rows // 2))):
+            if part.num_rows:
+                sink = pa.BufferOutputStream()
+                with pa.ipc.new_file(sink, part.schema) as w:
+                    w.write_table(part)
+                paths.append(f"{prefix}/part-{i}.arrow")
+                store.put(paths[-1], sink.getvalue().to_pybytes())
+
+        def open_upserts():
+            opened.append(refs[0].region_id)
+            return upserts
+
+        return MergeInput(open_upserts, done.deleted_keys, done.rows_read,
+                          cleanup=lambda: store.delete_prefix(prefix), staged=tuple(paths),
+                          staged_rows=upserts.num_rows)
+
+    return dedup
+
+
+@pytest.mark.parametrize("regions", [1, 2])
+def test_staged_upserts_are_read_by_the_tasks_never_by_the_driver(local_location, tmp_path, regions):
+    """Upserts staged as files (the Spark dedup's): the tasks read them, the driver never opens them (it
+    keeps their keys), the marker commit streams the fresh ones; one commit may carry several regions."""
+    from maintenance import build_table
+
+    from memwal.merge import merge_table
+
+    loc = local_location
+    region_ids = [_table(loc, GENS, fragment_rows=3)] if regions == 1 else build_table(loc, regions=2)
+    model, v0 = _lsm(loc), open_base(loc).version
+    opened: list = []
+    summary = merge_table(loc.uri, config=MergeConfig(max_generations_per_commit=8, apply="fragments"),
+                          dedup=_staging_dedup(opened))
+    assert not summary.failed_regions and summary.commits == regions, summary
+    assert opened == [], "the driver opened staged upserts"
+    assert sorted(r.region_id for r in summary.regions if r.rows_upserted) == sorted(region_ids)
+    _exact_everywhere(loc, v0, model)

@@ -36,8 +36,8 @@ from memwal.generation import open_generation
 from memwal.job_config import MergeConfig
 from memwal.mem_wal_index import load_index
 from memwal.memory import release_unused
-from memwal.merge_apply import Apply, choose_apply
-from memwal.merge_commit import CommitPasses, Overtaken, commit_passes
+from memwal.merge_apply import Apply, choose_apply, passes
+from memwal.merge_commit import CommitPasses, Overtaken
 from memwal.planning import leading_batch
 from memwal.region_manifest import load_latest_manifest, select_regions
 from memwal.storage import ObjectStore
@@ -84,6 +84,10 @@ class MergeInput:
     deleted_keys: pa.Table
     rows_read: int = 0
     cleanup: Callable[[], None] = lambda: None
+    # where the upserts are staged (Arrow IPC files in the base schema, paths in the table's store), if
+    # they are: the fragment apply's tasks then read them there and the driver holds their keys only
+    staged: tuple[str, ...] = ()
+    staged_rows: int = 0
 
 
 Dedup = Callable[[Sequence[GenerationRef], list[str], pa.Schema, ObjectStore], MergeInput]
@@ -256,7 +260,7 @@ def _is_stale_marker(exc: BaseException) -> bool:
 
 
 def _commit(table: MemWalTable, markers: Sequence[tuple[str, int]], data: MergeInput,
-            since: Mapping[str, int] | None = None, apply: Apply = commit_passes) -> CommitPasses:
+            since: Mapping[str, int] | None = None, apply: Apply = passes) -> CommitPasses:
     """One commit of upserts + deletes + one marker per region, under the MemWAL index lock, held across
     both passes (memwal.merge_commit); the handle moves to the version committed. since: each region's
     merged generation the plan started from (a pass refuses to run once it moved); without it, the
@@ -265,7 +269,7 @@ def _commit(table: MemWalTable, markers: Sequence[tuple[str, int]], data: MergeI
     if since is None:
         since = {r: g - 1 for r, g in markers}
     with table.index_lock():
-        return apply(table, markers, since, data.open_upserts(), data.deleted_keys)
+        return apply(table, markers, since, data)
 
 
 # --- the merge loop ---------------------------------------------------------------------------------
@@ -290,8 +294,13 @@ class _Combined:
         self.parts = list(parts)
         self.upserted = [0] * len(self.parts)
         keys = [p.deleted_keys for p in self.parts]
+        staged = all(p.staged for p in self.parts)
+        if staged:  # the fragment apply reads them where they are staged (counted as staged)
+            self.upserted = [p.staged_rows for p in self.parts]
         self.input = MergeInput(self.open, pa.concat_tables(keys, promote_options="permissive") if keys
-                                else schema.empty_table().select(pk), sum(p.rows_read for p in self.parts))
+                                else schema.empty_table().select(pk), sum(p.rows_read for p in self.parts),
+                                staged=tuple(f for p in self.parts for f in p.staged) if staged else (),
+                                staged_rows=sum(p.staged_rows for p in self.parts) if staged else 0)
 
     def open(self) -> pa.Table:
         opened = [p.open_upserts() for p in self.parts]

@@ -49,7 +49,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import lance
 import numpy as np
@@ -60,12 +60,12 @@ from lance.mem_wal import CompactedSsTable
 
 from memwal.faults import fault_point
 from memwal.merge_commit import CommitPasses, _check_progress, _run_pass, _use_index, commit_passes
-from memwal.storage import lance_storage_options
+from memwal.storage import ObjectStore, lance_storage_options
 from memwal.table import MemWalTable
 from memwal.task_runner import TaskRunner, in_process
 
-__all__ = ["APPLY_ATTEMPTS", "Apply", "ApplyPlan", "ApplyTaskError", "apply_commit", "choose_apply", "plan_apply",
-           "supports_apply"]
+__all__ = ["APPLY_ATTEMPTS", "Apply", "ApplyPlan", "ApplyTaskError", "MergeData", "apply_commit", "choose_apply",
+           "passes", "plan_apply", "supports_apply"]
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +74,16 @@ LOOKUP_KEYS = 16_384  # keys per `IN (...)` lookup: one scan through the key's i
 LOOKUP_TASK_KEYS = 262_144  # keys per lookup task
 SCAN_CHUNK_ROWS = 4 * 1024 * 1024  # key-column rows matched against the backlog at once (a fragment scan)
 ADDRESS = "_rowaddr"
+
+
+class MergeData(Protocol):
+    """What `memwal.merge.MergeInput` offers the apply (a protocol: merge imports this module)."""
+
+    deleted_keys: pa.Table
+    staged: tuple[str, ...]
+    staged_rows: int
+
+    def open_upserts(self) -> pa.Table: ...
 
 
 class ApplyTaskError(OSError):
@@ -161,6 +171,9 @@ class ApplyTask:
     deletions: list[tuple[int, list[int]]]  # (fragment id, offsets)
     rows: pa.Table | None  # replacement rows to write as new fragments
     max_rows_per_file: int
+    staged: tuple[str, ...] = ()  # or: staged upsert files to read, keeping the rows whose key is replaced
+    replaced: pa.Array | None = None
+    key: str = ""
 
 
 @dataclass
@@ -180,10 +193,34 @@ def apply_fragments(task: ApplyTask) -> ApplyResult:
             out.removed.append(fragment_id)
         else:
             out.updated.append(meta)
-    if task.rows is not None and task.rows.num_rows:
-        out.new = write_fragments(task.rows, ds, schema=ds.schema, max_rows_per_file=task.max_rows_per_file,
+    rows: pa.Table | pa.RecordBatchReader | None = task.rows
+    if task.staged:
+        rows = _staged_reader(task.uri, task.storage_options, task.staged, ds.schema, task.key, task.replaced, True)
+    if rows is not None and (not isinstance(rows, pa.Table) or rows.num_rows):
+        out.new = write_fragments(rows, ds, schema=ds.schema, max_rows_per_file=task.max_rows_per_file,
                                   storage_options=lance_storage_options(task.storage_options))
     return out
+
+
+def read_staged(uri: str, storage_options: dict[str, str] | None, path: str) -> pa.Table:
+    """One staged upsert file (Arrow IPC, the base schema) of the table's store."""
+    return pa.ipc.open_file(pa.py_buffer(ObjectStore(uri, storage_options).get(path))).read_all()
+
+
+def _staged_reader(uri: str, storage_options: dict[str, str] | None, paths: Sequence[str], schema: pa.Schema,
+                   key: str, found: pa.Array | None, keep_found: bool) -> pa.RecordBatchReader:
+    """The staged upserts whose key is in `found` (keep_found) or not, one file in memory at a time."""
+
+    def batches():
+        for path in paths:
+            t = read_staged(uri, storage_options, path)
+            empty = pa.array([], t.schema.field(key).type)
+            hit = pc.is_in(t.column(key), value_set=found if found is not None else empty)
+            t = t.filter(hit if keep_found else pc.invert(hit))
+            if t.num_rows:
+                yield from t.cast(schema).to_batches()
+
+    return pa.RecordBatchReader.from_batches(schema, batches())
 
 
 def _run(runner: TaskRunner, fn: Any, tasks: list, what: str) -> list:
@@ -273,15 +310,36 @@ def _balanced(weights: Mapping[int, int], parallelism: int) -> list[list[int]]:
     return [t for t in tasks if t]
 
 
-def apply_tasks(table: MemWalTable, plan: ApplyPlan, parallelism: int, max_rows_per_file: int) -> list[ApplyTask]:
+def apply_tasks(table: MemWalTable, plan: ApplyPlan, parallelism: int, max_rows_per_file: int,
+                staged: Sequence[str] = ()) -> list[ApplyTask]:
+    """The apply's tasks: the touched fragments dealt by rows to delete; the replacement rows go with
+    their fragments' task, or, when the upserts are staged, the files are dealt round-robin and each task
+    keeps the rows of the replaced keys."""
+    groups = _balanced({f: len(o) for f, o in plan.offsets.items()}, parallelism)
+    (key,) = table.primary_key
+    replaced = plan.replacements.column(key).combine_chunks() if staged else None
+    n = max(len(groups), min(parallelism, len(staged)) if staged and plan.replacements.num_rows else 0, 1)
+    groups += [[] for _ in range(n - len(groups))]
     tasks = []
-    for fragment_ids in _balanced({f: len(o) for f, o in plan.offsets.items()}, parallelism):
-        mask = pc.is_in(pa.array(plan.replacement_fragments), value_set=pa.array(fragment_ids, pa.uint64()))
-        rows = plan.replacements.filter(mask) if plan.replacements.num_rows else None
+    for i, fragment_ids in enumerate(groups):
+        rows = None
+        if not staged and plan.replacements.num_rows:
+            mask = pc.is_in(pa.array(plan.replacement_fragments), value_set=pa.array(fragment_ids, pa.uint64()))
+            rows = plan.replacements.filter(mask)
+        files = tuple(staged[i::n]) if replaced is not None and len(replaced) else ()
         tasks.append(ApplyTask(table.uri, plan.version, table.storage_options,
                                [(f, plan.offsets[f].tolist()) for f in sorted(fragment_ids)], rows,
-                               max_rows_per_file))
-    return tasks
+                               max_rows_per_file, files, replaced, key))
+    return [t for t in tasks if t.deletions or t.rows is not None or t.staged]
+
+
+def staged_keys(table: MemWalTable, staged: Sequence[str]) -> pa.Table:
+    """The key column of the staged upserts (one file in memory at a time): all the driver keeps of them."""
+    (key,) = table.primary_key
+    kind = table.schema.field(key).type
+    parts = [read_staged(table.uri, table.storage_options, path).select([key]) for path in staged]
+    return pa.concat_tables(parts).cast(pa.schema([pa.field(key, kind)])) if parts else pa.table(
+        {key: pa.array([], kind)})
 
 
 # --- commit ----------------------------------------------------------------------------------------
@@ -297,13 +355,16 @@ def _commit_update(table: MemWalTable, version: int, results: Sequence[ApplyResu
 
 
 def apply_commit(table: MemWalTable, markers: Sequence[tuple[str, int]], since: Mapping[str, int],
-                 upserts: pa.Table, deleted_keys: pa.Table, runner: TaskRunner = in_process,
-                 parallelism: int = 1, max_rows_per_file: int = 1024 * 1024) -> CommitPasses:
-    """One merge commit through the fragment apply (module docstring), under the MemWAL index lock; the
-    two passes where the table does not take it. Returns what it did as `CommitPasses`."""
+                 data: MergeData, runner: TaskRunner = in_process, parallelism: int = 1,
+                 max_rows_per_file: int = 1024 * 1024) -> CommitPasses:
+    """One merge commit (a `memwal.merge.MergeInput`) through the fragment apply (module docstring), under
+    the MemWAL index lock; the two passes where the table does not take it. Staged upserts (`data.staged`)
+    are read by the tasks where they are: the driver holds their keys only. Returns what it did."""
     pk = list(table.primary_key)
     if not supports_apply(table.refresh().dataset, pk):
-        return commit_passes(table, markers, since, upserts, deleted_keys)
+        return passes(table, markers, since, data)
+    deleted_keys, staged = data.deleted_keys, tuple(data.staged)
+    upserts = staged_keys(table, staged) if staged else data.open_upserts()
     out = CommitPasses()
     compacted = [CompactedSsTable(r, g) for r, g in markers]
     for attempt in range(1, APPLY_ATTEMPTS + 1):
@@ -315,7 +376,8 @@ def apply_commit(table: MemWalTable, markers: Sequence[tuple[str, int]], since: 
         if not plan.offsets:
             break
         t1 = time.monotonic()
-        results = _run(runner, apply_fragments, apply_tasks(table, plan, parallelism, max_rows_per_file), "apply")
+        tasks = apply_tasks(table, plan, parallelism, max_rows_per_file, staged)
+        results = _run(runner, apply_fragments, tasks, "apply")
         out.timings_s["apply_tasks"] = out.timings_s.get("apply_tasks", 0.0) + time.monotonic() - t1
         fault_point("merge.apply_before_commit")
         t2 = time.monotonic()
@@ -341,23 +403,33 @@ def apply_commit(table: MemWalTable, markers: Sequence[tuple[str, int]], since: 
     else:  # pragma: no cover - the loop either breaks or raises
         raise AssertionError("unreachable")
     fresh = plan.fresh
+    found = plan.replacements.column(pk[0]).combine_chunks()
 
     def marker(ds: lance.LanceDataset) -> dict:
+        rows = fresh
+        if staged:  # streamed from the staged files (a fresh reader per attempt), not held by the driver
+            rows = _staged_reader(table.uri, table.storage_options, staged, ds.schema, pk[0], found, False)
         return (ds.merge_insert(pk).when_matched_update_all().when_not_matched_insert_all()
                 .mark_sstables_as_compacted(compacted)
-                .use_index(_use_index(ds, fresh.num_rows)).conflict_retries(0).execute(fresh))
+                .use_index(_use_index(ds, fresh.num_rows)).conflict_retries(0).execute(rows))
 
     t3 = time.monotonic()
     _run_pass(table, since, marker, "marker")
     out.timings_s["marker_commit"] = time.monotonic() - t3
     out.table_commits += 1
-    out.upserted = upserts.num_rows
+    out.upserted = data.staged_rows if staged else upserts.num_rows
     return out
 
 
 # --- which apply a merge uses ------------------------------------------------------------------------
 
-Apply = Callable[[MemWalTable, Sequence[tuple[str, int]], Mapping[str, int], pa.Table, pa.Table], CommitPasses]
+Apply = Callable[[MemWalTable, Sequence[tuple[str, int]], Mapping[str, int], "MergeData"], CommitPasses]
+
+
+def passes(table: MemWalTable, markers: Sequence[tuple[str, int]], since: Mapping[str, int],
+           data: MergeData) -> CommitPasses:
+    """The two passes (`merge_commit.commit_passes`) on a MergeInput's upserts and deleted keys."""
+    return commit_passes(table, markers, since, data.open_upserts(), data.deleted_keys)
 
 
 def choose_apply(mode: str, runner: TaskRunner | None = None, parallelism: int = 1) -> Apply:
@@ -366,11 +438,11 @@ def choose_apply(mode: str, runner: TaskRunner | None = None, parallelism: int =
     elsewhere (a runner is given: Spark), else the two passes, which were faster in process at every
     size measured (bench/merge_scale.py, bench/README.md)."""
     if mode == "passes" or (mode == "auto" and runner is None):
-        return commit_passes
+        return passes
     chosen = runner or in_process
 
     def apply(table: MemWalTable, markers: Sequence[tuple[str, int]], since: Mapping[str, int],
-              upserts: pa.Table, deleted_keys: pa.Table) -> CommitPasses:
-        return apply_commit(table, markers, since, upserts, deleted_keys, chosen, parallelism)
+              data: MergeData) -> CommitPasses:
+        return apply_commit(table, markers, since, data, chosen, parallelism)
 
     return apply

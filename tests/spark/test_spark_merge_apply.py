@@ -63,3 +63,41 @@ def test_an_executor_lost_mid_apply_commits_nothing_and_the_merge_retries(spark,
     (region,) = summary.regions
     assert region.generations == [1] and region.conflicts == 1, region
     _exact_everywhere(loc, v0, model)
+
+
+def test_the_spark_merge_job_applies_staged_upserts_on_the_executors(spark, tmp_path):
+    """The `spark` engine's merge as spark_jobs/merge.py runs it: the dedup stages the upserts (inline
+    results off), the apply's tasks read them on the executors; the driver never opens them."""
+    from memwal import merge as merge_module
+    from spark_jobs.merge_dedup import spark_dedup
+    from spark_jobs.task_runner import default_parallelism
+
+    ours, theirs = _loc(tmp_path), _loc(tmp_path)
+    _table(ours, GENS, fragment_rows=3)
+    _table(theirs, GENS, fragment_rows=3)
+    model, v0 = _lsm(ours), open_base(ours).version
+    opened, staged = [], []
+    base = spark_dedup(spark, inline_bytes=0)
+
+    def wrap(x):
+        if isinstance(x, merge_module.MergeInput):
+            real = x.open_upserts
+            staged.append(len(x.staged))
+            x.open_upserts = lambda: opened.append(1) or real()
+        return x
+
+    class Recording:
+        def __call__(self, refs, pk, schema, store):
+            return wrap(base(refs, pk, schema, store))
+
+        def batch(self, batches, pk, schema, store):
+            return [wrap(x) for x in base.batch(batches, pk, schema, store)]
+
+    summary = merge_table(ours.uri, config=MergeConfig(max_generations_per_commit=1),  # apply "auto"
+                          dedup=Recording(), runner=spark_runner(spark), parallelism=default_parallelism(spark))
+    assert not summary.failed_regions and "apply_tasks" in summary.timings_s, summary
+    assert staged and all(staged), f"every batch staged its upserts: {staged}"
+    assert not opened, "the driver opened staged upserts"
+    merge_table(theirs.uri, config=MergeConfig(max_generations_per_commit=1, apply="passes"))
+    _exact_everywhere(ours, v0, model)
+    assert view(open_base(ours).to_table()) == view(open_base(theirs).to_table()) == model
