@@ -11,7 +11,8 @@ The three steps (STYLE: plan on the driver, tasks own disjoint work and return m
 2. **apply**: the touched fragments are dealt to tasks (balanced by rows); each task writes its
    fragments' deletion vectors (`LanceFragment.delete_rows`, no rescan) and its share of the replacement
    rows (upserts whose key was found) as new fragments (`lance.fragment.write_fragments`), and returns
-   fragment metadata only.
+   fragment metadata only. Upserts staged as files (`MergeInput.staged`, the Spark dedup's) are read by
+   the tasks; the driver keeps their keys only and the marker commit streams the fresh rows from them.
 3. **commit**: one `LanceOperation.Update` (removed, updated and new fragments) with read_version = v,
    then the **marker commit**: a merge-insert of the backlog's fresh keys (upserts found nowhere in the
    base) carrying every region's `merged_generations` marker (`merge_commit`'s upsert pass). pylance 14's
@@ -28,7 +29,9 @@ Why it is safe (tests/test_merge_apply.py, tests/crash/, tests/concurrency/):
   Every key of its batch is in ours; a key present at v has its base row in a fragment both commits
   update, so Lance refuses our Update; a fresh key is not in our Update but in the marker commit, whose
   progress check or stale marker refuses it (`Overtaken`: replan). What our Update did commit then holds
-  only keys whose newest version is above G', still shadowed by unmerged generations: exact.
+  only keys whose newest version is above G', still shadowed by unmerged generations: exact. The marker
+  commit is the two passes' upsert pass and keeps its guarantee and its one limit (README: a merger
+  without our lock inserting the same fresh key between that pass's check and its commit).
 - Between the Update and the marker commit, the base holds the batch's replacement rows and deletions
   while its generations are still unmerged and shadow those keys with the same newest values: every
   reader's LSM view is exact (fresh keys are still read from the generations).
@@ -39,8 +42,8 @@ Why it is safe (tests/test_merge_apply.py, tests/crash/, tests/concurrency/):
   `ApplyTaskError` (an OSError), which the merge loop retries like any failed commit.
 
 Where the two-pass merge (`merge_commit.commit_passes`) is used instead: a composite key (no `IN` on a
-tuple of columns), and tables with stable row ids, whose rows Lance's merge-insert updates in place of
-their row id (measured: an updated key keeps its `_rowid`); new fragments would give them new ids.
+tuple of columns), and tables with stable row ids: Lance's merge-insert keeps an updated row's `_rowid`
+(measured), rows rewritten into new fragments would get new ids.
 """
 
 from __future__ import annotations
