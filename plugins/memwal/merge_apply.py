@@ -340,9 +340,10 @@ def staged_keys(table: MemWalTable, staged: Sequence[str]) -> pa.Table:
     """The key column of the staged upserts (one file in memory at a time): all the driver keeps of them."""
     (key,) = table.primary_key
     kind = table.schema.field(key).type
-    parts = [read_staged(table.uri, table.storage_options, path).select([key]) for path in staged]
-    return pa.concat_tables(parts).cast(pa.schema([pa.field(key, kind)])) if parts else pa.table(
-        {key: pa.array([], kind)})
+    # copied out of each file (a zero-copy column would keep the whole file's buffer alive)
+    parts = [pa.concat_arrays(read_staged(table.uri, table.storage_options, path).column(key).chunks).cast(kind)
+             for path in staged]
+    return pa.table({key: pa.concat_arrays(parts) if parts else pa.array([], kind)})
 
 
 # --- commit ----------------------------------------------------------------------------------------
