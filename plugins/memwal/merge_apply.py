@@ -171,7 +171,7 @@ class ApplyTask:
     uri: str
     version: int
     storage_options: dict[str, str] | None
-    deletions: list[tuple[int, list[int]]]  # (fragment id, offsets)
+    deletions: list[tuple[int, np.ndarray]]  # (fragment id, offsets)
     rows: pa.Table | None  # replacement rows to write as new fragments
     max_rows_per_file: int
     staged: tuple[str, ...] = ()  # or: staged upsert files to read, keeping the rows whose key is replaced
@@ -191,7 +191,7 @@ def apply_fragments(task: ApplyTask) -> ApplyResult:
     ds = _dataset(task.uri, task.version, task.storage_options)
     out = ApplyResult()
     for fragment_id, offsets in task.deletions:
-        meta = ds.get_fragment(fragment_id).delete_rows(offsets)
+        meta = ds.get_fragment(fragment_id).delete_rows(np.asarray(offsets).tolist())
         if meta is None:
             out.removed.append(fragment_id)
         else:
@@ -253,7 +253,8 @@ class ApplyPlan:
 
 def plan_apply(table: MemWalTable, upserts: pa.Table, deleted_keys: pa.Table, runner: TaskRunner = in_process,
                parallelism: int = 1) -> ApplyPlan:
-    """Locate every key of the backlog at the table handle's version (lookups through the runner)."""
+    """Locate every key of the backlog at the table handle's version (lookups through the runner).
+    `upserts` may be their key column alone (staged upserts): then no replacement rows are assigned."""
     (key,) = table.primary_key
     ds = table.dataset
     started = time.monotonic()
@@ -283,16 +284,16 @@ def plan_apply(table: MemWalTable, upserts: pa.Table, deleted_keys: pa.Table, ru
         cuts = np.flatnonzero(np.diff(frag_sorted)) + 1
         for f, o in zip(np.split(frag_sorted, cuts), np.split(off_sorted, cuts), strict=True):
             by_fragment[int(f[0])] = o
+    if found.num_rows and pc.count_distinct(found.column(key)).as_py() != found.num_rows:
+        raise ValueError(f"table {table.uri}: a key of the merge backlog has several rows in the base "
+                         f"table (primary key {key!r}); refusing to apply")
     present = pc.is_in(upserts.column(key), value_set=found.column(key).combine_chunks())
     replacements = upserts.filter(present)
     fresh = upserts.filter(pc.invert(present))
-    if replacements.num_rows:
+    if replacements.num_rows and replacements.num_columns > 1:
         where = pa.table({key: found.column(key), "__fragment": pa.array(fragments)})
         joined = replacements.select([key]).append_column("__i", pa.array(np.arange(replacements.num_rows)))
         joined = joined.join(where, key).sort_by("__i")
-        if joined.num_rows != replacements.num_rows:
-            raise ValueError(f"table {table.uri}: a key of the merge backlog has several rows in the base "
-                             f"table (primary key {key!r}); refusing to apply")
         replacement_fragments = joined.column("__fragment").to_numpy()
     else:
         replacement_fragments = np.array([], np.uint64)
@@ -331,7 +332,7 @@ def apply_tasks(table: MemWalTable, plan: ApplyPlan, parallelism: int, max_rows_
             rows = plan.replacements.filter(mask)
         files = tuple(staged[i::n]) if replaced is not None and len(replaced) else ()
         tasks.append(ApplyTask(table.uri, plan.version, table.storage_options,
-                               [(f, plan.offsets[f].tolist()) for f in sorted(fragment_ids)], rows,
+                               [(f, plan.offsets[f]) for f in sorted(fragment_ids)], rows,
                                max_rows_per_file, files, replaced, key))
     return [t for t in tasks if t.deletions or t.rows is not None or t.staged]
 
