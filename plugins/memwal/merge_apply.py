@@ -411,9 +411,11 @@ def apply_commit(table: MemWalTable, markers: Sequence[tuple[str, int]], since: 
     found = plan.replacements.column(pk[0]).combine_chunks()
 
     def marker(ds: lance.LanceDataset) -> dict:
-        rows = fresh
-        if staged:  # streamed from the staged files (a fresh reader per attempt), not held by the driver
+        rows = fresh  # when staged, their keys only: the rows are read from the files if there are any
+        if staged and fresh.num_rows:  # streamed from the staged files (a reader per attempt), not held here
             rows = _staged_reader(table.uri, table.storage_options, staged, ds.schema, pk[0], found, False)
+        elif staged:
+            rows = ds.schema.empty_table()
         return (ds.merge_insert(pk).when_matched_update_all().when_not_matched_insert_all()
                 .mark_sstables_as_compacted(compacted)
                 .use_index(_use_index(ds, fresh.num_rows)).conflict_retries(0).execute(rows))
