@@ -334,3 +334,15 @@ def test_staged_upserts_are_read_by_the_tasks_never_by_the_driver(local_location
     assert opened == [], "the driver opened staged upserts"
     assert sorted(r.region_id for r in summary.regions if r.rows_upserted) == sorted(region_ids)
     _exact_everywhere(loc, v0, model)
+
+
+def test_an_unknown_apply_mode_is_refused_naming_it():
+    from memwal.cli import _parse
+    from memwal.errors import BadInputError
+
+    with pytest.raises(BadInputError, match=r"merge apply: must be one of auto, passes, fragments, not 'bulk'"):
+        MergeConfig(apply="bulk")
+    with pytest.raises(SystemExit):
+        _parse(["merge", "/t", "--apply", "bulk"])
+    assert merge_apply.choose_apply("auto") is merge_apply.passes, "in process, auto is the two passes"
+    assert merge_apply.choose_apply("auto", pickling_runner) is not merge_apply.passes, "with a runner: fragments"
