@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from memwal import option_values
 from memwal.errors import BadInputError
-from memwal.job_config import DEFAULT_INLINE_THRESHOLD, GcConfig, JobOptions, MergeConfig
+from memwal.job_config import APPLY_MODES, DEFAULT_INLINE_THRESHOLD, GcConfig, JobOptions, MergeConfig
 from memwal.maintenance_config import CompactionConfig, IndexPolicy, RetentionConfig
 
 if TYPE_CHECKING:
@@ -141,6 +141,9 @@ def add_job_arguments(parser: argparse.ArgumentParser, job: str) -> None:
                             help="e.g. 536870912, 512MiB, 1g")
         parser.add_argument("--up-to-generation", type=positive_int, default=None,
                             help="merge no generation above this one (needs exactly one --region)")
+        parser.add_argument("--apply", choices=APPLY_MODES, default=merge.apply,
+                            help="how commits reach the base table: two merge-insert passes, fragments rewritten "
+                                 "in tasks (memwal.merge_apply), or auto (fragments when tasks run on Spark)")
     elif job == "catchup":
         parser.add_argument("--index", action="append", default=None, metavar="NAME",
                             help="only this base-table index (repeatable; default: every maintained index)")
@@ -206,7 +209,7 @@ def job_options(job: str, args: argparse.Namespace) -> JobOptions:
     if job == "merge":
         return JobOptions(
             merge=replace(base, max_generations_per_commit=args.max_generations_per_commit,
-                          max_bytes_per_commit=args.max_bytes_per_commit),
+                          max_bytes_per_commit=args.max_bytes_per_commit, apply=getattr(args, "apply", base.apply)),
             up_to_generation=args.up_to_generation)
     if job == "catchup":
         return JobOptions(indexes=tuple(args.index) if args.index else None, index_policy=IndexPolicy(
@@ -286,9 +289,10 @@ def storage_options_of(args: argparse.Namespace) -> dict[str, str] | None:
 
 def run_job(job: str, table: MemWalTable, options: JobOptions | None = None, regions: Sequence[str] | None = None,
             *, dedup: Callable | None = None, read_manifests: Callable | None = None,
-            execute: Callable | None = None) -> dict[str, Any]:
+            execute: Callable | None = None, runner: Callable | None = None, parallelism: int = 1) -> dict[str, Any]:
     """Run one job on the table in this process; returns its JSON-ready summary. Spark passes its own hooks
-    (dedup, read_manifests, and execute: where compaction tasks run)."""
+    (dedup, read_manifests, execute: where compaction tasks run, and runner / parallelism: where and in how
+    many tasks the merge's fragment apply runs)."""
     options = options or JobOptions()
     regions = list(dict.fromkeys(regions)) if regions else None
     check_job_input(job, table, options, regions)
@@ -299,7 +303,8 @@ def run_job(job: str, table: MemWalTable, options: JobOptions | None = None, reg
         from memwal.merge import local_dedup, merge_table
 
         return merge_table(table, regions, options.merge, dedup or local_dedup,
-                           up_to_generation=options.up_to_generation).to_dict()
+                           up_to_generation=options.up_to_generation, runner=runner,
+                           parallelism=parallelism).to_dict()
     if job == "catchup":
         from memwal.catchup import catchup_table
 

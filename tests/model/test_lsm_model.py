@@ -57,6 +57,22 @@ def test_lsm_model_vector_local(tmp_path, record_property, capsys):
     assert _report(machine, "vector", LOCAL_STEPS, started, record_property, capsys) >= VECTOR_EXAMPLES
 
 
+APPLY_EXAMPLES = int(os.environ.get("MEMWAL_MODEL_APPLY_EXAMPLES", "60"))
+
+
+def test_lsm_model_local_fragment_apply(tmp_path, monkeypatch, record_property, capsys):
+    """The same machine with every merge applied fragment by fragment (memwal.merge_apply), its tasks
+    pickled as on executors: the model, hence the two-pass merge's result, on every sequence."""
+    from apply_runner import use_fragment_apply
+
+    use_fragment_apply(monkeypatch)
+    machine = local_machine(str(tmp_path))
+    started = time.monotonic()
+    run_state_machine_as_test(
+        machine, settings=settings(max_examples=APPLY_EXAMPLES, stateful_step_count=LOCAL_STEPS, **COMMON))
+    assert _report(machine, "local, fragment apply", LOCAL_STEPS, started, record_property, capsys) >= APPLY_EXAMPLES
+
+
 @pytest.mark.s3
 def test_lsm_model_s3(s3_location, record_property, capsys):
     machine = s3_machine(s3_location.uri, s3_location.storage_options)
