@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from airflow.sdk import AssetAlias, BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
+from memwal.airflow.config import ENGINES
 from memwal.airflow.hooks.memwal import JobRun, MemWalHook, MemWalTaskError
 from memwal.airflow.params import flag, optional_int, string_list
 from memwal.job_config import GcConfig, JobOptions, MergeConfig
@@ -84,8 +85,8 @@ class MemWalJobOperator(BaseOperator):
         engine = (self.engine or "").strip() if isinstance(self.engine, str) else self.engine
         if not engine or engine in ("default", "None"):
             return cfg.engine
-        if engine not in ("spark", "in_process"):
-            raise AirflowFailException(f"engine {engine!r} is not spark, in_process or default")
+        if engine not in ENGINES:
+            raise AirflowFailException(f"engine {engine!r} is not {', '.join(ENGINES)} or default")
         return engine
 
     def execute(self, context: Context) -> dict[str, Any]:
@@ -96,6 +97,7 @@ class MemWalJobOperator(BaseOperator):
         run = self.hook.run_job(
             self.job, cfg, regions=regions, options=self.job_options(cfg), engine=self.resolved_engine(cfg),
             spark_conn_id=cfg.spark_conn_id, spark_conf=cfg.spark_conf,
+            spark_connect_conn_id=cfg.spark_connect_conn_id, auto_spark_engine=cfg.auto_spark_engine,
         )
         summary = dict(run.summary)
         summary.setdefault("table", cfg.name)

@@ -1,0 +1,151 @@
+"""The `spark_connect` engine: a job's driver logic runs in the caller's process (an Airflow task, the
+`memwal` command) as a Spark Connect client; its executor work goes through the session as DataFrame
+operations (`mapInArrow`, `spark_jobs.task_runner`), with our code shipped as a session artifact
+(`package_code()`'s private, verified zip, `addArtifacts(pyfile=True)`: what `--py-files` does for
+spark-submit).
+
+    summary = run_job_on_connect("merge", "sc://spark-connect:15002", table, options, regions, conn_id="sc")
+
+Storage options reach the executors inside the pickled task closures, as with spark-submit; the server
+logs a Python UDF's bytes only as a truncated prefix (`[truncated(size=...)]`), never whole. A server that
+is down or unreachable gives `ConnectServerError`: one line naming the connection and the URL (any token
+redacted); nothing was committed by the failed step, and the job's retry resumes (jobs are idempotent).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import re
+import socket
+import time
+from argparse import Namespace
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
+
+from memwal.errors import MemWalError, one_line
+
+if TYPE_CHECKING:
+    from memwal.job_config import JobOptions
+    from memwal.table import MemWalTable
+
+__all__ = ["ConnectServerError", "connect_session", "redact_url", "run_job_on_connect", "run_on_session"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PORT = 15002
+
+
+class ConnectServerError(MemWalError):
+    """The Spark Connect server is down, unreachable, or went away during the job (a retry resumes)."""
+
+
+def redact_url(url: str) -> str:
+    """The sc:// URL with the value of a `token` parameter replaced by ***."""
+    return re.sub(r"(?i)(;token=)[^;]*", r"\1***", url)
+
+
+def _where(url: str, conn_id: str | None) -> str:
+    conn = f"Spark Connect connection {conn_id!r}" if conn_id else "Spark Connect"
+    return f"{conn} at {redact_url(url)}"
+
+
+def _check_reachable(url: str, conn_id: str | None, timeout: float = 5.0) -> None:
+    parsed = urlparse(url.replace("sc://", "http://", 1))
+    host, port = parsed.hostname or "localhost", parsed.port or DEFAULT_PORT
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return
+    except OSError as exc:
+        raise ConnectServerError(f"{_where(url, conn_id)} is not reachable ({one_line(exc, 120)}): start the "
+                                 "Spark Connect server or fix the connection; nothing ran") from None
+
+
+def connect_session(url: str, *, conn_id: str | None = None, ship_code: bool = True) -> Any:
+    """A new Spark Connect session (its own artifacts) with our code shipped to the executors."""
+    import warnings
+
+    warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
+    from pyspark.sql import SparkSession
+
+    _check_reachable(url, conn_id)
+    try:
+        spark = SparkSession.builder.remote(url).create()
+        # pyspark retries an unavailable server for ten minutes; a task's retry is the better place to wait.
+        from pyspark.sql.connect.client.retries import DefaultPolicy
+
+        spark.client.set_retry_policies([DefaultPolicy(max_retries=4, max_backoff=5000)])
+        if ship_code:
+            from spark_jobs.submit import package_code
+
+            spark.addArtifacts(package_code(), pyfile=True)
+    except Exception as exc:
+        raise ConnectServerError(f"{_where(url, conn_id)}: no session: {_error_line(exc)}") from None
+    return spark
+
+
+def _error_line(exc: BaseException) -> str:
+    from spark_jobs.common import spark_error_line
+
+    return one_line(spark_error_line(exc), 300)
+
+
+def run_on_session(job: str, spark: Any, table: MemWalTable, options: JobOptions,
+                   regions: Sequence[str] | None = None) -> dict[str, Any]:
+    """Run one job with its executor work on `spark` (classic or Connect): the job's own `spark_jobs`
+    entry point's `run`, given the open table handle instead of argv."""
+    module = importlib.import_module(f"spark_jobs.{job}")
+    args = Namespace(table=table.uri, table_handle=table, options=options, regions=list(regions) if regions else None,
+                     storage_options=table.storage_options)
+    result = module.run(spark, args)
+    summary = dict(result.to_dict() if hasattr(result, "to_dict") else result)
+    summary.setdefault("job", job)
+    return summary
+
+
+def run_job_on_connect(job: str, url: str, table: MemWalTable, options: JobOptions,
+                       regions: Sequence[str] | None = None, *, conn_id: str | None = None) -> dict[str, Any]:
+    """The job on a new Connect session at `url`; `spark_session_s` is the time to the session with our
+    code on it. A server that is down or goes away: ConnectServerError naming the connection and URL."""
+    started = time.monotonic()
+    spark = connect_session(url, conn_id=conn_id)
+    session_s = time.monotonic() - started
+    try:
+        summary = run_on_session(job, spark, table, options, regions)
+    except MemWalError as exc:
+        if _server_gone(exc):
+            raise ConnectServerError(f"{_where(url, conn_id)} failed during memwal {job}: {one_line(exc, 300)}; "
+                                     "a retry resumes") from exc
+        raise
+    except Exception as exc:
+        if _server_gone(exc):
+            raise ConnectServerError(f"{_where(url, conn_id)} failed during memwal {job}: {_error_line(exc)}; "
+                                     "a retry resumes") from exc
+        raise
+    finally:
+        try:
+            spark.stop()
+        except Exception:  # the server may be gone; the outcome is decided
+            pass
+    summary.setdefault("spark_connect_url", redact_url(url))
+    summary.setdefault("spark_session_s", round(session_s, 3))
+    return summary
+
+
+def _server_gone(exc: BaseException) -> bool:
+    """Whether the failure is the server's (gone, unreachable), not the job's (a task error)."""
+    import grpc
+    from pyspark.errors.exceptions.connect import SparkConnectGrpcException
+
+    gone = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED)
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, SparkConnectGrpcException) and e.getGrpcStatusCode() in gone:
+            return True
+        if isinstance(e, grpc.RpcError) and getattr(e, "code", lambda: None)() in gone:
+            return True
+        e = e.__cause__ or e.__context__
+    return False
