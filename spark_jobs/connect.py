@@ -14,13 +14,15 @@ redacted); nothing was committed by the failed step, and the job's retry resumes
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
+import os
 import re
 import socket
 import time
 from argparse import Namespace
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
@@ -30,7 +32,15 @@ if TYPE_CHECKING:
     from memwal.job_config import JobOptions
     from memwal.table import MemWalTable
 
-__all__ = ["ConnectServerError", "connect_session", "redact_url", "run_job_on_connect", "run_on_session"]
+__all__ = [
+    "ConnectServerError",
+    "connect_mode",
+    "connect_session",
+    "open_session",
+    "redact_url",
+    "run_job_on_connect",
+    "run_on_session",
+]
 
 log = logging.getLogger(__name__)
 
@@ -62,20 +72,53 @@ def _check_reachable(url: str, conn_id: str | None, timeout: float = 5.0) -> Non
                                  "Spark Connect server or fix the connection; nothing ran") from None
 
 
+@contextlib.contextmanager
+def connect_mode() -> Iterator[None]:
+    """pyspark's marker of a Connect process (`SPARK_CONNECT_MODE_ENABLED`: its functions and Columns then
+    build Connect plans), for the block only: pyspark sets it for good on a Connect session's creation,
+    after which this process could not start a classic session (the CLI, tests, a later job)."""
+    before = os.environ.get("SPARK_CONNECT_MODE_ENABLED")
+    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
+        else:
+            os.environ["SPARK_CONNECT_MODE_ENABLED"] = before
+
+
+@contextlib.contextmanager
+def open_session(url: str, *, conn_id: str | None = None, ship_code: bool = True) -> Iterator[Any]:
+    """A new Connect session with our code on it, in connect_mode, stopped afterwards."""
+    with connect_mode():
+        spark = connect_session(url, conn_id=conn_id, ship_code=ship_code)
+        try:
+            yield spark
+        finally:
+            try:
+                spark.stop()
+            except Exception:  # the server may be gone; the outcome is decided
+                pass
+
+
 def connect_session(url: str, *, conn_id: str | None = None, ship_code: bool = True) -> Any:
     """A new Spark Connect session (its own artifacts) with our code shipped to the executors."""
     import warnings
 
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
-    from pyspark.sql import SparkSession
+    from pyspark.sql.connect.session import SparkSession
 
     _check_reachable(url, conn_id)
     try:
-        spark = SparkSession.builder.remote(url).create()
+        spark = SparkSession.builder.remote(url).create()  # not pyspark.sql's: it would mark the process for good
         # pyspark retries an unavailable server for ten minutes; a task's retry is the better place to wait.
         from pyspark.sql.connect.client.retries import DefaultPolicy
 
         spark.client.set_retry_policies([DefaultPolicy(max_retries=4, max_backoff=5000)])
+        # Reattachable execution releases each result from a thread that outlives spark.stop() (warnings
+        # about a closed session); a job's results are small and read at once.
+        spark.client.disable_reattachable_execute()
         if ship_code:
             from spark_jobs.submit import package_code
 
@@ -109,10 +152,18 @@ def run_job_on_connect(job: str, url: str, table: MemWalTable, options: JobOptio
     """The job on a new Connect session at `url`; `spark_session_s` is the time to the session with our
     code on it. A server that is down or goes away: ConnectServerError naming the connection and URL."""
     started = time.monotonic()
-    spark = connect_session(url, conn_id=conn_id)
-    session_s = time.monotonic() - started
+    with open_session(url, conn_id=conn_id) as spark:
+        session_s = time.monotonic() - started
+        summary = _run_guarded(job, url, conn_id, spark, table, options, regions)
+    summary.setdefault("spark_connect_url", redact_url(url))
+    summary.setdefault("spark_session_s", round(session_s, 3))
+    return summary
+
+
+def _run_guarded(job: str, url: str, conn_id: str | None, spark: Any, table: MemWalTable, options: JobOptions,
+                 regions: Sequence[str] | None) -> dict[str, Any]:
     try:
-        summary = run_on_session(job, spark, table, options, regions)
+        return run_on_session(job, spark, table, options, regions)
     except MemWalError as exc:
         if _server_gone(exc):
             raise ConnectServerError(f"{_where(url, conn_id)} failed during memwal {job}: {one_line(exc, 300)}; "
@@ -123,14 +174,6 @@ def run_job_on_connect(job: str, url: str, table: MemWalTable, options: JobOptio
             raise ConnectServerError(f"{_where(url, conn_id)} failed during memwal {job}: {_error_line(exc)}; "
                                      "a retry resumes") from exc
         raise
-    finally:
-        try:
-            spark.stop()
-        except Exception:  # the server may be gone; the outcome is decided
-            pass
-    summary.setdefault("spark_connect_url", redact_url(url))
-    summary.setdefault("spark_session_s", round(session_s, 3))
-    return summary
 
 
 def _server_gone(exc: BaseException) -> bool:

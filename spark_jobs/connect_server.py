@@ -71,11 +71,10 @@ class ConnectServer:
             "spark.ui.enabled": "false",
             "spark.ui.showConsoleProgress": "false",
             "spark.sql.shuffle.partitions": "4",
-            **spark_conf_defaults(),
         }
         if self.event_log_dir:
             settings.update({"spark.eventLog.enabled": "true", "spark.eventLog.dir": self.event_log_dir})
-        settings.update(self.conf)
+        settings.update(spark_conf_defaults(self.conf))  # conf over ours; JVM options add to our log4j one
         cmd = [spark_submit_executable(), "--master", self.master, "--name", "memwal-spark-connect",
                "--class", CONNECT_SERVER_CLASS]
         for key, value in settings.items():
