@@ -2,8 +2,10 @@
 
 Each resolves its table from the tables configuration at run time (`memwal.airflow.config.get_table`,
 the Variable override included), runs the job through `MemWalHook` on the table's engine (spark: the
-existing `spark_jobs/` entry point through the Spark provider's SparkSubmitHook; in_process: the same
-library code in the worker), and returns the job's JSON summary (XCom `return_value`). Exit status 3
+existing `spark_jobs/` entry point through the Spark provider's SparkSubmitHook; spark_connect: the driver
+logic in the worker, the executor work on a Spark Connect server; auto: by the work's size; in_process: the
+same library code in the worker; a job without executor work runs in the worker whatever the engine,
+`memwal.engines`), and returns the job's JSON summary (XCom `return_value`). Exit status 3
 (some regions or indexes failed) pushes the summary first, then fails the task with the one-line reason.
 Every job is idempotent and resumes from what the table records (merged_generations, index catch-up
 progress), so every task is safe to retry.
