@@ -16,7 +16,9 @@ Parts (each table is a copy of one template, so every engine starts from the sam
    wall seconds and CPU seconds (this process's children, spark-submit's JVMs and their Python workers
    included, plus the Connect server's processes, read from /proc);
 4. freshness: a generation is flushed, a merge task starts at once (as event-driven maintenance starts one);
-   seconds until it is merged, p50 over `--runs`, per engine.
+   seconds until it is merged, p50 over `--runs`, per engine;
+5. auto's merge threshold: a merge of growing backlogs (`--crossover-rows`) in process against spark_connect,
+   and the smallest backlog (bytes) where spark_connect is faster, if any.
 
 Targets: per-job overhead on spark_connect <= 1.5 s; the small table's run >= 4x faster on spark_connect than
 on spark; the fleet's CPU seconds >= 4x lower; results identical on every engine.
@@ -141,7 +143,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--regions", type=int, default=2)
     p.add_argument("--generations", type=int, default=3)
     p.add_argument("--gen-rows", type=int, default=2_000)
-    p.add_argument("--skip", action="append", default=[], choices=["overhead", "small", "fleet", "freshness"])
+    p.add_argument("--crossover-rows", default="20000,100000,400000",
+                   help="rows per region of the backlogs of part 5 (comma-separated)")
+    p.add_argument("--skip", action="append", default=[],
+                   choices=["overhead", "small", "fleet", "freshness", "crossover"])
     args = p.parse_args(argv)
 
     from spark_jobs.connect_server import ConnectServer
@@ -222,6 +227,23 @@ def main(argv: list[str] | None = None) -> int:
                 fresh[e] = statistics.median(times)
                 print(f"   {e:<14} p50 {fresh[e]:6.2f}s  ({', '.join(f'{x:.2f}' for x in times)})", flush=True)
             results["freshness_p50_s"] = fresh
+        if "crossover" not in args.skip:
+            print("\n== 5. auto's merge threshold: in process against spark_connect by backlog", flush=True)
+            cross = []
+            for n in (int(x) for x in args.crossover_rows.split(",")):
+                walls = {}
+                for e in ("in_process", "spark_connect"):
+                    t = str(work / f"cross-{n}-{e}.lance")
+                    build(t, args.base_rows, args.regions, 2, n // 2)
+                    backlog = sum(f.stat().st_size for f in Path(t, "_mem_wal").rglob("*") if f.is_file())
+                    walls[e] = run_job("merge", [], t, e, url)["wall_s"]
+                cross.append({"rows_per_region": n, "mem_wal_bytes": backlog, **walls})
+                print(f"   {n:>9} rows/region ({backlog / 2**20:7.1f} MiB under _mem_wal): in process "
+                      f"{walls['in_process']:6.2f}s, spark_connect {walls['spark_connect']:6.2f}s", flush=True)
+            wins = [c for c in cross if c["spark_connect"] < c["in_process"]]
+            print("   spark_connect first faster at " + (f"{wins[0]['mem_wal_bytes'] / 2**20:.1f} MiB" if wins else
+                                                         "none of these backlogs (on this machine)"))
+            results["crossover"] = cross
     finally:
         server.close()
         shutil.rmtree(work, ignore_errors=True)

@@ -6,6 +6,13 @@ spark-submit).
 
     summary = run_job_on_connect("merge", "sc://spark-connect:15002", table, options, regions, conn_id="sc")
 
+Sessions are shared: every client of one code version attaches to the same server-side session (its id
+derived from the code zip's name and the hour, `shared_session_url`), so the artifact is already there and
+the executors' Python workers, which a server keys by the session's artifacts, are already up and have
+imported pyarrow, lance and memwal: a task's first job costs what a long-lived application's next job
+does. A client leaves the session open when it ends (the server expires it after its idle timeout, one
+hour by default); a session the server has closed is replaced by a private one for that task.
+
 Storage options reach the executors inside the pickled task closures, as with spark-submit; the server
 logs a Python UDF's bytes only as a truncated prefix (`[truncated(size=...)]`), never whole. A server that
 is down or unreachable gives `ConnectServerError`: one line naming the connection and the URL (any token
@@ -15,14 +22,17 @@ redacted); nothing was committed by the failed step, and the job's retry resumes
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib
 import logging
 import os
 import re
 import socket
 import time
+import uuid
 from argparse import Namespace
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
@@ -33,6 +43,7 @@ if TYPE_CHECKING:
     from memwal.table import MemWalTable
 
 __all__ = [
+    "SESSION_PERIOD_S",
     "ConnectServerError",
     "connect_mode",
     "connect_session",
@@ -40,11 +51,13 @@ __all__ = [
     "redact_url",
     "run_job_on_connect",
     "run_on_session",
+    "shared_session_url",
 ]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 15002
+SESSION_PERIOD_S = 3600  # a shared session's id changes every period (shorter than the idle timeout)
 
 
 class ConnectServerError(MemWalError):
@@ -88,28 +101,58 @@ def connect_mode() -> Iterator[None]:
             os.environ["SPARK_CONNECT_MODE_ENABLED"] = before
 
 
+def shared_session_url(url: str, code_zip: str, now: float | None = None) -> str:
+    """`url` with the session id every client of this code version uses in this period."""
+    period = int((time.time() if now is None else now) // SESSION_PERIOD_S)
+    digest = hashlib.sha256(f"memwal:{Path(code_zip).name}:{period}".encode()).digest()[:16]
+    session_id = str(uuid.UUID(bytes=digest, version=4))
+    if ";" in url:
+        return f"{url};session_id={session_id}"
+    return f"{url.rstrip('/')}/;session_id={session_id}"
+
+
 @contextlib.contextmanager
 def open_session(url: str, *, conn_id: str | None = None, ship_code: bool = True) -> Iterator[Any]:
-    """A new Connect session with our code on it, in connect_mode, stopped afterwards."""
+    """A Connect session with our code on it (the shared one), in connect_mode; the client is closed
+    afterwards, the shared session left open for the next task."""
     with connect_mode():
         spark = connect_session(url, conn_id=conn_id, ship_code=ship_code)
         try:
             yield spark
         finally:
             try:
+                spark.release_session_on_close = not getattr(spark, "_memwal_shared", False)
                 spark.stop()
             except Exception:  # the server may be gone; the outcome is decided
                 pass
 
 
 def connect_session(url: str, *, conn_id: str | None = None, ship_code: bool = True) -> Any:
-    """A new Spark Connect session (its own artifacts) with our code shipped to the executors."""
+    """A Spark Connect session with our code shipped to the executors: the shared session of this code
+    version (module docstring) when `ship_code`, else a private one."""
     import warnings
 
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
+    _check_reachable(url, conn_id)
+    if not ship_code:
+        return _session(url, conn_id, None)
+    from spark_jobs.submit import package_code
+
+    code = package_code()
+    try:
+        spark = _session(shared_session_url(url, code), conn_id, code)
+        spark._memwal_shared = True
+        return spark
+    except ConnectServerError as exc:
+        if "SESSION_CLOSED" not in str(exc) and "INVALID_HANDLE" not in str(exc):
+            raise
+        log.info("the shared Spark Connect session was closed by the server; using a private one")
+        return _session(url, conn_id, code)
+
+
+def _session(url: str, conn_id: str | None, code: str | None) -> Any:
     from pyspark.sql.connect.session import SparkSession
 
-    _check_reachable(url, conn_id)
     try:
         spark = SparkSession.builder.remote(url).create()  # not pyspark.sql's: it would mark the process for good
         # pyspark retries an unavailable server for ten minutes; a task's retry is the better place to wait.
@@ -119,10 +162,8 @@ def connect_session(url: str, *, conn_id: str | None = None, ship_code: bool = T
         # Reattachable execution releases each result from a thread that outlives spark.stop() (warnings
         # about a closed session); a job's results are small and read at once.
         spark.client.disable_reattachable_execute()
-        if ship_code:
-            from spark_jobs.submit import package_code
-
-            spark.addArtifacts(package_code(), pyfile=True)
+        if code:
+            spark.addArtifacts(code, pyfile=True)  # the same zip again in a shared session: a no-op
     except Exception as exc:
         raise ConnectServerError(f"{_where(url, conn_id)}: no session: {_error_line(exc)}") from None
     return spark

@@ -105,3 +105,18 @@ def test_an_unreachable_connect_server_is_one_line_naming_the_url(local_location
     assert MemWalTable(loc.uri).index.details.merged_generations == {} or not any(
         MemWalTable(loc.uri).index.details.merged_generations.values())
     assert main(["merge", loc.uri]) == 0  # the retry resumes (here in process)
+
+
+def test_the_shared_session_id_follows_the_code_and_the_period():
+    """Every client of one code version attaches to one session per period; another code version or
+    period gets another session; the connection's parameters (a token) are kept."""
+    from spark_jobs.connect import SESSION_PERIOD_S, redact_url, shared_session_url
+
+    a = shared_session_url("sc://h:15002", "/c/memwal-code-aaa.zip", now=10.0)
+    assert a == shared_session_url("sc://h:15002/", "/other/memwal-code-aaa.zip", now=SESSION_PERIOD_S - 1)
+    assert a.startswith("sc://h:15002/;session_id=")
+    assert a != shared_session_url("sc://h:15002", "/c/memwal-code-bbb.zip", now=10.0)
+    assert a != shared_session_url("sc://h:15002", "/c/memwal-code-aaa.zip", now=SESSION_PERIOD_S + 1)
+    with_token = shared_session_url("sc://h:15002/;token=s3cret", "/c/memwal-code-aaa.zip", now=10.0)
+    assert with_token.startswith("sc://h:15002/;token=s3cret;session_id=")
+    assert "s3cret" not in redact_url(with_token) and "token=***" in redact_url(with_token)

@@ -243,7 +243,7 @@ def test_maintenance_dag_on_spark_connect(deployment: Deployment):
     merges = [s for s in mapped_xcoms(deployment, dag_id, run, "merge") if s.get("generations_merged")]
     assert merges and all(s["ran_on"] == {"plan": "in_process", "driver": "in_process", "dedup": "spark_connect"}
                           for s in merges), merges
-    assert all(s["spark_connect_url"] == deployment.connect.url for s in merges)
+    assert all(s["spark_connect_url"].rstrip("/") == deployment.connect.url for s in merges), merges
     for task in ("retention", "gc"):
         summary = af.xcom(dag_id, run, task)
         assert summary["engine"] == "in_process" and summary["ran_on"][task] == "in_process", summary

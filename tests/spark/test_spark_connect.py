@@ -203,3 +203,22 @@ def test_run_on_session_works_on_a_classic_session_too(spark, tmp_path):
     build_table(loc)
     summary = run_on_session("snapshot", spark, MemWalTable(loc.uri), _options("snapshot"))
     assert summary["job"] == "snapshot"
+
+
+def test_tasks_share_one_session_and_its_python_workers(connect_server):
+    """Two tasks (two sessions opened one after the other, as two Airflow tasks do) attach to the same
+    server-side session: the second finds the executors' Python workers the first started (same pids), so
+    it pays no worker start-up and no imports."""
+    import os
+
+    def pid(_):
+        import os
+
+        return os.getpid()
+
+    seen = []
+    for _ in range(2):
+        with open_session(connect_server.url) as spark:
+            seen.append(set(spark_runner(spark)(pid, [0, 1])))
+    assert seen[0] & seen[1], f"the second task reused the first one's Python workers: {seen}"
+    assert os.getpid() not in seen[0]
