@@ -38,8 +38,9 @@ DRIVER_ONLY = ("gc", "retention")
 class AutoThresholds:
     """`engine: auto` takes the table's Spark engine when the plan finds at least one of these (else in
     process): merge backlog bytes, fragments a due compaction rewrites, rows catch-up indexes, regions a
-    snapshot reads. Measured in bench/engines.py (bench/README.md): below them the in-process job finishes
-    before a Spark Connect session has done its first job."""
+    snapshot reads. bench/engines.py part 5 measures the merge's crossover: on a 2-core machine the local
+    Connect server never won (its executors share the task's cores); these defaults are where one task
+    process's time and memory become the limit (bench/README.md), to lower on a real cluster."""
 
     backlog_bytes: int = 256 * 1024 * 1024
     fragments: int = 64
