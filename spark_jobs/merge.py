@@ -26,7 +26,9 @@ def build_parser():
 
 
 def run(spark, args) -> dict:
-    warm_s = warm_up(spark)  # part of the application's start-up, reported apart (spark_warmup_s)
+    # Part of a new application's start-up, reported apart (spark_warmup_s). A Spark Connect session's
+    # workers are shared and warm (spark_jobs.connect): nothing to start there.
+    warm_s = 0.0 if type(spark).__module__.startswith("pyspark.sql.connect") else warm_up(spark)
     dedup = spark_dedup(spark)
     summary = jobs.run_job("merge", common.table(args), args.options, args.regions, dedup=dedup,
                            runner=spark_runner(spark, "memwal merge apply"), parallelism=default_parallelism(spark))

@@ -95,7 +95,13 @@ def _parser() -> argparse.ArgumentParser:
         add_common_arguments(p, job)
         add_job_arguments(p, job)
         p.add_argument("--json", action="store_true", help="print the JSON summary to stdout")
-        p.add_argument("--spark", action="store_true", help="run the job through spark-submit")
+        p.add_argument("--spark", action="store_true",
+                       help="executor work through spark-submit (a job without any runs here: memwal.engines)")
+        p.add_argument("--spark-connect", metavar="URL", default=None,
+                       help="executor work through the Spark Connect server at URL (sc://HOST:PORT); the job's "
+                            "driver logic runs here")
+        p.add_argument("--auto", action="store_true",
+                       help="with --spark or --spark-connect: run here unless the work is large (memwal.engines)")
         p.add_argument("--master", default="local[*]", help="Spark master for --spark (default local[*])")
         p.add_argument("--conf", action="append", type=_spark_conf, default=[], metavar="KEY=VALUE",
                        help="Spark configuration for --spark (repeatable), e.g. spark.pyspark.python=python3: the "
@@ -260,9 +266,8 @@ def main(argv: list[str] | None = None) -> int:
             if any(r["error"] for r in summary["regions"]):
                 return EXIT_FAILED
             return EXIT_LAG_ALERT if alerts else EXIT_OK
-        if args.spark:
-            check_job_input(args.command, table, args.options, args.region)  # before spark-submit starts a JVM
-            summary = _run_with_spark(args, table, args.options)
+        if args.spark or args.spark_connect:
+            summary = _run_on_engine(args, table)
         else:
             summary = run_job(args.command, table, args.options, args.region)
     except BadInputError as exc:
@@ -277,6 +282,27 @@ def main(argv: list[str] | None = None) -> int:
         print(f"memwal {args.command}: {reason}", file=sys.stderr)
         return EXIT_PARTIAL
     return EXIT_OK
+
+
+def _run_on_engine(args: argparse.Namespace, table: MemWalTable) -> dict[str, Any]:
+    """--spark / --spark-connect (/ --auto): plan here, then run here, on spark-submit or on Spark Connect
+    (memwal.engines); the summary says where and why."""
+    from memwal.engines import choose_engine, plan_work, record_choice
+
+    spark_engine = "spark_connect" if args.spark_connect else "spark"
+    engine = "auto" if args.auto else spark_engine
+    check_job_input(args.command, table, args.options, args.region)  # before any Spark starts
+    plan = plan_work(args.command, table, args.options, args.region)
+    choice = choose_engine(engine, plan, spark_engine=spark_engine)
+    if choice.engine == "in_process":
+        summary = run_job(args.command, table, args.options, args.region)
+    elif choice.engine == "spark":
+        summary = _run_with_spark(args, table, args.options)
+    else:
+        from spark_jobs.connect import run_job_on_connect
+
+        summary = run_job_on_connect(args.command, args.spark_connect, table, args.options, args.region)
+    return record_choice(summary, plan, choice, engine)
 
 
 def _run_with_spark(args: argparse.Namespace, table: MemWalTable, options: JobOptions) -> dict[str, Any]:

@@ -8,8 +8,10 @@
         uri: s3://lake/orders.lance     # a relative path is relative to this file's directory
         conn_id: memwal_lake            # `memwal` connection with the storage credentials (optional)
         schedule: "*/30 * * * *"        # cron or @preset; null: only on the lag asset / manual
-        engine: spark                   # spark | in_process
-        spark_conn_id: spark_default
+        engine: spark                   # spark | spark_connect | auto | in_process (memwal.engines)
+        spark_conn_id: spark_default    # engine spark: a `spark` connection (spark-submit's master)
+        spark_connect_conn_id: spark_connect_default  # spark_connect (and auto): a `spark_connect` one
+        auto_spark_engine: spark_connect  # engine auto: where large work goes (spark_connect | spark)
         spark_conf: {spark.executor.memory: 4g}
         max_generations_per_commit: 8
         max_bytes_per_commit: 512MiB
@@ -69,7 +71,7 @@ __all__ = [
 TABLES_FILE_ENV = "MEMWAL_TABLES_FILE"
 TABLES_VARIABLE = "memwal_tables"
 DEFAULT_TABLES_FILE = Path(__file__).resolve().parents[3] / "dags" / "memwal_tables.yaml"
-ENGINES = ("spark", "in_process")
+ENGINES = ("spark", "spark_connect", "auto", "in_process")  # memwal.engines.ENGINES
 _TABLE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}$")
 _PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly",
             "@annually")
@@ -125,6 +127,8 @@ class TableConfig:
     thresholds: Thresholds = field(default_factory=Thresholds)
     engine: str = "spark"
     spark_conn_id: str = "spark_default"
+    spark_connect_conn_id: str = "spark_connect_default"
+    auto_spark_engine: str = "spark_connect"
     spark_conf: Mapping[str, str] = field(default_factory=dict)
     max_generations_per_commit: int = MergeConfig.max_generations_per_commit
     max_bytes_per_commit: int = MergeConfig.max_bytes_per_commit
@@ -209,6 +213,12 @@ def _engine(v: Any) -> str:
     return v
 
 
+def _spark_engine(v: Any) -> str:
+    if v not in ("spark", "spark_connect"):
+        raise ValueError(f"{v!r} is not spark or spark_connect")
+    return v
+
+
 def _spark_conf(v: Any) -> dict[str, str]:
     from memwal.storage import is_secret_option, url_credentials  # here: the other keys need no obstore
 
@@ -257,6 +267,8 @@ _TABLE = {
     "schedule": _schedule,
     "engine": _engine,
     "spark_conn_id": _str,
+    "spark_connect_conn_id": _str,
+    "auto_spark_engine": _spark_engine,
     "spark_conf": _spark_conf,
     "max_generations_per_commit": _int,
     "max_bytes_per_commit": _size,

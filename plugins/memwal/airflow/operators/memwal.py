@@ -2,8 +2,10 @@
 
 Each resolves its table from the tables configuration at run time (`memwal.airflow.config.get_table`,
 the Variable override included), runs the job through `MemWalHook` on the table's engine (spark: the
-existing `spark_jobs/` entry point through the Spark provider's SparkSubmitHook; in_process: the same
-library code in the worker), and returns the job's JSON summary (XCom `return_value`). Exit status 3
+existing `spark_jobs/` entry point through the Spark provider's SparkSubmitHook; spark_connect: the driver
+logic in the worker, the executor work on a Spark Connect server; auto: by the work's size; in_process: the
+same library code in the worker; a job without executor work runs in the worker whatever the engine,
+`memwal.engines`), and returns the job's JSON summary (XCom `return_value`). Exit status 3
 (some regions or indexes failed) pushes the summary first, then fails the task with the one-line reason.
 Every job is idempotent and resumes from what the table records (merged_generations, index catch-up
 progress), so every task is safe to retry.
@@ -25,6 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from airflow.sdk import AssetAlias, BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
+from memwal.airflow.config import ENGINES
 from memwal.airflow.hooks.memwal import JobRun, MemWalHook, MemWalTaskError
 from memwal.airflow.params import flag, optional_int, string_list
 from memwal.job_config import GcConfig, JobOptions, MergeConfig
@@ -88,8 +91,8 @@ class MemWalJobOperator(BaseOperator):
         engine = (self.engine or "").strip() if isinstance(self.engine, str) else self.engine
         if not engine or engine in ("default", "None"):
             return cfg.engine
-        if engine not in ("spark", "in_process"):
-            raise AirflowFailException(f"engine {engine!r} is not spark, in_process or default")
+        if engine not in ENGINES:
+            raise AirflowFailException(f"engine {engine!r} is not {', '.join(ENGINES)} or default")
         return engine
 
     def execute(self, context: Context) -> dict[str, Any]:
@@ -100,6 +103,7 @@ class MemWalJobOperator(BaseOperator):
         run = self.hook.run_job(
             self.job, cfg, regions=regions, options=self.job_options(cfg), engine=self.resolved_engine(cfg),
             spark_conn_id=cfg.spark_conn_id, spark_conf=cfg.spark_conf,
+            spark_connect_conn_id=cfg.spark_connect_conn_id, auto_spark_engine=cfg.auto_spark_engine,
         )
         summary = dict(run.summary)
         summary.setdefault("table", cfg.name)
