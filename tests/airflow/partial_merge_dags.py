@@ -23,7 +23,7 @@ FAULTS = Path(os.environ["MEMWAL_TEST_FAULT_DIR"])
 _commit = merge_module._commit
 
 
-def _commit_until_the_second_region(table, markers, data, since):
+def _commit_until_the_second_region(table, markers, data, since, *rest):
     first, failed = FAULTS / "first_region", FAULTS / "failed"
     regions = {region for region, _ in markers}
     if not first.exists():
@@ -31,7 +31,7 @@ def _commit_until_the_second_region(table, markers, data, since):
     if first.read_text() not in regions and not failed.exists():
         failed.write_text("once")
         raise LockTimeoutError("memwal index lock", "a compaction round", 900)
-    return _commit(table, markers, data, since)
+    return _commit(table, markers, data, since, *rest)
 
 
 if merge_module._commit is _commit:

@@ -24,7 +24,7 @@ def test_shipped_file_has_the_demo_table_under_the_repository_demo_dir(monkeypat
     monkeypatch.delenv("AIRFLOW_VAR_MEMWAL_TABLES", raising=False)
     demo = load_tables(use_variable=False)["demo"]
     assert demo.uri == str(DEFAULT_TABLES_FILE.parents[1] / "demo" / "table.lance")
-    assert demo.engine == "spark" and demo.spark_conn_id == "memwal_spark_local"
+    assert demo.engine == "spark_connect" and demo.spark_conn_id == "memwal_spark_local"
     assert demo.thresholds.max_unmerged_generations == 4, "the table's value over defaults"
     assert demo.thresholds.max_snapshot_age_s == 7200, "nested defaults merge key by key"
     assert demo.max_bytes_per_commit == 512 * 1024 * 1024
