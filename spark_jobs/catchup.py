@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from memwal import jobs
+from memwal import index_build, jobs
 from memwal.catchup import DistributedBuild
 from spark_jobs import common
 from spark_jobs.task_runner import spark_runner
@@ -44,8 +44,9 @@ def task_slots(spark) -> tuple[int, int]:
 def distributed_build(spark, **overrides) -> DistributedBuild:
     """Catch-up's segment builds on the session's executors."""
     slots, cpus = task_slots(spark)
-    return DistributedBuild(spark_runner(spark, "memwal catch-up: index segments"),
-                            **{"groups": slots, "threads": cpus, "where": "spark", **overrides})
+    settings = {"groups": slots, "threads": cpus, "where": "spark", "min_rows": index_build.DISTRIBUTED_MIN_ROWS,
+                "min_group_rows": index_build.MIN_GROUP_ROWS, **overrides}
+    return DistributedBuild(spark_runner(spark, "memwal catch-up: index segments"), **settings)
 
 
 def run(spark, args):
