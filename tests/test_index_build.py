@@ -5,6 +5,8 @@ existing model (Lance then folds them); what Lance cannot build per group falls 
 
 from __future__ import annotations
 
+import os
+
 import lance
 import pytest
 from index_tables import INDEXES, append, create_index_table, search_results
@@ -133,3 +135,19 @@ def test_a_failed_task_leaves_the_index_as_it_was(local_location):
     assert unreferenced_segments(loc, ds) and len(calls) == 1, "the finished task's segment: written, unreferenced"
     assert catchup_table(loc.uri, distributed=tasks()).indexes[0].covered, "the next run builds it"
     search_results(_ds(loc), ("id_idx",))
+
+
+def test_tasks_size_lances_threads_to_the_task_cores(local_location, monkeypatch):
+    loc = local_location
+    create_index_table(loc, BASE, {"id_idx": INDEXES["id_idx"]})
+    append(loc, BASE, BASE + 1000)
+    monkeypatch.delenv("LANCE_CPU_THREADS", raising=False)
+    seen = []
+
+    def recording(fn, items):
+        seen.extend((item.threads, item.fragment_ids) for item in items)
+        return in_process(fn, items)
+
+    assert catchup_table(loc.uri, distributed=tasks(runner=recording, threads=3)).indexes[0].covered
+    assert [t for t, _ in seen] == [3, 3]
+    assert os.environ["LANCE_CPU_THREADS"] == "3", "set before the task's Lance work"
