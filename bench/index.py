@@ -1,7 +1,7 @@
 """Index catch-up benchmark (issue 24): a batch of new rows indexed into an IVF_PQ index and into an FTS
 (INVERTED) index, in process and with the segments built on Spark, in one run.
 
-Table: `--base-rows` rows (128-dim vectors around 64 clusters, a short text), IVF_PQ (64 partitions, 16
+Table: `--base-rows` rows (128-dim vectors of an 8-dim latent, a short text), IVF_PQ (64 partitions, 16
 sub-vectors) and INVERTED indexes built over them, then `--rows` new rows appended in 32 fragments no index
 covers. Each contestant catches up its own copy, one index at a time, in a fresh Python process (its peak
 RSS, VmHWM, is the driver's):
@@ -50,11 +50,17 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
+def _embed(latent: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Vectors with a low intrinsic dimension (as embeddings have): an 8-dim latent projected to DIM, plus a
+    little noise, so nearest neighbours are meaningful and recall measures the index."""
+    projection = np.random.default_rng(0).standard_normal((latent.shape[1], DIM)).astype("float32")
+    return (latent @ projection + 0.05 * rng.standard_normal((len(latent), DIM))).astype("float32")
+
+
 def _rows(lo: int, hi: int) -> pa.Table:
     rng = np.random.default_rng(lo)
-    centers = np.random.default_rng(0).standard_normal((64, DIM)).astype("float32") * 3
     ids = np.arange(lo, hi)
-    vec = centers[rng.integers(0, 64, len(ids))] + rng.standard_normal((len(ids), DIM)).astype("float32")
+    vec = _embed(rng.standard_normal((len(ids), 8)).astype("float32"), rng)
     words = rng.integers(0, len(WORDS), (len(ids), 12))
     text = [" ".join(WORDS[w] for w in row) for row in words]
     return pa.table({"id": pa.array(ids, pa.int64()), "text": text,
@@ -63,8 +69,7 @@ def _rows(lo: int, hi: int) -> pa.Table:
 
 def _queries(n: int = 50) -> np.ndarray:
     rng = np.random.default_rng(99)
-    centers = np.random.default_rng(0).standard_normal((64, DIM)).astype("float32") * 3
-    return centers[rng.integers(0, 64, n)] + rng.standard_normal((n, DIM)).astype("float32")
+    return _embed(rng.standard_normal((n, 8)).astype("float32"), rng)
 
 
 def recall(ds: lance.LanceDataset) -> float:
