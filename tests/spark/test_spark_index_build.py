@@ -5,11 +5,13 @@ reports where each index was built and why."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 from index_tables import append, create_index_table, search_results
 
+from memwal import index_build
 from memwal.catchup import DistributedBuild, catchup_table
 from memwal.index_segments import segment_counts
 from memwal.table import MemWalTable
@@ -57,3 +59,32 @@ def test_entry_point_reports_where_and_why(spark, local_location, capfd, monkeyp
     assert {i["where"] for i in out["indexes"]} == {"spark"}, out
     assert all(i["segments_built"] == 2 and i["covered"] for i in out["indexes"]), out
     search_results(MemWalTable(loc.uri).refresh().dataset)
+
+
+def test_a_task_failing_on_an_executor_leaves_the_index_as_it_was(spark, local_location, monkeypatch):
+    """One group's task fails on its executor (Lance refuses a fragment that is not in the table): the Spark
+    job fails, nothing is committed or recorded, the other task's segment is unreferenced, and the next
+    catch-up builds the index."""
+    loc = local_location
+    create_index_table(loc, BASE, {"id_idx": ("id", "BTREE", {})})
+    append(loc, BASE, BASE + NEW)
+    plan_build = index_build.plan_build
+
+    def with_a_bad_group(*args, **kwargs):
+        plan = plan_build(*args, **kwargs)
+        plan.tasks[-1] = dataclasses.replace(plan.tasks[-1], fragment_ids=(999,))
+        return plan
+
+    monkeypatch.setattr(index_build, "plan_build", with_a_bad_group)
+    before = MemWalTable(loc.uri).refresh().dataset
+    build = catchup_job.distributed_build(spark, min_rows=0, min_group_rows=500)
+    (result,) = catchup_table(loc.uri, distributed=build).indexes
+    assert result.error and "building segments of index id_idx (spark) failed" in result.error, result
+    assert not result.covered and result.segments_built == 0
+    ds = MemWalTable(loc.uri).refresh().dataset
+    assert ds.version == before.version and segment_counts(ds) == segment_counts(before)
+    assert ds.count_rows() == BASE + NEW
+    monkeypatch.setattr(index_build, "plan_build", plan_build)
+    (result,) = catchup_table(loc.uri, distributed=build).indexes
+    assert result.covered and result.segments_built == 2
+    search_results(MemWalTable(loc.uri).refresh().dataset, ("id_idx",))
