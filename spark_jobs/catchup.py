@@ -3,7 +3,7 @@
     spark-submit [spark options] /abs/path/spark_jobs/catchup.py TABLE [--index NAME]...
 
 `memwal.catchup.catchup_table` with a `DistributedBuild` on `spark_runner(spark)`: an index with enough rows to
-index (`memwal.index_build.DISTRIBUTED_MIN_ROWS`) has its segments built one Spark task per fragment group,
+index (`memwal.index_build.DISTRIBUTED_MIN_ROWS`, by kind) has its segments built one Spark task per fragment group,
 as many groups as task slots, Lance's threads sized to `spark.task.cpus`; the commit and the rest on the
 driver. Same options as `memwal catchup` (`memwal.jobs`). Prints one JSON line (`CatchupSummary.to_dict()`,
 each index with `where` and `why`); an index that failed or is not covered gives exit status 3.
@@ -44,8 +44,8 @@ def task_slots(spark) -> tuple[int, int]:
 def distributed_build(spark, **overrides) -> DistributedBuild:
     """Catch-up's segment builds on the session's executors."""
     slots, cpus = task_slots(spark)
-    settings = {"groups": slots, "threads": cpus, "where": "spark", "min_rows": index_build.DISTRIBUTED_MIN_ROWS,
-                "min_group_rows": index_build.MIN_GROUP_ROWS, **overrides}
+    settings = {"groups": slots, "threads": cpus, "where": "spark", "min_group_rows": index_build.MIN_GROUP_ROWS,
+                **overrides}
     return DistributedBuild(spark_runner(spark, "memwal catch-up: index segments"), **settings)
 
 

@@ -151,3 +151,15 @@ def test_tasks_size_lances_threads_to_the_task_cores(local_location, monkeypatch
     assert catchup_table(loc.uri, distributed=tasks(runner=recording, threads=3)).indexes[0].covered
     assert [t for t, _ in seen] == [3, 3]
     assert os.environ["LANCE_CPU_THREADS"] == "3", "set before the task's Lance work"
+
+
+def test_the_threshold_is_by_kind(local_location, monkeypatch):
+    loc = local_location
+    create_index_table(loc, BASE, {"vec_idx": INDEXES["vec_idx"], "id_idx": INDEXES["id_idx"]})
+    append(loc, BASE, BASE + NEW)
+    monkeypatch.setitem(index_build.DISTRIBUTED_MIN_ROWS, "vector", NEW)
+    monkeypatch.setitem(index_build.DISTRIBUTED_MIN_ROWS, "scalar", NEW + 1)
+    by = {r.index_name: r for r in catchup_table(loc.uri, distributed=tasks(min_rows=None)).indexes}
+    assert by["vec_idx"].where == "tasks" and by["vec_idx"].why == f"{NEW} rows to index, at least {NEW}"
+    assert by["id_idx"].where == "in_process" and f"threshold of {NEW + 1}" in by["id_idx"].why
+    assert all(r.covered for r in by.values())

@@ -66,7 +66,7 @@ class DistributedBuild:
     groups: int
     where: str = "spark"
     threads: int | None = None
-    min_rows: int = index_build.DISTRIBUTED_MIN_ROWS
+    min_rows: int | None = None  # None: by the index's kind (`memwal.index_build.min_rows`)
     min_group_rows: int = index_build.MIN_GROUP_ROWS
 
 
@@ -129,13 +129,14 @@ def _route(ds0: lance.LanceDataset, name: str, rows: int, distributed: Distribut
     """(where, why) the new rows of index `name` are indexed."""
     if distributed is None:
         return "in_process", "no task runner (engine local)"
-    if rows < distributed.min_rows:
-        return "in_process", f"{rows} rows to index, under the distributed threshold of {distributed.min_rows}"
     desc = next(d for d in ds0.describe_indices() if d.name == name)
+    threshold = index_build.min_rows(desc) if distributed.min_rows is None else distributed.min_rows
+    if rows < threshold:
+        return "in_process", f"{rows} rows to index, under the distributed threshold of {threshold}"
     reason = index_build.fallback(desc)
     if reason:
         return "in_process", reason
-    return distributed.where, f"{rows} rows to index, at least {distributed.min_rows}"
+    return distributed.where, f"{rows} rows to index, at least {threshold}"
 
 
 def _build_distributed(table: MemWalTable, ds0: lance.LanceDataset, name: str, uncovered: list[int],

@@ -42,13 +42,14 @@ from memwal.storage import lance_storage_options
 from memwal.task_runner import TaskRunner
 
 __all__ = ["DISTRIBUTED_MIN_ROWS", "MIN_GROUP_ROWS", "SEGMENT_TYPES", "BuildPlan", "SegmentTask", "build_segment",
-           "build_segments", "commit_segments", "fallback", "plan_build", "plan_groups", "vector_model"]
+           "build_segments", "commit_segments", "fallback", "min_rows", "plan_build", "plan_groups", "vector_model"]
 
 log = logging.getLogger(__name__)
 
-# Catch-up takes the distributed path for an index when it has at least this many rows to index (bench/index.py:
-# below it the job and task start-up of a Spark stage costs more than the build saves).
-DISTRIBUTED_MIN_ROWS = 200_000
+# Catch-up takes the distributed path for an index with at least this many rows to index, by kind
+# (bench/index.py --threshold: below it a Spark stage's start-up costs more than the parallel build saves;
+# FTS and scalar builds are cheap per row, vector encoding is not).
+DISTRIBUTED_MIN_ROWS = {"vector": 200_000, "scalar": 1_000_000}
 # A group (one task, one segment) gets at least this many rows, so small work is not spread thin.
 MIN_GROUP_ROWS = 20_000
 
@@ -70,6 +71,11 @@ _TOKENIZER_KEYS = ("base_tokenizer", "language", "with_position", "max_token_len
 def normalized_type(desc: Any) -> str:
     """The index's Lance type, upper case without separators Lance's names differ by (LabelList: LABELLIST)."""
     return str(desc.index_type).upper().replace(" ", "")
+
+
+def min_rows(desc: Any) -> int:
+    """The rows to index from which index `desc` is built in parallel (`DISTRIBUTED_MIN_ROWS` of its kind)."""
+    return DISTRIBUTED_MIN_ROWS["vector" if normalized_type(desc).startswith("IVF") else "scalar"]
 
 
 def fallback(desc: Any) -> str | None:

@@ -51,7 +51,8 @@ def test_entry_point_reports_where_and_why(spark, local_location, capfd, monkeyp
     out = json.loads(capfd.readouterr().out)
     assert {i["where"] for i in out["indexes"]} == {"in_process"}, "1000 rows: under the measured threshold"
     assert all("under the distributed threshold" in i["why"] for i in out["indexes"])
-    monkeypatch.setattr("memwal.index_build.DISTRIBUTED_MIN_ROWS", 0)
+    monkeypatch.setitem(index_build.DISTRIBUTED_MIN_ROWS, "vector", 0)
+    monkeypatch.setitem(index_build.DISTRIBUTED_MIN_ROWS, "scalar", 0)
     monkeypatch.setattr("memwal.index_build.MIN_GROUP_ROWS", 250)
     append(loc, BASE + 1000, BASE + 2000)
     assert catchup_job.main([loc.uri]) == 0
