@@ -163,3 +163,14 @@ def test_the_threshold_is_by_kind(local_location, monkeypatch):
     assert by["vec_idx"].where == "tasks" and by["vec_idx"].why == f"{NEW} rows to index, at least {NEW}"
     assert by["id_idx"].where == "in_process" and f"threshold of {NEW + 1}" in by["id_idx"].why
     assert all(r.covered for r in by.values())
+
+
+def test_on_s3_the_model_and_segments_go_through_the_storage_options(s3_location):
+    """The PQ codebook is read from the segment's auxiliary.idx and the tasks open the table with the
+    table's storage options (a moto endpoint: without them nothing is found)."""
+    loc = s3_location
+    create_index_table(loc, BASE, {"vec_idx": INDEXES["vec_idx"], "text_idx": INDEXES["text_idx"]})
+    append(loc, BASE, BASE + NEW)
+    summary = catchup_table(MemWalTable(loc.uri, loc.storage_options), distributed=tasks())
+    assert all(r.error is None and r.covered and r.segments_built == 3 for r in summary.indexes), summary
+    search_results(_ds(loc), ("vec_idx", "text_idx"))

@@ -87,6 +87,9 @@ def fallback(desc: Any) -> str | None:
         return f"{desc.index_type}: no per-fragment segment build for this type here"
     if len(desc.field_names) != 1:
         return f"{desc.index_type} on {', '.join(desc.field_names)}: on more than one column"
+    bits = ((desc.details or {}).get("compression") or {}).get("num_bits")
+    if kind.endswith("_PQ") and bits not in (None, 8):
+        return f"{desc.index_type} with {bits}-bit PQ: only an 8-bit codebook is passed to the segments here"
     return None
 
 
