@@ -28,7 +28,7 @@ from memwal.compaction import is_preempted
 from memwal.index_coverage import covered_fragments, live_fragments
 from memwal.index_segments import fold_options, is_vector_index, rebuild_vector_index, segment_counts
 from memwal.maintenance_config import CompactionConfig, IndexPolicy
-from memwal.mem_wal_index import MemWalIndexDetails, _commit_details_locked
+from memwal.mem_wal_index import MemWalIndexDetails
 from memwal.table import MemWalTable, TableLike
 from memwal.task_runner import TaskRunner
 
@@ -106,9 +106,9 @@ def set_coverage(result: IndexCatchupResult, frags0: set[int], ds1: lance.LanceD
                     result.index_name, result.uncovered_fragments, read_version)
 
 
-def record_catchup(table: MemWalTable, results: Sequence[IndexCatchupResult], locked: bool = False) -> int | None:
-    """Raise index_catchup to what `results` recorded (never lower); the committed table version, or None
-    when nothing was recorded. `locked`: the caller holds the MemWAL index lock."""
+def record_catchup(table: MemWalTable, results: Sequence[IndexCatchupResult]) -> int | None:
+    """Raise index_catchup to what `results` recorded (never lower; commit_details takes the MemWAL index
+    lock); the committed table version, or None when nothing was recorded."""
     recorded = {r.index_name: r.caught_up_generations for r in results if r.caught_up_generations}
     if not recorded:
         return None
@@ -121,8 +121,7 @@ def record_catchup(table: MemWalTable, results: Sequence[IndexCatchupResult], lo
                 mine[region] = max(mine.get(region, 0), gen)
         return replace(d, index_catchup=catchup)
 
-    committed = _commit_details_locked(table, mutate, None) if locked else table.commit_details(mutate)
-    return committed.table_version
+    return table.commit_details(mutate).table_version
 
 
 def _route(ds0: lance.LanceDataset, name: str, rows: int, distributed: DistributedBuild | None) -> tuple[str, str]:
