@@ -4,7 +4,8 @@
 Table: `--base-rows` rows (128-dim vectors of an 8-dim latent, a short text), IVF_PQ (64 partitions, 16
 sub-vectors) and INVERTED indexes built over them, then `--rows` new rows appended in 32 fragments no index
 covers. Each contestant catches up its own copy, one index at a time, in a fresh Python process (its peak
-RSS, VmHWM, is the driver's):
+RSS, VmHWM, is the driver's), with the segment bound off: the build alone (the policy's fold runs in process
+on every engine and, every fragment here being small, would fold the new segments with the base one):
 - in process: `catchup_table` (Lance's optimize_indices, Lance's default threads);
 - Spark local[1], local[2], and a standalone master with two one-core workers (pyspark's distribution):
   `catchup_table(distributed=spark_jobs.catchup.distributed_build(spark))`: one segment per task slot, Lance's
@@ -113,6 +114,7 @@ def recall_created_over_all(template: str, work: str) -> float:
 def child(table: str, engine: str) -> None:
     """One contestant in this fresh process: catch up vec_idx, then text_idx; JSON on stdout."""
     from memwal.catchup import catchup_table
+    from memwal.maintenance_config import IndexPolicy
     from memwal.memory import limit_malloc_arenas
 
     limit_malloc_arenas()
@@ -136,7 +138,10 @@ def child(table: str, engine: str) -> None:
         out["groups"], out["threads"] = distributed.groups, distributed.threads
     for name in ("vec_idx", "text_idx"):
         t = time.perf_counter()
-        summary = catchup_table(table, index_names=[name], distributed=distributed)
+        # The build alone: no fold (every fragment here is small, so the policy would fold the new segments
+        # with the base one in process on every engine, as it must for compaction to combine them).
+        summary = catchup_table(table, index_names=[name], distributed=distributed,
+                                policy=IndexPolicy(max_segments=None))
         (r,) = summary.indexes
         if r.error or not r.covered:
             raise SystemExit(f"{engine}: catch-up of {name} failed: {r.error or 'not covered'}")
