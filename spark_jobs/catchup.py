@@ -2,11 +2,12 @@
 
     spark-submit [spark options] /abs/path/spark_jobs/catchup.py TABLE [--index NAME]...
 
-`memwal.catchup.catchup_table` with a `DistributedBuild` on `spark_runner(spark)`: an index with enough rows to
-index (`memwal.index_build.DISTRIBUTED_MIN_ROWS`, by kind) has its segments built one Spark task per fragment group,
-as many groups as task slots, Lance's threads sized to `spark.task.cpus`; the commit and the rest on the
-driver. Same options as `memwal catchup` (`memwal.jobs`). Prints one JSON line (`CatchupSummary.to_dict()`,
-each index with `where` and `why`); an index that failed or is not covered gives exit status 3.
+`memwal.catchup.catchup_table` with a `DistributedBuild` on `spark_runner(spark)`: an index with enough rows
+to index (`memwal.index_build.DISTRIBUTED_MIN_ROWS` by kind, or `--conf spark.memwal.indexBuildMinRows=N`)
+has its segments built one Spark task per fragment group, as many groups as task slots, Lance's threads
+sized to `spark.task.cpus`; the commit and the rest on the driver. Same options as `memwal catchup`
+(`memwal.jobs`). Prints one JSON line (`CatchupSummary.to_dict()`, each index with `where` and `why`); an
+index that failed or is not covered gives exit status 3.
 """
 
 from __future__ import annotations
@@ -41,11 +42,17 @@ def task_slots(spark) -> tuple[int, int]:
     return max(1, cores // cpus), cpus
 
 
+# Rows to index from which every index is built on the executors (default: by kind, DISTRIBUTED_MIN_ROWS).
+MIN_ROWS_CONF = "spark.memwal.indexBuildMinRows"
+
+
 def distributed_build(spark, **overrides) -> DistributedBuild:
-    """Catch-up's segment builds on the session's executors."""
+    """Catch-up's segment builds on the session's executors (`--conf spark.memwal.indexBuildMinRows=N`: the
+    threshold for every index kind)."""
     slots, cpus = task_slots(spark)
+    configured = spark.conf.get(MIN_ROWS_CONF, None)
     settings = {"groups": slots, "threads": cpus, "where": "spark", "min_group_rows": index_build.MIN_GROUP_ROWS,
-                **overrides}
+                "min_rows": int(configured) if configured else None, **overrides}
     return DistributedBuild(spark_runner(spark, "memwal catch-up: index segments"), **settings)
 
 

@@ -62,6 +62,15 @@ def test_entry_point_reports_where_and_why(spark, local_location, capfd, monkeyp
     search_results(MemWalTable(loc.uri).refresh().dataset)
 
 
+def test_the_threshold_can_be_set_on_the_session(spark):
+    assert catchup_job.distributed_build(spark).min_rows is None, "by kind"
+    spark.conf.set(catchup_job.MIN_ROWS_CONF, "5000")
+    try:
+        assert catchup_job.distributed_build(spark).min_rows == 5000
+    finally:
+        spark.conf.unset(catchup_job.MIN_ROWS_CONF)
+
+
 def test_a_task_failing_on_an_executor_leaves_the_index_as_it_was(spark, local_location, monkeypatch):
     """One group's task fails on its executor (Lance refuses a fragment that is not in the table): the Spark
     job fails, nothing is committed or recorded, the other task's segment is unreferenced, and the next
