@@ -55,6 +55,11 @@ bench-merge-scale: setup
 
 # Issue 16: 40 cycles of writes + the maintenance jobs with retention and compaction on and off, compaction
 # on Spark against in process, and issue 10's scaling on a task-heavy workload (bench/README.md).
+# Issue 25: per-job overhead on each engine, a small table's run, a fleet's wall/CPU, freshness (bench/README.md).
+.PHONY: bench-engines
+bench-engines: setup
+	$(BIN)/python bench/engines.py
+
 .PHONY: bench-health
 bench-health: setup
 	$(BIN)/python bench/health.py --scaling

@@ -16,7 +16,15 @@
    another process (each merge upserts random keys, so it writes deletion vectors into most fragments), and
    a forced compaction with the MemWAL index lock (`use_lock`) and without: preempted commits, tasks
    committed, and the merges' durations meanwhile.
-4. `--scaling`: issue 10's scaling on a workload with more than 5 s of task work on local[1] (16 regions x
+4. Vector cycles (`--vector-cycles`, 0 leaves them out): a table with an IVF_PQ index on a float32 vector
+   column and an FTS (INVERTED) index on a text column beside the BTREE, through the same cycles (retention
+   and compaction on), once with the default index policy (catch-up folds segments past
+   DEFAULT_MAX_INDEX_SEGMENTS or when they block a due compaction) and once unfolded
+   (`IndexPolicy(max_segments=None)`: Lance's default, a vector segment per catch-up). At the measured
+   cycles: fragments, segments per index, base bytes, the merge's time, and (printed, no target) the median
+   time of an ANN search and of an FTS query. Target (folded): cycle 40 within 1.2x of cycle 10 for the
+   first four; unfolded: the growth.
+5. `--scaling`: issue 10's scaling on a workload with more than 5 s of task work on local[1] (16 regions x
    4 generations x 300,000 rows into 2,000,000), through bench/maintenance.py's harness: local[1] against
    local[2].
 
@@ -43,13 +51,14 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "plugins"))
 sys.path.insert(0, REPO)
 
-from merge import _rows, _rss_mb, log  # noqa: E402  (bench/merge.py: rows, VmHWM, log)
+from merge import SCHEMA, _rows, _rss_mb, log  # noqa: E402  (bench/merge.py: rows, VmHWM, log)
 
 from memwal.catchup import catchup_table  # noqa: E402
 from memwal.compaction import compact_table  # noqa: E402
 from memwal.gc import GcConfig, gc_table  # noqa: E402
 from memwal.health import table_health  # noqa: E402
-from memwal.maintenance_config import CompactionConfig, RetentionConfig  # noqa: E402
+from memwal.index_segments import segment_counts  # noqa: E402
+from memwal.maintenance_config import CompactionConfig, IndexPolicy, RetentionConfig  # noqa: E402
 from memwal.merge import merge_table  # noqa: E402
 from memwal.retention import retain_versions  # noqa: E402
 from memwal.snapshot import refresh_snapshot  # noqa: E402
@@ -59,6 +68,11 @@ from spark_jobs import submit  # noqa: E402
 ONE_GEN_PER_FLUSH = WriterConfig(max_memtable_rows=10**9, max_memtable_bytes=10**12, max_flush_interval_s=None)
 RETENTION_ON = RetentionConfig(older_than_s=0, keep_versions=10)
 COMPACTION_ON = CompactionConfig(max_small_fragments=2, max_deleted_ratio=0.1)
+VECTOR_DIM = 32
+WORDS = np.array([f"w{i}" for i in range(2000)])
+VECTOR_SCHEMA = pa.schema([SCHEMA.field("id"), SCHEMA.field("name"), pa.field("text", pa.string()),
+                           pa.field("vec", pa.list_(pa.float32(), VECTOR_DIM))])
+POLICIES = {"folded": IndexPolicy(), "unfolded": IndexPolicy(max_segments=None)}
 
 
 def build(path: str, base_rows: int, regions: int) -> list[str]:
@@ -68,13 +82,36 @@ def build(path: str, base_rows: int, regions: int) -> list[str]:
     return [str(uuid.uuid4()) for _ in range(regions)]
 
 
-def write_cycle(path: str, regions: list[str], key_space: int, rows: int, rng: np.random.Generator, tag: int) -> None:
+def vector_rows(ids: np.ndarray, tag: int) -> pa.Table:
+    """id, name, a text of 8 words and a random vector per row (seeded by the tag and the first id: an upsert
+    changes both)."""
+    rng = np.random.default_rng([tag, int(ids[0]) if len(ids) else 0])
+    text = [" ".join(ws) for ws in WORDS[rng.integers(0, len(WORDS), (len(ids), 8))]]
+    vec = rng.standard_normal((len(ids), VECTOR_DIM), dtype=np.float32).ravel()
+    return pa.table({"id": pa.array(ids, pa.int64()), "name": pa.array([f"n{tag}-{i}" for i in ids.tolist()]),
+                     "text": text, "vec": pa.FixedSizeListArray.from_arrays(pa.array(vec), VECTOR_DIM)},
+                    schema=VECTOR_SCHEMA)
+
+
+def build_vector(path: str, base_rows: int, regions: int) -> list[str]:
+    """The cycles' table with IVF_PQ (16 partitions) on `vec` and INVERTED on `text` beside the BTREE."""
+    lance.write_dataset(vector_rows(np.arange(base_rows), 0), path)
+    ds = lance.dataset(path)
+    ds.create_index("vec", "IVF_PQ", name="vec_idx", num_partitions=16, num_sub_vectors=8)
+    ds.create_scalar_index("text", "INVERTED", name="text_idx")
+    ds.create_scalar_index("name", "BTREE", name="name_idx")
+    lance.dataset(path).initialize_mem_wal(unsharded=True)
+    return [str(uuid.uuid4()) for _ in range(regions)]
+
+
+def write_cycle(path: str, regions: list[str], key_space: int, rows: int, rng: np.random.Generator, tag: int,
+                make_rows=_rows) -> None:
     """One generation per region: upserts and deletes of keys the region owns (k % regions == r)."""
     n = len(regions)
     for r, region in enumerate(regions):
         owned = np.arange(r, key_space, n)
         with RegionWriter(path, region, config=ONE_GEN_PER_FLUSH) as w:
-            w.put(_rows(rng.choice(owned, size=rows, replace=False), tag))
+            w.put(make_rows(rng.choice(owned, size=rows, replace=False), tag))
             w.delete(pa.table({"id": rng.choice(owned, size=rows // 20, replace=False)}))
 
 
@@ -96,14 +133,16 @@ def measured_merge(path: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def maintain(path: str, on: bool, measure: bool) -> dict:
+def maintain(path: str, on: bool, measure: bool, policy: IndexPolicy | None = None) -> dict:
     """The maintenance DAG's jobs in its order; the merge in a fresh process when measured."""
     out = measured_merge(path) if measure else {"merge_s": None}
     if not measure:
         t = time.perf_counter()
         merge_table(path)
         out["merge_s"] = time.perf_counter() - t
-    catchup_table(path)
+    t = time.perf_counter()
+    catchup_table(path, policy=policy, compaction=COMPACTION_ON if on else None)
+    out["catchup_s"] = time.perf_counter() - t
     if on:
         c = compact_table(path, config=COMPACTION_ON)
         out["compacted"] = c.tasks_committed
@@ -133,6 +172,50 @@ def run_cycles(work: str, on: bool, cycles: int, measure_at: set[int], base_rows
                          "mem_wal_bytes": h.mem_wal_bytes, "generation_dirs": h.generation_dirs,
                          "rows": lance.dataset(path).count_rows()}
             log(f"{'on ' if on else 'off'} cycle {c}: {json.dumps(points[c])}")
+    shutil.rmtree(path)
+    return {"points": points, "total_s": time.perf_counter() - started}
+
+
+def query_times(path: str, n: int = 20) -> dict:
+    """Median milliseconds of n ANN searches (k 10, Lance's default probes) and n FTS queries of one word."""
+    ds = lance.dataset(path)
+    rng = np.random.default_rng(5)
+    out = {}
+    for key, kwargs in (("ann_ms", lambda i: {"nearest": {"column": "vec", "k": 10,
+                                                           "q": rng.standard_normal(VECTOR_DIM, dtype=np.float32)}}),
+                        ("fts_ms", lambda i: {"full_text_query": {"query": str(WORDS[i]), "columns": ["text"]},
+                                              "limit": 10})):
+        times = []
+        for i in range(n):
+            t = time.perf_counter()
+            ds.to_table(columns=["id"], **kwargs(i))
+            times.append((time.perf_counter() - t) * 1000)
+        out[key] = sorted(times)[n // 2]
+    return out
+
+
+def run_vector_cycles(work: str, policy: str, cycles: int, measure_at: set[int], base_rows: int, regions: int,
+                      rows: int, seed: int) -> dict:
+    """The cycles (retention and compaction on) on the vector table, catch-up under POLICIES[policy]."""
+    path = os.path.join(work, f"vector-{policy}")
+    ids = build_vector(path, base_rows, regions)
+    rng = np.random.default_rng(seed)
+    points: dict[int, dict] = {}
+    merge_times: list[float] = []
+    started = time.perf_counter()
+    for c in range(1, cycles + 1):
+        write_cycle(path, ids, base_rows, rows, rng, c, vector_rows)
+        m = maintain(path, True, c in measure_at, POLICIES[policy])
+        merge_times.append(m["merge_s"])
+        if c in measure_at:
+            h = table_health(path)
+            window = sorted(merge_times[-5:])
+            m["merge_s_this_cycle"], m["merge_s"] = m["merge_s"], window[len(window) // 2]
+            segments = segment_counts(lance.dataset(path))
+            points[c] = {**m, **query_times(path), "fragments": h.fragments, "base_bytes": h.base_bytes,
+                         "vec_segments": segments["vec_idx"], "text_segments": segments["text_idx"],
+                         "rows": lance.dataset(path).count_rows()}
+            log(f"vector {policy} cycle {c}: {json.dumps(points[c])}")
     shutil.rmtree(path)
     return {"points": points, "total_s": time.perf_counter() - started}
 
@@ -237,6 +320,23 @@ def report(results: dict) -> None:
             r = last[key] / first[key] if first[key] else float("inf")
             label = f"{mode}: {key} cycle {max(pts, key=int)} / cycle {min(pts, key=int)}"
             print("  " + (_ratio(label, r, target, r <= limit) if mode == "on" else _ratio(label + " (growth)", r)))
+    for policy in POLICIES:
+        if f"vector-{policy}" not in results:
+            continue
+        pts = results[f"vector-{policy}"]["points"]
+        total = results[f"vector-{policy}"]["total_s"]
+        print(f"\nIVF_PQ + FTS table, segments {policy} ({total:.0f} s for all cycles)")
+        print("  cycle  fragments  vec segments  fts segments  base bytes   merge s  catch-up s  ANN ms  FTS ms")
+        for c, p in sorted(pts.items(), key=lambda kv: int(kv[0])):
+            print(f"  {int(c):5d}  {p['fragments']:9d}  {p['vec_segments']:12d}  {p['text_segments']:12d}  "
+                  f"{p['base_bytes']:11d}  {p['merge_s']:7.2f}  {p['catchup_s']:10.2f}  {p['ann_ms']:6.1f}  "
+                  f"{p['fts_ms']:6.1f}")
+        first, last = pts[min(pts, key=int)], pts[max(pts, key=int)]
+        for key in ("fragments", "vec_segments", "text_segments", "base_bytes", "merge_s", "ann_ms", "fts_ms"):
+            r = last[key] / first[key] if first[key] else float("inf")
+            label = f"vector {policy}: {key} cycle {max(pts, key=int)} / cycle {min(pts, key=int)}"
+            targeted = policy == "folded" and key not in ("ann_ms", "fts_ms")
+            print("  " + (_ratio(label, r, "<= 1.2", r <= 1.2) if targeted else _ratio(label + " (growth)", r)))
     if "spark" in results:
         s = results["spark"]
         print(f"\ncompaction of a {results['settings']['fragments']}-fragment table: in process "
@@ -266,6 +366,11 @@ def main() -> None:
     p.add_argument("--rows", type=int, default=25_000, help="upserts per region and cycle")
     p.add_argument("--measure-at", default="10,20,40", help="cycles at which everything is measured")
     p.add_argument("--modes", default="on,off")
+    p.add_argument("--vector-cycles", type=int, default=40, help="cycles of the IVF_PQ + FTS table (0: none)")
+    p.add_argument("--vector-base-rows", type=int, default=200_000)
+    p.add_argument("--vector-regions", type=int, default=2)
+    p.add_argument("--vector-rows", type=int, default=10_000, help="upserts per region and cycle, vector table")
+    p.add_argument("--vector-policies", default="folded,unfolded")
     p.add_argument("--fragments", type=int, default=64)
     p.add_argument("--rows-per-fragment", type=int, default=100_000)
     p.add_argument("--target-rows", type=int, default=400_000, help="compaction target on the 64-fragment table")
@@ -289,6 +394,11 @@ def main() -> None:
             log(f"cycles with retention and compaction {mode}")
             results[mode] = run_cycles(work, mode == "on", args.cycles, {int(x) for x in args.measure_at.split(",")},
                                        args.base_rows, args.regions, args.rows, 7)
+        for policy in [x for x in args.vector_policies.split(",") if x] if args.vector_cycles else []:
+            log(f"cycles of the IVF_PQ + FTS table, segments {policy}")
+            results[f"vector-{policy}"] = run_vector_cycles(
+                work, policy, args.vector_cycles, {int(x) for x in args.measure_at.split(",")},
+                args.vector_base_rows, args.vector_regions, args.vector_rows, 11)
         if not args.skip_spark:
             log(f"compaction of a {args.fragments}-fragment table: in process, then Spark local[2]")
             results["spark"] = compaction_on_spark(work, args.fragments, args.rows_per_fragment, args.target_rows)

@@ -52,8 +52,12 @@ from memwal.writer import RegionWriter, WriterConfig  # noqa: E402
 FRAGMENT_ROWS = 1 << 20
 UPDATES, INSERTS, DELETES = 10_000, 10_000, 2_000
 TARGET_ROWS = 32_000_000  # the issue's targets are stated at this size (against the smallest)
+FRESH = 200_000  # the streaming-append backlog: fresh keys only
 KINDS = {"mixed": "with deletes", "upserts": "upserts only",
-         "after_merge": "with deletes, after an earlier merge of the upserts (deletion files in every fragment)"}
+         "after_merge": "with deletes, after an earlier merge of the upserts (deletion files in every fragment)",
+         "fresh": f"{FRESH:,} fresh-key inserts"}
+# in-process contestants: (MergeConfig.apply); "apply" is the fragment apply (memwal.merge_apply) in process
+APPLY = {"local": "passes", "spark": "passes", "apply": "fragments"}
 
 
 def _base_batches(n: int, batch: int = FRAGMENT_ROWS):
@@ -81,15 +85,16 @@ def build(path: str, base_rows: int, fragment_rows: int = FRAGMENT_ROWS, seed: i
     inserts = np.arange(base_rows, base_rows + INSERTS)
     upserts = _rows(np.concatenate([updates, inserts]), 1)
     config = WriterConfig(max_memtable_rows=10**9, max_memtable_bytes=1 << 40, max_flush_interval_s=None)
-    regions = {"mixed": str(uuid.uuid4()), "upserts": str(uuid.uuid4())}
+    regions = {"mixed": str(uuid.uuid4()), "upserts": str(uuid.uuid4()), "fresh": str(uuid.uuid4())}
+    fresh = _rows(np.arange(base_rows + (1 << 20), base_rows + (1 << 20) + FRESH), 3)
     for kind, region in regions.items():
         with RegionWriter(path, region, config=config) as w:
-            w.put(upserts)
+            w.put(fresh if kind == "fresh" else upserts)
             w.flush()
             if kind == "mixed":
                 w.delete(pa.table({"id": pa.array(deletes)}))
                 w.flush()
-    return {"version": lance.dataset(path).version, "regions": regions,
+    return {"version": lance.dataset(path).version, "regions": regions, "upserts": upserts,
             "keys": np.concatenate([updates, inserts, deletes])}
 
 
@@ -109,9 +114,10 @@ def checksum(path: str, keys: np.ndarray) -> tuple:
     return total[0], total[1], round(total[2], 3), touched
 
 
-def ours(path: str, region: str, dedup) -> dict:
+def ours(path: str, region: str, dedup, apply: str = "passes") -> dict:
     t = time.perf_counter()
-    summary = memwal_merge.merge_table(path, regions=[region], config=memwal_merge.MergeConfig(), dedup=dedup)
+    summary = memwal_merge.merge_table(path, regions=[region], config=memwal_merge.MergeConfig(apply=apply),
+                                       dedup=dedup)
     wall = time.perf_counter() - t
     if summary.failed_regions:
         raise SystemExit(f"merge failed: {summary.to_dict()}")
@@ -157,7 +163,7 @@ def where_upsert_cost_goes(path: str, version: int, base_rows: int, seed: int = 
     return out
 
 
-def lookup_floor(path: str, version: int, keys: pa.Array) -> dict:
+def lookup_floor(path: str, version: int, keys: pa.Array, upserts: pa.Table) -> dict:
     """Lance's cheapest ways to find (and mark deleted) the rows of the base keys the backlog updates or
     deletes, and nothing else: one filtered read of their row addresses, and one `when_matched_delete`
     merge-insert of the keys (on a fresh restore), each through the key's index and by a key scan. Every
@@ -174,7 +180,12 @@ def lookup_floor(path: str, version: int, keys: pa.Array) -> dict:
         t = time.perf_counter()
         b.execute(pa.table({"id": keys}))
         out[f"delete_{how}"] = time.perf_counter() - t
+        if indexed:  # Lance's floor for the whole merge: that delete, plus one append of the new rows
+            t = time.perf_counter()
+            lance.write_dataset(upserts, path, mode="append", max_rows_per_file=FRAGMENT_ROWS)
+            out["append"] = time.perf_counter() - t
     restore(path, version)
+    out["floor"] = out["delete_index"] + out["append"]
     return out
 
 
@@ -182,7 +193,13 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--sizes", default="1000000,8000000,32000000",
                    help="base rows, comma separated (add 64000000 where the machine has room)")
-    p.add_argument("--engines", default="local,spark,baseline")
+    p.add_argument("--engines", default="local,apply,spark,baseline",
+                   help="local: two passes in process; apply: the fragment apply in process; spark: two passes, "
+                        "dedup on Spark; baseline: Lance's one merge-insert")
+    p.add_argument("--distributed", default="",
+                   help="masters for the distributed apply, e.g. local[1],local[2],standalone (two 1-core workers)")
+    p.add_argument("--distributed-upserts", type=int, default=1_000_000,
+                   help="random updates of the distributed apply's backlog (at the largest size)")
     p.add_argument("--repeat", type=int, default=3, help="runs per contestant (the median is reported)")
     p.add_argument("--small-fragments", type=int, default=1 << 17,
                    help="fragment rows of the extra base (second size) that measures the fragment count")
@@ -222,7 +239,8 @@ def main() -> None:
                             memwal_merge.merge_table(path, regions=[info["regions"]["upserts"]])
                         log(f"{n} rows, {kind}: {engine}")
                         runs.append(baseline(path, region) if engine == "baseline"
-                                    else ours(path, region, dedups[engine]))
+                                    else ours(path, region, dedups.get(engine, memwal_merge.local_dedup),
+                                              APPLY[engine]))
                     runs.sort(key=lambda r: r["s"])
                     res.setdefault(kind, {})[engine] = {**runs[len(runs) // 2], "all_s": [r["s"] for r in runs]}
                     sums.setdefault(kind, {})[engine] = checksum(path, info["keys"])
@@ -231,7 +249,7 @@ def main() -> None:
             log(f"{n} rows: where the upsert cost goes")
             res["upsert_cost"] = where_upsert_cost_goes(path, info["version"], n)
             touched = np.concatenate([info["keys"][:UPDATES], info["keys"][UPDATES + INSERTS:]])
-            res["floor"] = lookup_floor(path, info["version"], pa.array(touched))
+            res["floor"] = lookup_floor(path, info["version"], pa.array(touched), info["upserts"])
             res["fragments"] = len(lance.dataset(path).get_fragments())
             if n == sizes[min(1, len(sizes) - 1)] and args.small_fragments:
                 small = os.path.join(work, f"small-{n}")
@@ -241,8 +259,13 @@ def main() -> None:
                     "fragment_rows": args.small_fragments, "fragments": len(lance.dataset(small).get_fragments()),
                     **where_upsert_cost_goes(small, sinfo["version"], n)}
                 shutil.rmtree(small)
-            shutil.rmtree(path)
             results["sizes"][n] = res
+            if args.distributed and n == sizes[-1]:
+                from merge_apply_dist import distributed  # bench/merge_apply_dist.py
+
+                results["distributed"] = distributed(path, info["version"], n, args.distributed.split(","),
+                                                     args.distributed_upserts)
+            shutil.rmtree(path)
     finally:
         shutil.rmtree(work, ignore_errors=True)
         if spark is not None:
@@ -291,7 +314,7 @@ def report(results: dict, sizes: list[int], engines: list[str]) -> None:
     for engine in [e for e in engines if e != "baseline"]:
         a, b = results["sizes"][lo]["mixed"][engine]["s"], results["sizes"][hi]["mixed"][engine]["s"]
         print(f"  ours ({engine}) at {hi:,} / at {lo:,}: {b / a:.2f}   (target <= 2)")
-    floor = min(results["sizes"][hi]["floor"].values())
+    floor = min(v for k, v in results["sizes"][hi]["floor"].items() if k.startswith(("read_", "delete_")))
     if "local" in engines:
         a = results["sizes"][lo]["mixed"]["local"]["s"]
         print(f"  floor: finding and deleting the rows the backlog replaces or deletes at {hi:,} ({floor:.3f} s, "
@@ -308,6 +331,21 @@ def report(results: dict, sizes: list[int], engines: list[str]) -> None:
         for engine in [e for e in engines if e != "baseline"]:
             print(f"  baseline / ours ({engine}) at {hi:,}, after an earlier merge: "
                   f"{after['baseline']['s'] / after[engine]['s']:.2f}   (for reference)")
+    print("\nthe fragment apply (issue 26), in process:")
+    for n in sizes:
+        res = results["sizes"][n]
+        floor = res["floor"]["floor"]
+        for engine in [e for e in ("local", "apply") if e in engines]:
+            print(f"  {n:>11,} rows: ours ({engine}) / Lance's floor (a delete of the touched keys through the "
+                  f"index + an append of the new rows, {floor:.3f} s): {res['mixed'][engine]['s'] / floor:.2f}   "
+                  f"(target <= 1.3 at 8M and 32M)")
+    for engine in [e for e in engines if e != "baseline"]:
+        a, b = results["sizes"][lo]["fresh"][engine]["s"], results["sizes"][sizes[-1]]["fresh"][engine]["s"]
+        print(f"  fresh-key inserts, ours ({engine}) at {sizes[-1]:,} / at {lo:,}: {b / a:.2f}   (target <= 1.5)")
+    if "distributed" in results:
+        from merge_apply_dist import report as report_distributed
+
+        report_distributed(results["distributed"])
     print(f"peak RSS of this process: {results['peak_rss_mb']:.0f} MiB")
     equal = all(results["sizes"][n][k]["equal"] for n in sizes for k in KINDS)
     print(f"every contestant's table equal to the others': {equal}")

@@ -4,7 +4,8 @@ threshold is crossed and once when it is back under. Logic lives in `memwal.airf
 only wires (it reads the tables file for the lag assets the tasks keep their state in, nothing else).
 
 Schedule: $MEMWAL_LAG_MONITOR_SCHEDULE (default every 5 minutes). A check that fails is retried once after
-$MEMWAL_LAG_MONITOR_RETRY_DELAY_S seconds (default 30).
+$MEMWAL_LAG_MONITOR_RETRY_DELAY_S seconds (default 30); a bad tables-file entry fails its own check
+without a retry (the other tables are still checked).
 """
 
 from __future__ import annotations
@@ -44,24 +45,19 @@ def memwal_lag_monitor():
     @task
     def configured_tables() -> list[str]:
         """Tables to check now (the tables file with the `memwal_tables` Variable applied)."""
-        from memwal.airflow.config import load_tables
+        from memwal.airflow.monitor import configured_tables
 
-        return sorted(load_tables())
+        return configured_tables()
 
     @task(map_index_template="{{ memwal_table }}", inlets=[lag_asset(cfg) for cfg in _TABLES.values()])
     def check_lag(table: str) -> dict:
-        """Metrics, history and alerts for one table; fails (after alerting) if its lag cannot be measured."""
-        from airflow.sdk.exceptions import AirflowException
-
-        from memwal.airflow.config import get_table
-        from memwal.airflow.monitor import check_table_lag
+        """Metrics, history and alerts for one table; fails (after alerting) if its lag cannot be measured,
+        and without a retry if its entry in the tables file is bad."""
+        from memwal.airflow.monitor import check_configured_table
 
         context = get_current_context()
         context["memwal_table"] = table  # type: ignore[typeddict-unknown-key]
-        result = check_table_lag(get_table(table), context=context)
-        if result["error"]:
-            raise AirflowException(f"table {table!r}: lag not measured: {result['error']}")
-        return result
+        return check_configured_table(table, context)
 
     check_lag.expand(table=configured_tables())
 

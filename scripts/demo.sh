@@ -63,7 +63,7 @@ $BIN/python -m memwal.demo verify "$TABLE"
 # dags/memwal_tables.yaml's `demo` table is this one (demo/table.lance); another DEMO_TABLE gets its own file.
 if [ -n "${DEMO_TABLE:-}" ]; then
     export MEMWAL_TABLES_FILE="$OWN/memwal_tables.yaml"
-    printf 'tables:\n  demo: {uri: "%s", engine: spark, spark_conn_id: memwal_spark_local, max_merge_applications: 2, retention: {older_than_s: 0, keep_versions: 2}, compaction: {max_small_fragments: 4}}\n' \
+    printf 'tables:\n  demo: {uri: "%s", engine: spark_connect, spark_connect_conn_id: memwal_spark_connect_local, spark_conn_id: memwal_spark_local, max_merge_applications: 2, retention: {older_than_s: 0, keep_versions: 2}, compaction: {max_small_fragments: 4}}\n' \
         "$(cd "$(dirname "$TABLE")" && pwd)/$(basename "$TABLE")" > "$MEMWAL_TABLES_FILE"
 fi
 echo; echo "== 9. more writes arrive"

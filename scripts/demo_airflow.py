@@ -1,6 +1,8 @@
 """`make demo`, the Airflow part: more writes arrive on the demo table, then Airflow runs the table's
-maintenance DAG on embedded defaults (an Airflow home with SQLite under demo/airflow, Spark local[*]
-through the `memwal_spark_local` connection, local files).
+maintenance DAG on embedded defaults (an Airflow home with SQLite under demo/airflow, a local Spark Connect
+server for the table's `spark_connect` engine through the `memwal_spark_connect_local` connection, started
+here and stopped at the end; Spark local[*] through `memwal_spark_local` for a table on engine spark; local
+files).
 
     python scripts/demo_airflow.py write-more TABLE   two more batches through the writer (TABLE.model.json updated)
     python scripts/demo_airflow.py maintain           memwal_maintenance__demo with dag.test(); prints each
@@ -32,7 +34,7 @@ def write_more(table: str, batches: int = 2, batch_rows: int = 1_000, seed: int 
     path.write_text(json.dumps(model))
 
 
-def airflow_env() -> dict[str, str]:
+def airflow_env(connect_port: int | None = None) -> dict[str, str]:
     HOME.mkdir(parents=True, exist_ok=True)
     (HOME / "plugins").mkdir(exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
@@ -48,11 +50,25 @@ def airflow_env() -> dict[str, str]:
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
     })
+    if connect_port:  # the demo table's engine (dags/memwal_tables.yaml): the local Spark Connect server
+        env["AIRFLOW_CONN_MEMWAL_SPARK_CONNECT_LOCAL"] = json.dumps(
+            {"conn_type": "spark_connect", "host": "127.0.0.1", "port": connect_port})
     return env
 
 
 def maintain() -> int:
-    env = airflow_env()
+    sys.path.insert(0, str(REPO / "scripts"))
+    from ports import free_port
+
+    from spark_jobs.connect_server import ConnectServer
+
+    print("demo: starting a local Spark Connect server (127.0.0.1, the demo table's engine spark_connect)")
+    with ConnectServer(master="local[*]", port=free_port()) as server:
+        print(f"demo: Spark Connect server at {server.url}")
+        return _maintain(airflow_env(server.port))
+
+
+def _maintain(env: dict[str, str]) -> int:
     airflow = str(Path(sys.executable).with_name("airflow"))
     print(f"demo: Airflow home {HOME} (SQLite); airflow db migrate")
     subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True)
@@ -70,9 +86,10 @@ def maintain() -> int:
         label = f" [{t['label']}]" if t.get("label") else ""
         print(f"   {t['task_id']:<22}{'#' + str(t['map_index']) if t['map_index'] >= 0 else '':<4}{t['state']}{label}")
     for s in report["merges"]:
+        where = s.get("spark_connect_url") or s.get("spark_master") or "this process"
         print(f"   merge: {s['generations_merged']} generations, {s['rows_upserted']} rows upserted, "
-              f"{s['rows_deleted']} deleted, {s['commits']} commits, Spark application "
-              f"{s.get('spark_application_id')} on {s.get('spark_master')}")
+              f"{s['rows_deleted']} deleted, {s['commits']} commits, ran on {s.get('ran_on')} ({where}): "
+              f"{s.get('engine_reason')}")
     for s in report["upkeep"]:
         if s.get("job") == "compaction":
             print(f"   compaction: {'; '.join(s.get('due') or []) or 'not due'}, fragments "
@@ -82,6 +99,8 @@ def maintain() -> int:
                   f"oldest retained {s['oldest_retained_version']}")
         elif s.get("job") == "gc":
             print(f"   gc: deleted {s['deleted']} ({s['bytes']} bytes)")
+        if s.get("ran_on"):
+            print(f"      ran on {s['ran_on']}: {s.get('engine_reason')}")
     print(f"demo: DAG run {report['state']} (full log: {HOME / 'dag_test.log'})")
     return 0 if report["state"] == "success" else 1
 

@@ -572,6 +572,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dags-folder", default=str(REPO / "dags"))
     p.add_argument("--unpause", action="store_true", help="DAGs start unpaused (default: paused at creation)")
     p.add_argument("--statsd", metavar="HOST:PORT", help="send Airflow's StatsD metrics there")
+    p.add_argument("--no-spark-connect", dest="spark_connect", action="store_false",
+                   help="start no local Spark Connect server (tables on engine spark_connect then fail)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -582,13 +584,32 @@ def main(argv: list[str] | None = None) -> int:
     af = LocalAirflow(home=args.home, tables_file=args.tables_file, database=args.database,
                       port=args.port or None, dags_folder=args.dags_folder, paused_at_creation=not args.unpause,
                       statsd=statsd)
-    return serve(af, "local_airflow")
+    return serve(af, "local_airflow", spark_connect=args.spark_connect)
 
 
-def serve(af: LocalAirflow, name: str, after_start: Callable[[LocalAirflow], list[str]] | None = None) -> int:
-    """Start `af`, print its URL, logins and `after_start`'s lines, and keep it up until Ctrl-C or SIGTERM;
-    every process it started is stopped on the way out (the command line of `local_airflow` and `make airflow`)."""
+# The `spark_connect` connections a local deployment defines (the tables file's default, and the demo's).
+SPARK_CONNECT_CONNS = ("spark_connect_default", "memwal_spark_connect_local")
+
+
+def start_connect_server(af: LocalAirflow, master: str = "local[*]") -> Any:
+    """A local Spark Connect server (`spark_jobs.connect_server`, 127.0.0.1 on a free port) for the tasks of
+    `af`, and its `spark_connect` connections (SPARK_CONNECT_CONNS) pointing at it; call before af.start().
+    The caller stops it (`close()`)."""
+    from spark_jobs.connect_server import ConnectServer
+
+    server = ConnectServer(master=master, port=free_port()).start()
+    conns = {c: {"conn_type": "spark_connect", "host": "127.0.0.1", "port": server.port} for c in SPARK_CONNECT_CONNS}
+    af.connections = {**conns, **af.connections}
+    return server
+
+
+def serve(af: LocalAirflow, name: str, after_start: Callable[[LocalAirflow], list[str]] | None = None,
+          spark_connect: bool = True) -> int:
+    """Start `af` (and, with `spark_connect`, a local Spark Connect server for its tasks first), print its URL,
+    logins and `after_start`'s lines, and keep it up until Ctrl-C or SIGTERM; every process it started is
+    stopped on the way out (the command line of `local_airflow` and `make airflow`)."""
     stopping = False
+    server = None
 
     def on_signal(signum: int, _frame: object) -> None:
         nonlocal stopping
@@ -601,8 +622,13 @@ def serve(af: LocalAirflow, name: str, after_start: Callable[[LocalAirflow], lis
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
+        if spark_connect:
+            server = start_connect_server(af)
         af.start()
         lines = after_start(af) if after_start else []
+        if server is not None:
+            lines.append(f"Spark Connect server: {server.url} (connections {', '.join(SPARK_CONNECT_CONNS)}; log "
+                         f"{server.log_path})")
         print(f"\nAirflow is up: {af.url}  (metadata: {af.backend}; AIRFLOW_HOME={af.home})")
         for user, password in af.passwords.items():
             print(f"  login: {user} / {password}  (role {af.roles[user]})")
@@ -617,8 +643,13 @@ def serve(af: LocalAirflow, name: str, after_start: Callable[[LocalAirflow], lis
     except AirflowError as exc:
         print(f"{name}: error: {exc}", file=sys.stderr)
         return 1
+    except (RuntimeError, TimeoutError, FileNotFoundError) as exc:  # the Spark Connect server did not start
+        print(f"{name}: error: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 1
     finally:
         af.stop()
+        if server is not None:
+            server.close()
     return 0
 
 

@@ -5,9 +5,10 @@ on the executors.
         [--target-rows-per-fragment N] [--max-tasks-per-round N] ...
 
 `memwal.compaction.compact_table` takes an `execute(tasks, uri, storage_options)` hook; here it is
-`spark_executor(spark)`: the pickled `CompactionTask`s go out one per Spark task, each executor opens the
-table and runs `task.execute`, and the pickled `RewriteResult`s come back to the driver, which commits
-them with the plan's options. Same options as `memwal compaction` (`memwal.jobs`). Prints one JSON line
+`spark_executor(spark)`: the pickled `CompactionTask`s go out one per Spark task through the TaskRunner
+(`spark_jobs.task_runner`: DataFrame operations only, so classic and Spark Connect sessions alike), each
+executor opens the table and runs `task.execute`, and the pickled `RewriteResult`s come back to the driver,
+which commits them with the plan's options. Same options as `memwal compaction` (`memwal.jobs`). Prints one JSON line
 (`CompactionSummary.to_dict()`).
 """
 
@@ -19,6 +20,7 @@ from collections.abc import Sequence
 from memwal import jobs
 from memwal.compaction import Execute
 from spark_jobs import common
+from spark_jobs.task_runner import spark_runner
 
 
 def _execute_on_executor(uri: str, storage_options: dict | None):
@@ -33,12 +35,10 @@ def _execute_on_executor(uri: str, storage_options: dict | None):
 def spark_executor(spark) -> Execute:
     """An `execute` hook running each compaction task as one Spark task."""
 
+    runner = spark_runner(spark, "memwal compaction: rewrite fragments")
+
     def execute(tasks: Sequence, uri: str, storage_options: dict | None) -> list:
-        tasks = list(tasks)
-        if not tasks:
-            return []
-        rdd = spark.sparkContext.parallelize(tasks, len(tasks))
-        return rdd.map(_execute_on_executor(uri, storage_options)).collect()
+        return runner(_execute_on_executor(uri, storage_options), list(tasks))
 
     return execute
 

@@ -20,7 +20,9 @@ once, and gets back one `MergeInput` per batch:
    arrays) and are cast back on the executors; a cast that would lose data fails the batch.
 
 The driver holds no more than one commit's upserts: `open_upserts()` reads the region batch's staged files
-into one table when its commit is made (the commit's byte budget bounds it). A table, not a stream: with a
+into one table when its commit is made (the commit's byte budget bounds it). The fragment apply
+(`memwal.merge_apply`) does not open them: `MergeInput.staged` names the files, its tasks read them and
+the driver keeps their keys only. A table, not a stream: with a
 by-source delete, Lance's merge-insert over a stream held more memory the bigger the base table (measured:
 its peak during the commit rose from 84 to 166 MiB over five 400,000-row commits into a table growing from
 0.2 to 1.2 million rows; over a table, 75 to 64 MiB). It can be called again for a retried commit;
@@ -370,6 +372,8 @@ def _dedup_shuffle(spark, refs: Sequence[GenerationRef], pk: list[str], schema: 
         deleted_keys=deleted,
         rows_read=rows_read,
         cleanup=lambda: _cleanup(store, prefix),
+        staged=tuple(paths),
+        staged_rows=sum(n for _, n in files),
     )
 
 
@@ -586,6 +590,8 @@ def _dedup_units(spark, units: list[list[GenerationRef]], pk: list[str], schema:
             deleted_keys=deleted,
             rows_read=info[_READ],
             cleanup=(lambda u=u: staging.done(u)),
+            staged=tuple(paths),
+            staged_rows=info[_ROWS],
         ))
     took = time.monotonic() - started
     stats["jobs"] = stats.get("jobs", 0) + 1

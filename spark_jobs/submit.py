@@ -42,7 +42,7 @@ from pathlib import Path
 
 import memwal
 from memwal.jobs import JOBS
-from memwal.storage import is_secret_option
+from memwal.storage import is_secret_option, redact_value
 
 __all__ = [
     "JOBS",
@@ -170,14 +170,17 @@ def spark_submit_command(
 
 def redact(cmd: Sequence[str]) -> list[str]:
     """The command with the values of secret-looking `KEY=VALUE` arguments (storage options and Spark confs
-    such as spark.hadoop.fs.s3a.secret.key) and of an inline `--storage-options-json` replaced by ***."""
+    such as spark.hadoop.fs.s3a.secret.key) and of an inline `--storage-options-json` replaced by ***, and
+    the credentials of any URL (`scheme://user:pass@host`, e.g. a proxy_url) replaced by *** (`redact_value`)."""
     out: list[str] = []
     for arg in map(str, cmd):
-        key, sep, _ = arg.partition("=")
+        key, sep, value = arg.partition("=")
         if out and out[-1] == "--storage-options-json" and not arg.startswith("@"):
             arg = "***"
-        elif sep and is_secret_option(key):
-            arg = f"{key}=***"
+        elif sep and "://" not in key:
+            arg = f"{key}={redact_value(key, value)}"
+        else:  # no KEY=VALUE: a URL (a Spark master) may carry credentials too
+            arg = redact_value("", arg)
         out.append(arg)
     return out
 

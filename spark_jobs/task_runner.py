@@ -15,7 +15,7 @@ import pyarrow as pa
 from memwal.task_runner import TaskRunner
 from spark_jobs.common import set_job_description
 
-__all__ = ["spark_runner"]
+__all__ = ["default_parallelism", "spark_runner"]
 
 _RESULT = "i long, result binary"
 
@@ -50,3 +50,15 @@ def spark_runner(spark: Any, description: str | None = None) -> TaskRunner:
         return [pickle.loads(by_id[i]) for i in range(n)]
 
     return run
+
+
+def default_parallelism(spark: Any, fallback: int = 2) -> int:
+    """The session's task slots (cores), for how many tasks to cut work into; Spark Connect has no
+    SparkContext, so there the fallback (or spark.default.parallelism, if set)."""
+    try:
+        return max(1, int(spark.sparkContext.defaultParallelism))
+    except Exception:
+        try:
+            return max(1, int(spark.conf.get("spark.default.parallelism")))
+        except Exception:
+            return fallback

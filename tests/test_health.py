@@ -64,3 +64,86 @@ def test_status_shows_health_and_alerts_on_it(local_location, capsys):
     assert status["health"]["table_versions"] > 1 and "table_versions" in captured.err
     assert main(["status", local_location.uri, "--json", "--no-health"]) == 0
     assert "health" not in json.loads(capsys.readouterr().out)
+
+
+def _add_versions(uri: str, storage_options: dict | None, upto: int) -> int:
+    """Metadata-only commits until the table has version `upto` (fragments and `_mem_wal/` stay the same);
+    returns how many versions Lance keeps."""
+    import lance
+
+    ds = lance.dataset(uri, storage_options=storage_options)
+    while ds.version < upto:
+        ds.update_config({"test.tick": str(ds.version)})
+    return len(ds.versions())
+
+
+def test_lag_check_health_requests_do_not_grow_with_versions(s3_location):
+    """The lag monitor's reading (status + health, `measure(health=True)`) on a table with N and then 2N
+    retained versions makes the same S3 requests, Lance's and ours (counted by a proxy): no GC plan, no
+    manifest of an older version read. The storage reading (`memwal status`, the page) still grows."""
+    from s3_requests import counting_proxy
+
+    from memwal.lag import measure
+    from tests.conftest import s3_options
+
+    loc = s3_location
+    build_table(loc, regions=2, generations=3)
+    merge_table(MemWalTable(loc.uri, loc.storage_options))
+    seen = {}
+    with counting_proxy(loc.storage_options["aws_endpoint"]) as proxy:
+        via_proxy = {**loc.storage_options, **{"aws_endpoint": proxy.endpoint}}
+        assert s3_options(proxy.endpoint).keys() <= via_proxy.keys()
+        for n in (20, 40):
+            kept = _add_versions(loc.uri, loc.storage_options, n)
+            proxy.reset()
+            summary = measure(MemWalTable(loc.uri, via_proxy), health=True)
+            manifests = sum(1 for kind, path in proxy.paths if "/_versions/" in path and path.endswith(".manifest"))
+            seen[n] = (dict(proxy.counts), manifests)
+            seen[n, "health"] = (summary["health"]["table_versions"], kept)
+            proxy.reset()
+            table_health(MemWalTable(loc.uri, via_proxy))
+            seen[n, "storage"] = sum(1 for _, path in proxy.paths if "/_versions/" in path)
+    print("lag check requests (kinds, manifest GETs) at 20 and 40 versions:", seen)
+    assert seen[20] == seen[40], "a lag check's requests do not grow with the versions the table keeps"
+    assert seen[20, "health"][0] == seen[20, "health"][1] and seen[40, "health"][0] == seen[40, "health"][1]
+    assert seen[40, "storage"] > seen[20, "storage"], "the storage reading reads every retained version"
+
+
+def test_lag_check_health_reads_no_older_version(local_location):
+    """Locally: the lag check loads the MemWAL index once (the latest), with N and 2N versions."""
+    from open_counts import count_opens
+
+    from memwal.lag import measure
+
+    build_table(local_location, regions=2, generations=3)
+    merge_table(local_location.uri)
+    for n in (12, 24):
+        _add_versions(local_location.uri, None, n)
+        with count_opens(local_location.uri) as counts:
+            summary = measure(local_location.uri, health=True)
+        assert counts["index"] == 1, f"{n} versions: one index load, no older version's manifest read"
+        assert summary["health"]["table_versions"] == n
+
+
+def test_manifest_reading_and_storage_reading_say_what_they_hold(local_location):
+    """The manifest reading leaves every storage figure out (None, no measured-at time); the storage reading
+    carries its time; `table_versions` from the `_versions/` listing equals Lance's versions()."""
+    import lance
+
+    from memwal.health import STORAGE_KEYS, storage_health
+
+    build_table(local_location, regions=2, generations=3)
+    merge_table(local_location.uri)
+    ds = lance.dataset(local_location.uri)
+    cheap = table_health(local_location.uri, storage=False).to_dict()
+    assert all(cheap[k] is None for k in STORAGE_KEYS)
+    assert cheap["table_versions"] == len(ds.versions()) and cheap["oldest_table_version"] == 1
+    assert cheap["data_bytes"] == sum(f.file_size_bytes for fr in ds.get_fragments() for f in fr.metadata.files) > 0
+    full = table_health(local_location.uri).to_dict()
+    assert {k: v for k, v in full.items() if k not in STORAGE_KEYS} == {
+        k: v for k, v in cheap.items() if k not in STORAGE_KEYS}
+    assert full["storage_measured_at"] and full["base_bytes"] >= full["data_bytes"]
+    assert full["gc_limited_by"] and full["generation_dirs"] == 6
+    reading = storage_health(local_location.uri)
+    assert table_health(local_location.uri, storage=False).with_storage(reading).to_dict()["mem_wal_bytes"] == (
+        reading.mem_wal_bytes)

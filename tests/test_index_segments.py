@@ -211,3 +211,25 @@ def test_a_fold_leaves_the_segment_over_large_fragments(local_location):
     compacted = compact_table(loc.uri, rules)
     assert compacted.blocked_by_index_segments == {} and compacted.health_after["fragments"] == 2
     _assert_searches_match(_dataset(loc), model)
+
+
+def test_compaction_before_catch_up_names_the_fragments_no_index_covers_yet(local_location):
+    """A small indexed base, then merges whose new fragments no index covers yet: Lance combines the new
+    fragments among themselves but not with the indexed one, so compaction (due at 2 small fragments) is
+    still due after its run and says why (`blocked_by_unindexed_fragments`: every index, 1 fragment); once
+    catch-up has covered them (folding the vector index's segments, which would block it too), compaction
+    combines all."""
+    loc = local_location
+    (region,) = create_vector_table(loc, BASE_ROWS)
+    model = _model()
+    for c in range(3):
+        _cycle(loc, region, c, model)
+    due_at_two = CompactionConfig(max_small_fragments=2)
+    blocked = compact_table(loc.uri, due_at_two)
+    assert blocked.tasks_committed == 1 and blocked.health_after["fragments"] == 2, blocked.to_dict()
+    assert blocked.blocked_by_unindexed_fragments == {"vec_idx": 1, "text_idx": 1, "id_idx": 1}, blocked.to_dict()
+    assert blocked.blocked_by_index_segments == {}
+    catchup_table(loc.uri, compaction=due_at_two)  # covers them (and folds what would block the compaction)
+    after = compact_table(loc.uri, due_at_two)
+    assert after.blocked_by_unindexed_fragments == {} and after.health_after["fragments"] == 1, after.to_dict()
+    _assert_searches_match(_dataset(loc), model)

@@ -4,11 +4,24 @@ query() and count_rows() equal a model after every round and LanceDB goes on wri
 
 from __future__ import annotations
 
+import math
+
 import pyarrow as pa
 import pytest
-from lancedb_peer import INDEX, LanceDbTable, deletion_files, generation_dirs, merge_and_maintain, round_batches, rows
+from lancedb_peer import (
+    FTS_INDEX,
+    INDEX,
+    VECTOR_INDEX,
+    LanceDbTable,
+    deletion_files,
+    generation_dirs,
+    merge_and_maintain,
+    round_batches,
+    rows,
+)
 from tables import create_base
 from tables import rows as base_rows
+from vector_model import ANN_K, QUERIES, WORDS, assert_top_k, exact_order, fts_ids
 
 from memwal.cli import main
 from memwal.mem_wal_index import initialize_mem_wal, load_index
@@ -59,6 +72,38 @@ def test_lancedb_lsm_rounds_merged_by_memwal_and_lancedb_writes_on(request, wher
         assert generation_dirs(t) <= listed, "GC leaves no part of a collected generation (_deletions/, _indices/)"
     assert collected >= len(t.flushed_max()), "GC collected merged generations, LanceDB's included"
     assert all(m.writer_epoch >= 2 for m in manifests(t).values()), "LanceDB re-claimed its shards each round"
+
+
+def test_lancedb_vector_and_fts_search_after_our_maintenance(local_location):
+    """LanceDB makes a table with IVF_PQ, FTS and BTREE indexes, all maintained through its LSM path, and
+    writes three rounds; after each, our jobs merge, catch up, compact, retain, snapshot and collect. Then
+    LanceDB's exact and ANN (every partition probed, refined over every row) vector searches and its FTS on
+    the base table equal the brute-force model (tests/vector_model.py), index_stats shows no unindexed row,
+    and LanceDB's LSM read equals the model; LanceDB writes on after our compaction."""
+    t = LanceDbTable(local_location)
+    t.create("bucket", vector=True)
+    for r in range(3):
+        t.write_round(round_batches(r, vector=True))
+        assert t.query() == t.expected(), f"round {r}: LanceDB's LSM read before the merge"
+        jobs = merge_and_maintain(t, compact=True)
+        assert {i["index_name"]: i["covered"] for i in jobs["catchup"]["indexes"]} == \
+            {INDEX: True, VECTOR_INDEX: True, FTS_INDEX: True}, jobs["catchup"]
+        names = {k: m["val"] for k, m in t.model.items()}
+        for qi, q in enumerate(QUERIES):
+            assert sorted(t.nearest_base(q, len(names), exact=True)) == exact_order(names, q), \
+                f"round {r}: LanceDB's exact search, query {qi}"
+            ann = t.nearest_base(q, ANN_K, exact=False, refine_factor=math.ceil(len(names) / ANN_K) + 1)
+            assert_top_k(ann, names, q, ANN_K, f"round {r}: LanceDB's ANN search, query {qi}")
+        for word in WORDS:
+            assert t.fts_base(word) == fts_ids(names, word), f"round {r}: LanceDB's FTS {word!r}"
+        ann_plan, fts_plan = t.search_plans(QUERIES[0], WORDS[0])
+        assert f"ANNSubIndex: name={VECTOR_INDEX}" in ann_plan, ann_plan
+        assert "MatchQuery: column=text" in fts_plan and "FlatMatchQuery" not in fts_plan, fts_plan
+        for index in (INDEX, VECTOR_INDEX, FTS_INDEX):
+            stats = t.index_stats(index)
+            assert stats.num_unindexed_rows == 0 and stats.num_indexed_rows == len(names), (r, index, stats)
+        assert t.query() == t.expected() and t.count_rows() == len(names)
+        assert t.query(f"val = 'r{r}b-{r}'") == [t.model[r]], "LanceDB's indexed filter finds the row"
 
 
 def manifests(t: LanceDbTable) -> dict:

@@ -88,12 +88,12 @@ def test_appendix_2_racing_on_the_same_generation(local_location, monkeypatch):
     real_commit = merge_mod._commit
     raced = []
 
-    def commit_after_a_wins(table, markers, data, since=None):
+    def commit_after_a_wins(table, markers, data, since=None, *apply):
         if not raced:
             raced.append(markers)
             merge_region(table.uri, table.storage_options, markers[0][0],
                          MergeConfig(max_generations_per_commit=1))  # merger A
-        return real_commit(table, markers, data, since)
+        return real_commit(table, markers, data, since, *apply)
 
     monkeypatch.setattr(merge_mod, "_commit", commit_after_a_wins)
     b = merge_region(loc.uri, None, region, MergeConfig(max_generations_per_commit=1))
@@ -269,12 +269,12 @@ def test_a_stale_marker_refuses_the_whole_commit_and_the_other_regions_go_on(loc
     real = merge_mod._commit
     calls = []
 
-    def other_merger_first(table, markers, data, since=None):
+    def other_merger_first(table, markers, data, since=None, *apply):
         calls.append(list(markers))
         if len(calls) == 1:
             assert [r for r, _ in markers] == [a, b], "both regions planned into one commit"
             merge_region(table.uri, table.storage_options, a)  # the other merger (its own commit of A)
-        return real(table, markers, data, since)
+        return real(table, markers, data, since, *apply)
 
     monkeypatch.setattr(merge_mod, "_commit", other_merger_first)
     summary = merge_table(loc.uri)
@@ -294,11 +294,11 @@ def test_a_failing_commit_of_several_regions_is_retried_region_by_region(local_l
     real = merge_mod._commit
     attempts = []
 
-    def b_cannot_commit(table, markers, data, since=None):
+    def b_cannot_commit(table, markers, data, since=None, *apply):
         attempts.append([r for r, _ in markers])
         if any(r == b for r, _ in markers):
             raise OSError("injected: B's commit fails")
-        return real(table, markers, data, since)
+        return real(table, markers, data, since, *apply)
 
     monkeypatch.setattr(merge_mod, "_commit", b_cannot_commit)
     summary = merge_table(loc.uri, config=MergeConfig(max_attempts=3))

@@ -143,3 +143,96 @@ def test_redact_hides_secret_spark_confs_and_keeps_the_others_readable():
     assert redact(["x", "--storage-options-json", '{"aws_secret_access_key": "s"}']) == \
         ["x", "--storage-options-json", "***"]
     assert redact(["--storage-options-json", "@/run/so.json"]) == ["--storage-options-json", "@/run/so.json"]
+
+
+# -- secrets never on spark-submit's command line: the tables file's spark_conf and `memwal --conf` --------
+
+SECRET_CONFS = [key for key, secret in SPARK_CONFS if secret]
+PLAIN_CONFS = [key for key, secret in SPARK_CONFS if not secret]
+PROXY = "http://bob:pr0xy-pa55@proxy.internal:3128"
+
+
+@pytest.mark.parametrize("key", SECRET_CONFS)
+def test_the_tables_file_refuses_a_secret_spark_conf_naming_the_table_and_key(key):
+    from memwal.airflow.config import parse_tables
+
+    good, bad = parse_tables({"tables": {"t": {"uri": "/t", "spark_conf": {key: "s3cr3t-value"}}}}, "tables.yaml")
+    message = str(bad["t"])
+    assert not good and bad["t"].key == "spark_conf", message
+    assert f"table 't', key 'spark_conf': {key!r} holds a secret" in message and "connection" in message
+    assert "s3cr3t-value" not in message and "\n" not in message
+
+
+def test_the_tables_file_keeps_plain_spark_confs_and_refuses_a_url_with_credentials():
+    from memwal.airflow.config import parse_tables
+
+    conf = {key: "1" for key in PLAIN_CONFS}
+    user_only = {"spark.jars.repositories": "https://maven@repo.internal/maven2,s3://bucket/a@b"}
+    good, bad = parse_tables({"tables": {"ok": {"uri": "/t", "spark_conf": {**conf, **user_only}},
+                                         "proxy": {"uri": "/t", "spark_conf": {"spark.driver.extraJavaOptions":
+                                                                               f"-Xmx1g -Dhttp.proxy={PROXY}"}},
+                                         "url": {"uri": "/t", "spark_conf": {"spark.hadoop.fs.s3a.endpoint": PROXY}}}},
+                             "tables.yaml")
+    assert good["ok"].spark_conf == {**conf, **user_only}, "a user name alone is no secret"
+    assert "'spark.hadoop.fs.s3a.endpoint' holds a secret" in str(bad["url"]) and "pr0xy" not in str(bad["url"])
+    assert "'spark.driver.extraJavaOptions' holds a secret" in str(bad["proxy"]), "a URL inside a value too"
+
+
+@pytest.mark.parametrize("conf", [*(f"{key}=s3cr3t-value" for key in SECRET_CONFS),
+                                  f"spark.hadoop.fs.s3a.proxy.url={PROXY}"])
+def test_memwal_conf_refuses_a_secret_with_exit_2_naming_the_key_only(conf, capfd):
+    from memwal.cli import main
+
+    key = conf.partition("=")[0]
+    assert main(["merge", "/nonexistent/t.lance", "--spark", "--conf", conf]) == 2
+    out, err = capfd.readouterr()
+    assert out == "" and err.count("\n") == 1, err
+    assert err.startswith(f"memwal merge: error: argument --conf: {key} holds a secret"), err
+    assert "s3cr3t-value" not in err and "pr0xy" not in err and "--storage-options-json @FILE" in err
+
+
+def test_memwal_conf_keeps_plain_spark_confs():
+    from memwal.cli import _parse
+
+    args = _parse(["merge", "/t", "--spark", *(x for key in PLAIN_CONFS for x in ("--conf", f"{key}=v"))])
+    assert dict(args.conf) == {key: "v" for key in PLAIN_CONFS}
+
+
+# -- credentials in URL-valued options (proxy_url=scheme://user:pass@host) -------------------------------
+
+
+def test_redact_hides_the_credentials_of_a_url_and_keeps_the_rest_readable():
+    from memwal.storage import redact_options, redact_value, url_credentials
+
+    cmd = ["spark-submit", "--master", "spark://admin:m4ster@spark:7077", "--conf", f"spark.x.proxy={PROXY}",
+           "job.py", "s3://b/t", "--storage-option", f"proxy_url={PROXY}", "--storage-option",
+           "aws_endpoint=http://minio:9000", "--storage-option", "proxy_url=http://u:p@ss:w0rd@proxy:8080/x?y=z"]
+    shown = redact(cmd)
+    assert shown[2] == "spark://***@spark:7077" and shown[4] == "spark.x.proxy=http://***@proxy.internal:3128"
+    assert f"proxy_url={PROXY}".replace("bob:pr0xy-pa55", "***") in shown
+    assert "aws_endpoint=http://minio:9000" in shown and "s3://b/t" in shown
+    assert shown[-1] == "proxy_url=http://***@proxy:8080/x?y=z", "the last @ before the host ends the userinfo"
+    assert not any(s in " ".join(shown) for s in ("m4ster", "pr0xy", "w0rd"))
+    assert redact_options({"proxy_url": PROXY, "aws_secret_access_key": "k", "aws_region": "eu-west-1"}) == {
+        "proxy_url": "http://***@proxy.internal:3128", "aws_secret_access_key": "***", "aws_region": "eu-west-1"}
+    assert redact_value("aws_endpoint", "https://s3.amazonaws.com/a@b") == "https://s3.amazonaws.com/a@b"
+    assert url_credentials(PROXY) == "bob:pr0xy-pa55" and url_credentials("/data/a@b") is None
+    assert url_credentials("s3://bucket/a:b@c") is None and url_credentials("https://git@host/x") is None
+    assert redact_value("spark.driver.extraJavaOptions", f"-Xmx1g -Dhttp.proxy={PROXY} -Dx=ftp://a:b@f/") == \
+        "-Xmx1g -Dhttp.proxy=http://***@proxy.internal:3128 -Dx=ftp://***@f/", "every URL in a value"
+
+
+def test_the_hook_masks_the_credentials_of_a_url_valued_option(monkeypatch):
+    """Airflow's masker gets the userinfo of a proxy_url from the connection, so task logs hide it."""
+    from types import SimpleNamespace
+
+    import airflow.sdk.log
+
+    from memwal.airflow.hooks.memwal import MemWalHook
+
+    masked = []
+    monkeypatch.setattr(airflow.sdk.log, "mask_secret", lambda value, name=None: masked.append(value))
+    conn = SimpleNamespace(conn_id="c", host=None, port=None, login="AKIA", password="s3cr3t",
+                           extra_dejson={"storage_options": {"proxy_url": PROXY, "aws_region": "x"}})
+    assert MemWalHook.storage_options_from(conn)["proxy_url"] == PROXY
+    assert sorted(masked) == ["AKIA", "bob:pr0xy-pa55", "s3cr3t"]

@@ -12,10 +12,10 @@ import tempfile
 import time
 import zipfile
 from pathlib import Path
+from types import SimpleNamespace
 
-import lance
-import pyarrow as pa
 import pytest
+from maintenance import build_table
 
 from memwal.cli import main
 from spark_jobs import submit
@@ -58,7 +58,9 @@ def fake_spark(tmp_path, monkeypatch):
 @pytest.mark.parametrize("how", ["--storage-option", "--storage-options-json @FILE"])
 def test_memwal_spark_passes_storage_secrets_in_a_private_file_not_on_argv(tmp_path, fake_spark, capsys, how):
     table = tmp_path / "table.lance"
-    lance.write_dataset(pa.table({"id": [1]}), str(table))  # bad input (no table) is refused before spark-submit
+    # A MemWAL table with a generation to merge: a merge with nothing to do would not start Spark at all
+    # (memwal.engines), and bad input (no table) is refused before spark-submit.
+    build_table(SimpleNamespace(uri=str(table), storage_options=None), regions=1, generations=1)
     options = {"aws_secret_access_key": SECRET, "aws_access_key_id": "AKIAITEM7", "aws_region": "eu-west-1"}
     if how == "--storage-option":
         extra = [a for k, v in options.items() for a in ("--storage-option", f"{k}={v}")]

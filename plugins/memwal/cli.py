@@ -45,6 +45,7 @@ from memwal.jobs import (
     storage_options_of,
     validate_job_options,
 )
+from memwal.storage import is_secret_option, url_credentials
 from memwal.table import MemWalTable
 
 __all__ = ["main"]
@@ -65,6 +66,18 @@ _THRESHOLDS = (
 _HEALTH_THRESHOLDS = ("--max-fragments", "--max-deleted-ratio", "--max-table-versions")  # checked on the health
 
 
+def _spark_conf(text: str) -> tuple[str, str]:
+    """A `--conf KEY=VALUE`; a secret (by its key, or a URL's credentials) is refused naming the key only: it
+    would be on spark-submit's command line, which every user of the host can read."""
+    key, value = key_value(text)
+    if is_secret_option(key) or url_credentials(value):
+        raise argparse.ArgumentTypeError(
+            f"{key} holds a secret, and --conf goes on spark-submit's command line, which every user of the "
+            "host can read: give storage credentials with --storage-options-json @FILE (they reach the job "
+            "in a private file) and Spark's own secrets in spark-defaults.conf")
+    return key, value
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = OneLineArgumentParser(prog="memwal", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -82,9 +95,15 @@ def _parser() -> argparse.ArgumentParser:
         add_common_arguments(p, job)
         add_job_arguments(p, job)
         p.add_argument("--json", action="store_true", help="print the JSON summary to stdout")
-        p.add_argument("--spark", action="store_true", help="run the job through spark-submit")
+        p.add_argument("--spark", action="store_true",
+                       help="executor work through spark-submit (a job without any runs here: memwal.engines)")
+        p.add_argument("--spark-connect", metavar="URL", default=None,
+                       help="executor work through the Spark Connect server at URL (sc://HOST:PORT); the job's "
+                            "driver logic runs here")
+        p.add_argument("--auto", action="store_true",
+                       help="with --spark or --spark-connect: run here unless the work is large (memwal.engines)")
         p.add_argument("--master", default="local[*]", help="Spark master for --spark (default local[*])")
-        p.add_argument("--conf", action="append", type=key_value, default=[], metavar="KEY=VALUE",
+        p.add_argument("--conf", action="append", type=_spark_conf, default=[], metavar="KEY=VALUE",
                        help="Spark configuration for --spark (repeatable), e.g. spark.pyspark.python=python3: the "
                             "executors' Python (it needs the dependencies; the code is shipped with --py-files)")
         p.add_argument("-v", "--verbose", action="store_true")
@@ -202,10 +221,14 @@ def _summary_line(s: dict[str, Any]) -> str:
 
 
 def _blocked(s: dict[str, Any]) -> str:
-    """The indexes whose segments keep a due compaction from combining fragments (catch-up folds them)."""
-    blocked = s.get("blocked_by_index_segments") or {}
-    return "; still due, blocked by index segments: " + ", ".join(f"{k} ({v})" for k, v in sorted(blocked.items())) \
-        if blocked else ""
+    """The indexes that keep a due compaction from combining fragments (the next catch-up lifts both)."""
+    out = ""
+    for key, what in (("blocked_by_index_segments", "index segments"),
+                      ("blocked_by_unindexed_fragments", "fragments not indexed yet")):
+        blocked = s.get(key) or {}
+        if blocked:
+            out += f"; still due, blocked by {what}: " + ", ".join(f"{k} ({v})" for k, v in sorted(blocked.items()))
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -243,9 +266,8 @@ def main(argv: list[str] | None = None) -> int:
             if any(r["error"] for r in summary["regions"]):
                 return EXIT_FAILED
             return EXIT_LAG_ALERT if alerts else EXIT_OK
-        if args.spark:
-            check_job_input(args.command, table, args.options, args.region)  # before spark-submit starts a JVM
-            summary = _run_with_spark(args, table, args.options)
+        if args.spark or args.spark_connect:
+            summary = _run_on_engine(args, table)
         else:
             summary = run_job(args.command, table, args.options, args.region)
     except BadInputError as exc:
@@ -260,6 +282,27 @@ def main(argv: list[str] | None = None) -> int:
         print(f"memwal {args.command}: {reason}", file=sys.stderr)
         return EXIT_PARTIAL
     return EXIT_OK
+
+
+def _run_on_engine(args: argparse.Namespace, table: MemWalTable) -> dict[str, Any]:
+    """--spark / --spark-connect (/ --auto): plan here, then run here, on spark-submit or on Spark Connect
+    (memwal.engines); the summary says where and why."""
+    from memwal.engines import choose_engine, plan_work, record_choice
+
+    spark_engine = "spark_connect" if args.spark_connect else "spark"
+    engine = "auto" if args.auto else spark_engine
+    check_job_input(args.command, table, args.options, args.region)  # before any Spark starts
+    plan = plan_work(args.command, table, args.options, args.region)
+    choice = choose_engine(engine, plan, spark_engine=spark_engine)
+    if choice.engine == "in_process":
+        summary = run_job(args.command, table, args.options, args.region)
+    elif choice.engine == "spark":
+        summary = _run_with_spark(args, table, args.options)
+    else:
+        from spark_jobs.connect import run_job_on_connect
+
+        summary = run_job_on_connect(args.command, args.spark_connect, table, args.options, args.region)
+    return record_choice(summary, plan, choice, engine)
 
 
 def _run_with_spark(args: argparse.Namespace, table: MemWalTable, options: JobOptions) -> dict[str, Any]:

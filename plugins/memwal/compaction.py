@@ -19,7 +19,9 @@ status read an index with no entry as caught up only if it covers every live fra
 
 Lance does not combine fragments covered by different segments of one index: when compaction is still due
 after its run, `blocked_by_index_segments` names the indexes whose segments split the small fragments (and
-their segment counts), and the next catch-up folds them (`memwal.index_segments`).
+their segment counts), and the next catch-up folds them (`memwal.index_segments`). Lance does not combine an
+indexed fragment with one the index does not cover yet either: `blocked_by_unindexed_fragments` names those
+indexes (and how many small fragments each leaves out), which the next catch-up covers.
 """
 
 from __future__ import annotations
@@ -163,6 +165,7 @@ class CompactionSummary:
     lock_held_s: float = 0.0
     duration_s: float = 0.0
     blocked_by_index_segments: dict[str, int] = field(default_factory=dict)
+    blocked_by_unindexed_fragments: dict[str, int] = field(default_factory=dict)
     error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -307,13 +310,18 @@ def compact_table(table: TableLike, config: CompactionConfig | None = None,
     health_after = fragment_health(after, config.target_rows_per_fragment)
     summary.health_after = health_after.to_dict()
     if config.enabled and summary.due and due_reasons(health_after, config):
-        from memwal.index_segments import blocking_segments  # it imports this module
+        from memwal.index_segments import blocking_segments, blocking_unindexed  # they import this module
 
         summary.blocked_by_index_segments = blocking_segments(after, config.target_rows_per_fragment)
+        summary.blocked_by_unindexed_fragments = blocking_unindexed(after, config.target_rows_per_fragment)
         if summary.blocked_by_index_segments:
             log.warning("compaction of %s is still due but Lance cannot combine fragments covered by different "
                         "segments of indexes %s (index: segments); a catch-up with a bounded index policy folds "
                         "them", uri, summary.blocked_by_index_segments)
+        if summary.blocked_by_unindexed_fragments:
+            log.warning("compaction of %s is still due but Lance does not combine indexed fragments with fragments "
+                        "indexes %s do not cover yet (index: fragments); the next catch-up covers them (the "
+                        "maintenance DAG runs catch-up before compaction)", uri, summary.blocked_by_unindexed_fragments)
     summary.duration_s = time.monotonic() - started
     log.info("compaction of %s: %s; %d tasks committed in %d rounds (%d preempted), fragments %d -> %d",
              uri, "; ".join(summary.due) or "not due", summary.tasks_committed, summary.rounds,

@@ -14,6 +14,8 @@ FAULT_POINTS = (
     "writer.after_manifest_commit",  # flush committed, MemTable not yet rotated
     "merge.before_commit",  # generations read and deduplicated
     "merge.between_passes",  # a commit's delete pass committed, its upsert pass (with the marker) not yet
+    "merge.apply_before_commit",  # fragment apply: deletion vectors and new fragments written, Update not committed
+    "merge.between_update_and_marker",  # fragment apply: Update committed, the marker commit not yet
     "merge.after_commit",  # data + marker committed, not yet reported
     "details.after_commit",  # MemWAL index rewrite committed, not yet checked for a rebase
     "gc.after_manifest_prune",  # manifest without the generations committed, nothing deleted yet

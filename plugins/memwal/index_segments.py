@@ -93,6 +93,21 @@ def blocking_segments(ds: lance.LanceDataset, target_rows_per_fragment: int) -> 
     return out
 
 
+def blocking_unindexed(ds: lance.LanceDataset, target_rows_per_fragment: int) -> dict[str, int]:
+    """Indexes that cover some of the fragments compaction would combine and not others: index name -> how
+    many of those fragments it does not cover. Lance does not combine an indexed fragment with an unindexed
+    one (any index type); the next catch-up covers them."""
+    small = _small_fragments(ds, target_rows_per_fragment)
+    out = {}
+    for d in ds.describe_indices():
+        if d.name == naming.MEM_WAL_INDEX_NAME:
+            continue
+        covered = small & {int(f) for seg in d.segments for f in seg.fragment_ids}
+        if covered and small - covered:
+            out[d.name] = len(small - covered)
+    return out
+
+
 def is_vector_index(desc: Any) -> bool:
     """A vector (IVF family) index, by its Lance type."""
     return "vector" in desc.type_url.lower() or str(desc.index_type).upper().startswith("IVF")

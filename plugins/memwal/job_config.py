@@ -16,6 +16,7 @@ from memwal.option_values import check_fields, count, optional, seconds
 
 __all__ = ["DEFAULT_INLINE_THRESHOLD", "GcConfig", "JobOptions", "MergeConfig", "is_true"]
 
+APPLY_MODES = ("auto", "passes", "fragments")  # MergeConfig.apply
 DEFAULT_INLINE_THRESHOLD = 100  # regions up to which snapshots are stored inline in the MemWAL index
 
 
@@ -27,6 +28,9 @@ class MergeConfig:
     apply (always at least one generation). max_commits_per_round: how many commits are planned (and, with
     a batch dedup, staged) before the index is read again. max_attempts: refused commits of a region
     before it is reported failed. planning_threads: region manifests read in parallel while planning.
+    apply: how a commit reaches the base table: "passes" (a delete pass and an upsert pass, Lance
+    merge-insert), "fragments" (`memwal.merge_apply`: rows located, fragments rewritten in tasks, one
+    Update then the marker) or "auto" (`memwal.merge_apply.choose_apply`).
     """
 
     max_generations_per_commit: int = 8
@@ -34,11 +38,18 @@ class MergeConfig:
     max_attempts: int = 20
     max_commits_per_round: int = 32
     planning_threads: int = 8
+    apply: str = "auto"
 
     def __post_init__(self) -> None:
         check_fields(self, "merge", {"max_generations_per_commit": count, "max_bytes_per_commit": count,
                                      "max_attempts": count, "max_commits_per_round": count,
-                                     "planning_threads": count})
+                                     "planning_threads": count, "apply": _apply_mode})
+
+
+def _apply_mode(value: Any) -> str:
+    if value not in APPLY_MODES:
+        raise ValueError(f"must be one of {', '.join(APPLY_MODES)}, not {value!r}")
+    return value
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from memwal import option_values
 from memwal.errors import BadInputError
-from memwal.job_config import DEFAULT_INLINE_THRESHOLD, GcConfig, JobOptions, MergeConfig
+from memwal.job_config import APPLY_MODES, DEFAULT_INLINE_THRESHOLD, GcConfig, JobOptions, MergeConfig
 from memwal.maintenance_config import CompactionConfig, IndexPolicy, RetentionConfig
 
 if TYPE_CHECKING:
@@ -43,6 +43,7 @@ __all__ = [
     "add_job_arguments",
     "byte_size",
     "check_job_input",
+    "check_regions",
     "failure_reason",
     "job_options",
     "key_value",
@@ -140,6 +141,9 @@ def add_job_arguments(parser: argparse.ArgumentParser, job: str) -> None:
                             help="e.g. 536870912, 512MiB, 1g")
         parser.add_argument("--up-to-generation", type=positive_int, default=None,
                             help="merge no generation above this one (needs exactly one --region)")
+        parser.add_argument("--apply", choices=APPLY_MODES, default=merge.apply,
+                            help="how commits reach the base table: two merge-insert passes, fragments rewritten "
+                                 "in tasks (memwal.merge_apply), or auto (fragments when tasks run on Spark)")
     elif job == "catchup":
         parser.add_argument("--index", action="append", default=None, metavar="NAME",
                             help="only this base-table index (repeatable; default: every maintained index)")
@@ -205,7 +209,7 @@ def job_options(job: str, args: argparse.Namespace) -> JobOptions:
     if job == "merge":
         return JobOptions(
             merge=replace(base, max_generations_per_commit=args.max_generations_per_commit,
-                          max_bytes_per_commit=args.max_bytes_per_commit),
+                          max_bytes_per_commit=args.max_bytes_per_commit, apply=getattr(args, "apply", base.apply)),
             up_to_generation=args.up_to_generation)
     if job == "catchup":
         return JobOptions(indexes=tuple(args.index) if args.index else None, index_policy=IndexPolicy(
@@ -239,21 +243,33 @@ def validate_job_options(job: str, options: JobOptions, regions: Sequence[str] |
                             f"(got {len(regions or [])})")
 
 
+def check_regions(table: MemWalTable, regions: Sequence[str], *, param: str = "--region",
+                  where: str | None = None) -> list[str]:
+    """The canonical ids of the given regions, duplicates dropped; BadInputError naming the parameter, a
+    malformed id or one the table does not have, and the table (`where`, default its URI). The one region
+    check of `memwal`, the Spark entry points and the Airflow hook."""
+    where = where or f"table {table.uri}"
+    known = set(table.regions())
+    out = []
+    for region in regions:
+        try:
+            rid = str(uuid.UUID(str(region).strip()))
+        except ValueError:
+            raise BadInputError(f"{param}: region id {region!r} is not a UUID ({where})") from None
+        if rid not in known:
+            raise BadInputError(f"{param} {rid}: no such region in {where} ({len(known)} regions; list them with "
+                                "`memwal status TABLE`)")
+        out.append(rid)
+    return list(dict.fromkeys(out))
+
+
 def check_job_input(job: str, table: MemWalTable, options: JobOptions, regions: Sequence[str] | None) -> None:
     """What the table must have for the job's input: it exists (TableNotFoundError), every selected region
     exists and, for catch-up, every named index. BadInputError naming the region or index and the table."""
     validate_job_options(job, options, regions)
     table.dataset  # noqa: B018 - a missing table fails here, named
     if regions and job in REGION_JOBS:
-        known = set(table.regions())
-        for region in regions:
-            try:
-                found = str(uuid.UUID(str(region))) in known
-            except ValueError:
-                raise BadInputError(f"--region: region id {region!r} is not a UUID") from None
-            if not found:
-                raise BadInputError(f"--region {region}: no such region in table {table.uri} ({len(known)} "
-                                    "regions; list them with `memwal status TABLE`)")
+        check_regions(table, regions)
     if job == "catchup" and options.indexes:
         from memwal import naming
 
@@ -273,10 +289,12 @@ def storage_options_of(args: argparse.Namespace) -> dict[str, str] | None:
 
 def run_job(job: str, table: MemWalTable, options: JobOptions | None = None, regions: Sequence[str] | None = None,
             *, dedup: Callable | None = None, read_manifests: Callable | None = None,
-            execute: Callable | None = None, distributed: Any = None) -> dict[str, Any]:
+            execute: Callable | None = None, runner: Callable | None = None, parallelism: int = 1,
+            distributed: Any = None) -> dict[str, Any]:
     """Run one job on the table in this process; returns its JSON-ready summary. Spark passes its own hooks
-    (dedup, read_manifests, execute: where compaction tasks run, and distributed: catch-up's
-    `memwal.catchup.DistributedBuild`, where index segments are built)."""
+    (dedup, read_manifests, execute: where compaction tasks run, runner / parallelism: where and in how many
+    tasks the merge's fragment apply runs, and distributed: catch-up's `memwal.catchup.DistributedBuild`,
+    where index segments are built)."""
     options = options or JobOptions()
     regions = list(dict.fromkeys(regions)) if regions else None
     check_job_input(job, table, options, regions)
@@ -287,7 +305,8 @@ def run_job(job: str, table: MemWalTable, options: JobOptions | None = None, reg
         from memwal.merge import local_dedup, merge_table
 
         return merge_table(table, regions, options.merge, dedup or local_dedup,
-                           up_to_generation=options.up_to_generation).to_dict()
+                           up_to_generation=options.up_to_generation, runner=runner,
+                           parallelism=parallelism).to_dict()
     if job == "catchup":
         from memwal.catchup import catchup_table
 

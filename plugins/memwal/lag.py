@@ -5,7 +5,8 @@ generation, index lag) plus the age of the MemWAL index snapshot (a table-wide v
 `health=True`, the table's health (`memwal.health`: fragments, deleted rows, versions, bytes), and always
 each index's health (`memwal.index_health`: segments, unindexed rows). `breaches` holds a
 measurement against a table's thresholds; `memwal status` (exit 4), the Airflow lag monitor, event trigger
-and sensor all use it, so they agree on what "behind" means.
+and sensor all use it, so they agree on what "behind" means. A health value absent from a measurement
+(None: e.g. a storage figure not read this time) is not held against its threshold.
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ HEALTH_THRESHOLDS: dict[str, str] = {
     "max_mem_wal_bytes": "mem_wal_bytes",
 }
 # the table health values sent as gauges (memwal.airflow.metrics)
-HEALTH_METRICS = ("fragments", "small_fragments", "deleted_ratio", "table_versions", "base_bytes", "mem_wal_bytes",
-                  "gc_reclaimable_bytes")
+HEALTH_METRICS = ("fragments", "small_fragments", "deleted_ratio", "data_bytes", "table_versions", "base_bytes",
+                  "mem_wal_bytes", "gc_reclaimable_bytes")
 # threshold key -> the per-index value it limits (`memwal.index_health`, the measurement's `indexes`)
 INDEX_THRESHOLDS: dict[str, str] = {"max_index_segments": "segments", "max_unindexed_rows": "unindexed_rows"}
 # the per-index values sent as gauges
@@ -47,25 +48,45 @@ INDEX_METRICS = ("segments", "indexed_rows", "unindexed_rows", "indexed_fragment
 THRESHOLD_KEYS = (*REGION_THRESHOLDS, *TABLE_THRESHOLDS, *HEALTH_THRESHOLDS, *INDEX_THRESHOLDS)
 
 
+def threshold_checks() -> dict[str, Any]:
+    """Threshold key -> its check in `memwal.option_values` (the one the CLI and the tables file use)."""
+    from memwal import option_values as ov
+
+    counts = ("max_unmerged_generations", "max_index_lag", "max_fragments", "max_small_fragments",
+              "max_table_versions", "max_index_segments", "max_unindexed_rows")
+    return {**{k: lambda v: ov.count(v, 0) for k in counts},
+            "max_unmerged_bytes": ov.byte_size, "max_mem_wal_bytes": ov.byte_size,
+            "max_oldest_unmerged_age_s": ov.seconds, "max_snapshot_age_s": ov.seconds,
+            "max_deleted_ratio": ov.ratio}
+
+
 def validate_thresholds(thresholds: Mapping[str, Any] | None, where: str = "thresholds") -> dict[str, float]:
-    """Known keys with numeric values >= 0 (None dropped); one ValueError naming the bad key otherwise."""
+    """Known keys, each value checked by `memwal.option_values` as the CLI and the tables file check it
+    (finite, in range; None dropped); one BadInputError naming the bad key and value otherwise."""
+    from memwal.errors import BadInputError
+
+    checks = threshold_checks()
     out: dict[str, float] = {}
     for key, value in (thresholds or {}).items():
         if key not in THRESHOLD_KEYS:
-            raise ValueError(f"{where}: unknown threshold {key!r}; known: {', '.join(THRESHOLD_KEYS)}")
+            raise BadInputError(f"{where}: unknown threshold {key!r}; known: {', '.join(THRESHOLD_KEYS)}")
         if value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-            raise ValueError(f"{where}: threshold {key!r} must be a number >= 0, got {value!r}")
-        out[key] = value
+        try:
+            out[key] = checks[key](value)
+        except ValueError as exc:
+            raise BadInputError(f"{where}: threshold {key!r}: {exc}") from None
     return out
 
 
-def measure(table: TableLike, now: float | None = None, health: bool = False) -> dict[str, Any]:
+def measure(table: TableLike, now: float | None = None, health: bool = False, *,
+            target_rows_per_fragment: int | None = None, storage: bool = False) -> dict[str, Any]:
     """`memwal status` of the table at its latest version (the handle is refreshed: a poller keeps one
     handle) plus `snapshot_ts_millis` and `snapshot_age_s`, from one index load, and with health=True
-    `health` (`memwal.health.table_health`: it lists the table, so the lag trigger's frequent polls leave
-    it out).
+    `health` (`memwal.health.table_health`, small fragments against `target_rows_per_fragment`, the
+    table's compaction target): the manifest reading, a few requests whatever the table's history; with
+    storage=True also the storage reading (a listing of every object and a GC dry run that reads every
+    retained version's manifest), which a frequent check must not take.
 
     snapshot_age_s is None when no snapshot was ever written.
     """
@@ -81,7 +102,8 @@ def measure(table: TableLike, now: float | None = None, health: bool = False) ->
     if health:
         from memwal.health import table_health
 
-        summary["health"] = table_health(table).to_dict()
+        summary["health"] = table_health(table, target_rows_per_fragment, storage=storage,
+                                         refresh=False).to_dict()
     from memwal.index_health import index_health  # from the manifest: cheap on every check
 
     summary["indexes"] = [h.to_dict() for h in index_health(table.dataset)]

@@ -36,11 +36,13 @@ from memwal.generation import open_generation
 from memwal.job_config import MergeConfig
 from memwal.mem_wal_index import load_index
 from memwal.memory import release_unused
-from memwal.merge_commit import CommitPasses, Overtaken, commit_passes
+from memwal.merge_apply import Apply, choose_apply, passes
+from memwal.merge_commit import CommitPasses, Overtaken
 from memwal.planning import leading_batch
 from memwal.region_manifest import load_latest_manifest, select_regions
 from memwal.storage import ObjectStore
 from memwal.table import MemWalTable, TableLike
+from memwal.task_runner import TaskRunner
 
 __all__ = [
     "GenerationRef",
@@ -82,6 +84,10 @@ class MergeInput:
     deleted_keys: pa.Table
     rows_read: int = 0
     cleanup: Callable[[], None] = lambda: None
+    # where the upserts are staged (Arrow IPC files in the base schema, paths in the table's store), if
+    # they are: the fragment apply's tasks then read them there and the driver holds their keys only
+    staged: tuple[str, ...] = ()
+    staged_rows: int = 0
 
 
 Dedup = Callable[[Sequence[GenerationRef], list[str], pa.Schema, ObjectStore], MergeInput]
@@ -254,15 +260,16 @@ def _is_stale_marker(exc: BaseException) -> bool:
 
 
 def _commit(table: MemWalTable, markers: Sequence[tuple[str, int]], data: MergeInput,
-            since: Mapping[str, int] | None = None) -> CommitPasses:
+            since: Mapping[str, int] | None = None, apply: Apply = passes) -> CommitPasses:
     """One commit of upserts + deletes + one marker per region, under the MemWAL index lock, held across
     both passes (memwal.merge_commit); the handle moves to the version committed. since: each region's
     merged generation the plan started from (a pass refuses to run once it moved); without it, the
-    generation below its marker. Lance refuses the commit as a whole when any marker is stale."""
+    generation below its marker. Lance refuses the commit as a whole when any marker is stale. apply: the
+    two passes, or the fragment apply (memwal.merge_apply)."""
     if since is None:
         since = {r: g - 1 for r, g in markers}
     with table.index_lock():
-        return commit_passes(table, markers, since, data.open_upserts(), data.deleted_keys)
+        return apply(table, markers, since, data)
 
 
 # --- the merge loop ---------------------------------------------------------------------------------
@@ -287,8 +294,13 @@ class _Combined:
         self.parts = list(parts)
         self.upserted = [0] * len(self.parts)
         keys = [p.deleted_keys for p in self.parts]
+        staged = all(p.staged for p in self.parts)
+        if staged:  # the fragment apply reads them where they are staged (counted as staged)
+            self.upserted = [p.staged_rows for p in self.parts]
         self.input = MergeInput(self.open, pa.concat_tables(keys, promote_options="permissive") if keys
-                                else schema.empty_table().select(pk), sum(p.rows_read for p in self.parts))
+                                else schema.empty_table().select(pk), sum(p.rows_read for p in self.parts),
+                                staged=tuple(f for p in self.parts for f in p.staged) if staged else (),
+                                staged_rows=sum(p.staged_rows for p in self.parts) if staged else 0)
 
     def open(self) -> pa.Table:
         opened = [p.open_upserts() for p in self.parts]
@@ -387,10 +399,12 @@ def _merge_regions(
     up_to_generation: int | None,
     timings: dict[str, float],
     results: dict[str, RegionMergeResult] | None = None,
+    apply: Apply | None = None,
 ) -> tuple[dict[str, RegionMergeResult], dict[str, BaseException], int]:
     """Merge the regions; (results, errors by region, Lance commits made). `results`, if given, is filled in
     as commits land, so the caller keeps what was committed even if this raises."""
     store, schema, pk = table.store, table.schema, table.primary_key
+    apply = apply or choose_apply(config.apply)
     results = {} if results is None else results
     results.update({r: RegionMergeResult(r) for r in region_ids})
     started = {r: time.monotonic() for r in region_ids}
@@ -468,12 +482,8 @@ def _merge_regions(
                     combined = _Combined(inputs, schema, pk)
                     data = combined.input
                 try:
-                    if combined is None:
-                        done = _commit(table, markers, data, since)
-                        upserted = [done.upserted]
-                    else:
-                        done = _commit(table, markers, data, since)
-                        upserted = combined.upserted
+                    done = _commit(table, markers, data, since, apply)
+                    upserted = [done.upserted] if combined is None else combined.upserted
                 except LockTimeoutError as exc:
                     # Another job held the MemWAL index lock longer than we wait (a long compaction round):
                     # this commit and the rest of the round are not made, the commits made so far stay ours.
@@ -536,12 +546,17 @@ def merge_table(
     config: MergeConfig | None = None,
     dedup: Dedup = local_dedup,
     up_to_generation: int | None = None,
+    runner: TaskRunner | None = None,
+    parallelism: int = 1,
 ) -> MergeSummary:
     """Merge all regions (or the given ones), each up to up_to_generation if given, several regions per
     commit. A region that fails is reported, the others still run. Giving up on the MemWAL index lock
     (LockTimeoutError) ends the run: the regions still to commit are reported failed with it, and what was
-    committed stays in the summary."""
+    committed stays in the summary. runner / parallelism: where the fragment apply's tasks run and how many
+    (`config.apply`, `memwal.merge_apply.choose_apply`)."""
     table = MemWalTable.of(table)
+    config = config or MergeConfig()
+    apply = choose_apply(config.apply, runner, parallelism)
     started = time.monotonic()
     summary = MergeSummary(table.uri, table_version_before=table.refresh().index.table_version)
     selected = select_regions(table.store, regions)
@@ -551,7 +566,7 @@ def merge_table(
     if good:
         try:
             _, errors, summary.table_commits = _merge_regions(
-                table, good, config or MergeConfig(), dedup, up_to_generation, summary.timings_s, results)
+                table, good, config, dedup, up_to_generation, summary.timings_s, results, apply)
         except (MemWalError, MissingGenerationError, OSError) as exc:  # the table itself (schema, key)
             log.error("merge failed: %s", exc)
             errors = dict.fromkeys(good, exc)  # what was committed before stays in `results`

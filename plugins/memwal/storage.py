@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -85,6 +86,29 @@ def is_secret_option(key: str) -> bool:
     show its value. Region, endpoint, bucket and the like stay readable."""
     words = re.sub(r"[^a-z0-9]+", "_", re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", str(key)).lower())
     return _SECRET_KEY.search(words) is not None
+
+
+# A URL with credentials in it, anywhere in a value: `scheme://user:password@host...` (a proxy_url, an
+# endpoint, `-Dhttp.proxy=...` in Java options); the userinfo ends at the last `@` before the path.
+_URL_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)([^/?#\s]*)@")
+
+
+def url_credentials(value: str) -> str | None:
+    """The first `user:password` of a URL in the value, or None: a secret whatever the key's name."""
+    return next((m.group(2) for m in _URL_USERINFO.finditer(str(value)) if ":" in m.group(2)), None)
+
+
+def redact_value(key: str, value: str) -> str:
+    """What may be logged of an option's value: *** for a secret key, else the value with the userinfo of
+    every URL in it (`scheme://user:pass@host`) replaced by *** (the rest stays readable)."""
+    if is_secret_option(key):
+        return "***"
+    return _URL_USERINFO.sub(r"\1***@", str(value))
+
+
+def redact_options(options: Mapping[str, Any] | None) -> dict[str, str]:
+    """Storage options (or Spark confs) as they may be logged (`redact_value` of each)."""
+    return {str(k): redact_value(str(k), str(v)) for k, v in (options or {}).items()}
 
 
 def lance_storage_options(storage_options: dict[str, str] | None) -> dict[str, str] | None:

@@ -2,8 +2,8 @@
 any task, as the api-server (the UI page) reads the lag history:
 
     lag_airflow_run.py monitor SPEC_JSON   dag.test() of memwal_lag_monitor once per entry of SPEC["runs"]
-                                           ("merge": merge SPEC["uri"] first); each run's task states and
-                                           check_lag results (several runs in one process: Airflow starts once)
+                                           ("merge": merge SPEC["uri"] first); each run's task states, tries
+                                           and check_lag results (several runs in one process: Airflow starts once)
     lag_airflow_run.py read TABLE          the table's history and alert state
     lag_airflow_run.py watchers ASSET      the triggers registered on an asset (decrypted kwargs)
     lag_airflow_run.py history SPECS_JSON  per spec: record many samples and read them back (retention)
@@ -50,6 +50,7 @@ def monitor(spec: dict) -> dict:
                                                         XComModel.key == "return_value")).all()
         runs.append({"state": str(dr.state),
                      "tasks": {f"{t.task_id}[{t.map_index}]": str(t.state) for t in tis},
+                     "tries": {f"{t.task_id}[{t.map_index}]": t.try_number for t in tis},
                      "results": [_value(x) for x in sorted(xcoms, key=lambda x: x.map_index)]})
     return {"runs": runs}
 

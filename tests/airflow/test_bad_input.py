@@ -82,8 +82,41 @@ def test_malformed_and_unknown_region_ids_are_refused_before_anything_runs(confi
     with pytest.raises(AirflowFailException) as exc:
         MemWalGcOperator(task_id="g", table="t1", regions=[unknown]).execute({})
     text = one_line_error(exc)
-    assert f"region {unknown} does not exist in table 't1'" in text and "memwal status" in text
+    assert f"region {unknown}: no such region in table 't1'" in text and "memwal status" in text
     assert state(local_location) == before, "a refused task changes nothing"
+
+
+def test_the_hook_checks_regions_as_memwal_does(local_location):
+    """One region check (`memwal.jobs.check_regions`) behind the hook and `memwal` / `run_job`: the same
+    verdict and words for each input (the hook used to accept an id with spaces the library refused)."""
+    from memwal.errors import BadInputError
+    from memwal.job_config import JobOptions
+    from memwal.jobs import check_job_input
+    from memwal.table import MemWalTable
+
+    a, b = lance_core_table(local_location, regions=2, generations=1)
+    unknown = "0b6e5f3c-1111-4222-8333-444455556666"
+    hook, table = MemWalHook(memwal_conn_id=None), MemWalTable(local_location.uri)
+    for regions, says in (([a.upper(), b], [a, b]), ([a, a], [a]), ([f" {a} "], [a]), (["region-7"], "is not a UUID"),
+                          ([b, unknown], f"{unknown}: no such region in table")):
+        try:
+            check_job_input("merge", table, JobOptions(), regions)
+            mine = None
+        except BadInputError as exc:
+            mine = str(exc)
+        try:
+            ids = hook.validate_regions(local_location.uri, regions)
+            theirs = None
+        except AirflowFailException as exc:
+            theirs, ids = str(exc), None
+        if isinstance(says, list):
+            assert (mine, theirs, ids) == (None, None, says), regions
+        else:
+            assert says in mine and says in theirs, (regions, mine, theirs)
+            first, second = (t.split(" (")[0].split(" in ")[0] for t in (mine.removeprefix("--region"),
+                                                                          theirs.removeprefix("region")))
+            assert first == second, (mine, theirs)
+
 
 
 def test_a_table_without_memwal_is_named(configure, local_location):
@@ -207,7 +240,7 @@ def test_unknown_region_under_airflow_fails_the_plan_task_and_merges_nothing(air
     assert report["state"] == "failed"
     states = task_states(report)
     assert states[("plan", -1)] == "failed" and states[("merge", -1)] in ("upstream_failed", "None")
-    assert f"region {unknown} does not exist in table 't1'" in report["log"]
+    assert f"region {unknown}: no such region in table 't1'" in report["log"]
     assert state(local_location) == before
     assert lance.dataset(local_location.uri).version == before[0]
 

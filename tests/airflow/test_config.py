@@ -16,6 +16,7 @@ from memwal.airflow.config import (
     parse_tables,
 )
 from memwal.airflow.planning import backfill_chunks, region_batches
+from memwal.lag import THRESHOLD_KEYS, validate_thresholds
 
 
 def test_shipped_file_has_the_demo_table_under_the_repository_demo_dir(monkeypatch):
@@ -43,7 +44,7 @@ def test_env_file_and_variable_override(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("entry, key, words", [
-    ({"uri": "/t", "engine": "sparky"}, "engine", "'sparky' is not one of spark, in_process"),
+    ({"uri": "/t", "engine": "sparky"}, "engine", "'sparky' is not one of spark, spark_connect, auto, in_process"),
     ({"uri": "/t", "schedule": "every minute"}, "schedule", "not a cron expression"),
     ({"uri": "/t", "max_bytes_per_commit": "lots"}, "max_bytes_per_commit", "is not a size"),
     ({"uri": "/t", "thresholds": {"max_unmerged_gens": 3}}, "thresholds.max_unmerged_gens", "unknown key"),
@@ -131,7 +132,7 @@ NUMERIC_KEYS = [
     "compaction.max_tasks_per_round", *(f"thresholds.{k}" for k in (
         "max_unmerged_generations", "max_unmerged_bytes", "max_oldest_unmerged_age_s", "max_index_lag",
         "max_snapshot_age_s", "max_fragments", "max_small_fragments", "max_deleted_ratio", "max_table_versions",
-        "max_mem_wal_bytes")),
+        "max_mem_wal_bytes", "max_index_segments", "max_unindexed_rows")),
 ]
 
 
@@ -169,6 +170,8 @@ SAME_SETTING = [
     ("status", "--max-fragments", "thresholds.max_fragments"),
     ("status", "--max-deleted-ratio", "thresholds.max_deleted_ratio"),
     ("status", "--max-table-versions", "thresholds.max_table_versions"),
+    ("status", "--max-index-segments", "thresholds.max_index_segments"),
+    ("status", "--max-unindexed-rows", "thresholds.max_unindexed_rows"),
 ]
 VALUES = [-100, -5, -1, 0, 1, 5, 100, 10**6, -0.0, 0.5, 1.5, 2.5, 3e9, 1e11, float("inf"), float("-inf"), float("nan")]
 
@@ -191,6 +194,40 @@ def test_the_command_line_and_the_tables_file_accept_the_same_values(job, option
             differ.append(f"{value!r}: command line {'accepts' if cli_ok else 'refuses'}, tables file "
                           f"{'accepts' if good else 'refuses'}")
     assert not differ, differ
+@pytest.mark.parametrize("key", THRESHOLD_KEYS)
+def test_the_lag_checks_accept_exactly_what_the_tables_file_accepts(key):
+    """`memwal.lag.validate_thresholds` (the sensor's own thresholds, the triggers' kwargs) is the tables
+    file's check: no NaN, no infinity, nothing negative; the refusal names the key."""
+    differ = []
+    for value in [*VALUES, "512MiB", True, None]:
+        try:
+            validate_thresholds({key: value}, "sensor s thresholds")
+            lag_ok = True
+        except ValueError as exc:
+            assert f"sensor s thresholds: threshold {key!r}: " in str(exc), str(exc)
+            lag_ok = False
+        good, _ = parse_tables({"tables": {"t": _entry(f"thresholds.{key}", value)}}, "tables.yaml")
+        if lag_ok != bool(good):
+            differ.append(f"{value!r}: lag check {'accepts' if lag_ok else 'refuses'}, tables file "
+                          f"{'accepts' if good else 'refuses'}")
+    assert not differ, differ
+    for bad in (float("nan"), float("inf"), -1):
+        with pytest.raises(ValueError, match=f"threshold '{key}'"):
+            validate_thresholds({key: bad})
+
+
+def test_the_sensor_and_the_triggers_refuse_a_non_finite_or_negative_threshold():
+    from memwal.airflow.sensors.memwal import MemWalLagSensor
+    from memwal.airflow.triggers.memwal import MemWalLagEventTrigger, MemWalLagTrigger
+
+    with pytest.raises(ValueError, match="s thresholds: threshold 'max_index_segments': nan is not an integer"):
+        MemWalLagSensor(task_id="s", table="t", thresholds={"max_index_segments": float("nan")})
+    with pytest.raises(ValueError, match="threshold 'max_unindexed_rows': -1 is not >= 0"):
+        MemWalLagEventTrigger(table="t", table_uri="/t", thresholds={"max_unindexed_rows": -1})
+    with pytest.raises(ValueError, match="threshold 'max_snapshot_age_s': inf is not a finite number"):
+        MemWalLagTrigger(table="t", table_uri="/t", thresholds={"max_snapshot_age_s": float("inf")})
+
+
 def test_the_tables_index_policy_reaches_the_catchup_operator():
     from memwal.airflow.operators.memwal import MemWalCatchupOperator
     from memwal.maintenance_config import IndexPolicy

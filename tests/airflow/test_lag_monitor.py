@@ -54,6 +54,38 @@ def test_alerts_once_on_crossing_and_once_when_resolved(airflow_home, local_loca
     assert outside["alert_state"]["alerted"] == [] and outside["alert_state"]["last_alert"] == "resolved"
 
 
+def test_a_bad_tables_file_entry_fails_its_check_without_retry_and_the_others_are_checked(
+        airflow_home, local_location, tmp_path):
+    """A bad entry is a config error, not a transient one: its check fails once (no retry, naming the table
+    and key), while the good table beside it is still checked."""
+    lance_core_table(local_location, regions=1, generations=1)
+    env = {**airflow_home, "MEMWAL_LAG_MONITOR_RETRY_DELAY_S": "0",
+           "MEMWAL_TABLES_FILE": str(tables_file(tmp_path / "tables.yaml", {
+               "good": {"uri": local_location.uri, "engine": "in_process", "schedule": None},
+               "broken": {"uri": local_location.uri, "thresholds": {"max_unmerged_generations": -1}}}))}
+    (run,) = lag_run(env, "monitor", json.dumps({"uri": local_location.uri, "runs": ["run"]}))["runs"]
+    assert run["tasks"]["configured_tables[-1]"] == "success", run
+    assert run["tasks"]["check_lag[0]"] == "failed" and run["tries"]["check_lag[0]"] == 1, (
+        "broken (sorted first): failed on its first try, not retried", run)
+    assert run["tasks"]["check_lag[1]"] == "success" and run["results"][0]["table"] == "good", run
+
+
+def test_an_unreadable_tables_file_fails_the_monitor_without_retry(tmp_path, monkeypatch):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from memwal.airflow.monitor import check_configured_table, configured_tables
+
+    path = tmp_path / "tables.yaml"
+    path.write_text("tables: {a: [\n")
+    monkeypatch.setenv("MEMWAL_TABLES_FILE", str(path))
+    with pytest.raises(AirflowFailException, match="not valid YAML"):
+        configured_tables()
+    tables_file(path, {"t": {"uri": "/t", "engine": "sparky"}})
+    assert configured_tables() == ["t"]
+    with pytest.raises(AirflowFailException, match="table 't', key 'engine'"):
+        check_configured_table("t")
+
+
 def test_a_table_that_cannot_be_read_is_one_breach_naming_it(tmp_path):
     """No table at the URI: the monitor still records and alerts (table:unreachable) with one clear line."""
     from types import SimpleNamespace

@@ -95,16 +95,16 @@ def test_snapshot_age_is_sent_once_a_snapshot_exists(local_location, statsd_sock
 
 
 def test_health_gauges_match_memwal_status_health(local_location, statsd_socket):
-    """With health measured (the lag monitor's measurement), fragments, versions and bytes are gauges too,
-    each equal to `memwal status --json`'s health."""
+    """With health measured (the lag monitor's measurement, with a storage reading), fragments, versions and
+    bytes are gauges too, each equal to `memwal status --json`'s health."""
     loc = local_location
     lance_core_table(loc, regions=1, generations=2)
     cli = json.loads(subprocess.run([MEMWAL, "status", loc.uri, "--json"], capture_output=True, text=True,
                                     check=True).stdout)["health"]
-    summary = measure(loc.uri, health=True)
+    summary = measure(loc.uri, health=True, storage=True)
     sent = dict(emit_lag_metrics("t", summary))
     got = _receive(statsd_socket, len(sent))
-    for key in ("fragments", "small_fragments", "deleted_ratio", "table_versions", "base_bytes", "mem_wal_bytes",
-                "gc_reclaimable_bytes"):
+    for key in ("fragments", "small_fragments", "deleted_ratio", "data_bytes", "table_versions", "base_bytes",
+                "mem_wal_bytes", "gc_reclaimable_bytes"):
         assert got[f"airflow.memwal.t.{key}"] == cli[key], f"health gauge {key} equals memwal status"
     assert cli["mem_wal_bytes"] > 0 and cli["table_versions"] >= 2

@@ -62,3 +62,16 @@ def test_trigger_error_fails_the_task_with_its_line(table):
 def test_unknown_table_is_one_clear_error(table):
     with pytest.raises(Exception, match=r"nope.*no such table"):
         MemWalLagSensor(task_id="s", table="nope").execute({})
+
+
+def test_a_bad_tables_file_fails_the_sensor_without_retry(table, tmp_path, monkeypatch):
+    """A config error (bad or unknown entry) is AirflowFailException: Airflow fails the task, no retry."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    monkeypatch.setenv("MEMWAL_TABLES_FILE", str(tables_file(tmp_path / "bad.yaml", {"orders": {
+        "uri": table.uri, "thresholds": {"max_unmerged_generations": -1}}})))
+    for deferrable in (True, False):
+        with pytest.raises(AirflowFailException, match=r"table 'orders', key 'thresholds\.max_unmerged_generations'"):
+            MemWalLagSensor(task_id="s", table="orders", deferrable=deferrable).execute({})
+    with pytest.raises(AirflowFailException, match="no such table"):
+        MemWalLagSensor(task_id="s", table="nope").execute({})

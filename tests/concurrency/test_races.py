@@ -219,9 +219,11 @@ def run_race(loc, record_property, capsys, label: str, race_s: float = RACE_S) -
     common = {"start_at": start_at, "stop_at": stop_at}
     workers = [spawn(tmp, loc, "writer", regions=regions, keys=WRITER_KEYS, seed=1, **common)]
     # the third merger deduplicates on Spark (the multi-region batch job, staged files) against the other two;
-    # the first one's first run is made to conflict, and the others start when it has (worker.py)
+    # the first one's first run is made to conflict, and the others start when it has (worker.py); the second
+    # applies fragment by fragment (memwal.merge_apply, two tasks) against the others' two passes
     go = str(tmp / "forced-conflict-done")
-    workers += [spawn(tmp, loc, "merger", seed=10 + i, spark=i == 2, force_conflict=i == 0, go_file=go, **common)
+    workers += [spawn(tmp, loc, "merger", seed=10 + i, spark=i == 2, force_conflict=i == 0, go_file=go,
+                      apply="fragments" if i == 1 else "auto", **common)
                 for i in range(3)]
     workers += [spawn(tmp, loc, "snapshot", seed=20, **common)]
     # grace 10 s: the setup's generations (written before the start-up wait) can be collected during the race
@@ -277,6 +279,8 @@ def run_race(loc, record_property, capsys, label: str, race_s: float = RACE_S) -
 
     spark_runs = [r for r in records["merger3"] if r.get("job") == "merge"]
     assert spark_runs and all(r.get("engine") == "spark" for r in spark_runs), "the Spark merger must have run"
+    apply_runs = [r for r in records["merger2"] if r.get("job") == "merge"]
+    assert apply_runs and all(r.get("apply") == "fragments" for r in apply_runs), "the fragment apply must have run"
     gc_deleted = sum(r.get("deleted", {}).get("generation", 0) for r in jobs if r.get("job") == "gc")
     flushes = sum(r.get("op") == "flush" for r in writer_records)
     # What the race claims, counted (each made certain by the workers and the observer, not by timing):

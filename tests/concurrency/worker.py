@@ -89,9 +89,10 @@ def merger(spec: dict, rng: random.Random) -> None:
     engine = "spark" if "dedup" in PREPARED else "local"
 
     def once(forced: bool = False) -> None:
-        summary = merge_table(MemWalTable(spec["uri"], spec.get("storage_options")),
-                              config=MergeConfig(max_generations_per_commit=rng.randint(1, 3)), dedup=dedup)
-        emit({"job": "merge", "engine": engine, "commits": summary.commits,
+        config = MergeConfig(max_generations_per_commit=rng.randint(1, 3), apply=spec.get("apply", "auto"))
+        summary = merge_table(MemWalTable(spec["uri"], spec.get("storage_options")), config=config, dedup=dedup,
+                              parallelism=2)
+        emit({"job": "merge", "engine": engine, "apply": config.apply, "commits": summary.commits,
               "conflicts": sum(r.conflicts for r in summary.regions), "forced_conflict": forced,
               "errors": [r.error for r in summary.regions if r.error]})
 

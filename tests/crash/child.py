@@ -5,7 +5,8 @@ in its environment the library SIGKILLs this process at that point (memwal.fault
     python child.py '{"scenario": "write", "uri": ..., "storage_options": ..., "ops": [...]}'
 
 Scenarios: write (ops: {"op": put|delete|flush|close, "region": id, "rows": [[id, name, score], ...],
-"keys": [id, ...]}), merge ("spark": true: deduplicated on Spark, local[1], staged as files),
+"keys": [id, ...]}), merge ("spark": true: deduplicated on Spark, local[1], staged as files; "apply":
+MergeConfig.apply, "parallelism": the fragment apply's tasks),
 snapshot (inline_threshold), catchup, catchup_tasks (segments built as tasks), gc (keep).
 """
 
@@ -59,7 +60,8 @@ def run(spec: dict) -> None:
             from spark_helpers import staging_spark_dedup
 
             dedup = staging_spark_dedup("crash-merge")
-        summary = merge_table(MemWalTable(uri, so), config=MergeConfig(max_generations_per_commit=1), dedup=dedup)
+        config = MergeConfig(max_generations_per_commit=1, apply=spec.get("apply", "auto"))
+        summary = merge_table(MemWalTable(uri, so), config=config, dedup=dedup, parallelism=spec.get("parallelism", 1))
         emit({"merge": summary.to_dict()["failed_regions"]})
     elif scenario == "snapshot":
         from memwal.snapshot import refresh_snapshot

@@ -228,22 +228,24 @@ def crash_after_manifest_commit(loc) -> None:
     final_check(loc, apply(model, [put(r, [(11, "again", 5.0)])]))
 
 
-def _merge_crash(loc, fault: str, spark: bool = False) -> None:
+def _merge_crash(loc, fault: str, spark: bool = False, apply: str = "auto") -> None:
     regions = new_table(loc, 2)
     model = three_generations(loc, regions)
     # the first commit passes, the second dies; on Spark one job deduplicated and staged the whole round first
-    run_child(loc, {"scenario": "merge", "spark": spark}, fault, skip=1)
+    run_child(loc, {"scenario": "merge", "spark": spark, "apply": apply, "parallelism": 2}, fault, skip=1)
     if spark:
         assert loc.store().list(STAGING_DIR), "the dead driver's staged upserts are left behind"
-    expected_first = 1 if fault in ("merge.before_commit", "merge.between_passes") else 2
+    expected_first = 2 if fault == "merge.after_commit" else 1
     merged = load_index(loc.uri).merged_generations
     assert merged.get(regions[0], 0) == expected_first and merged.get(regions[1], 0) == 0, merged
-    if fault == "merge.between_passes":
-        assert 100 not in view(open_base(loc).to_table()), "the delete pass of generation 2 was committed"
+    if fault in ("merge.between_passes", "merge.between_update_and_marker"):
+        assert 100 not in view(open_base(loc).to_table()), "the deletes of generation 2 were committed"
+    if fault == "merge.between_update_and_marker":
+        assert view(open_base(loc).to_table())[101] == ("g2", 2.0), "generation 2's Update was committed"
     merged_history(loc)
     assert lsm(loc) == model, "a half-finished merge changed the LSM view"
     assert view(lance_core_scan(loc)) == model
-    rerun = merge_table(loc.uri, config=MergeConfig(max_generations_per_commit=1))
+    rerun = merge_table(loc.uri, config=MergeConfig(max_generations_per_commit=1, apply=apply))
     assert not rerun.failed_regions
     got = {r.region_id: r.generations for r in rerun.regions}
     assert got == {regions[0]: list(range(expected_first + 1, 4)), regions[1]: [1, 2, 3]}, (
@@ -263,6 +265,26 @@ def crash_between_merge_passes(loc) -> None:
 
 def crash_after_merge_commit(loc) -> None:
     _merge_crash(loc, "merge.after_commit")
+
+
+def crash_between_apply_and_update(loc) -> None:
+    """Fragment apply: the tasks of region 0's generation 2 wrote deletion vectors and fragments, killed
+    before the Update: nothing of it is visible, the rerun applies generation 2 once."""
+    _merge_crash(loc, "merge.apply_before_commit", apply="fragments")
+
+
+def crash_between_update_and_marker(loc) -> None:
+    """Fragment apply: generation 2's Update committed (100 deleted, 101 replaced), killed before the
+    marker commit: the view is exact, the rerun replaces 101 again and moves the marker once."""
+    _merge_crash(loc, "merge.between_update_and_marker", apply="fragments")
+
+
+def crash_before_merge_commit_fragments(loc) -> None:
+    _merge_crash(loc, "merge.before_commit", apply="fragments")
+
+
+def crash_after_merge_commit_fragments(loc) -> None:
+    _merge_crash(loc, "merge.after_commit", apply="fragments")
 
 
 def crash_before_merge_commit_spark(loc) -> None:
@@ -434,9 +456,13 @@ SCENARIOS: dict[str, list[Callable]] = {
     "writer.after_wal_write": [crash_in_put],
     "writer.after_generation_write": [crash_after_generation_write],
     "writer.after_manifest_commit": [crash_after_manifest_commit],
-    "merge.before_commit": [crash_before_merge_commit, crash_before_merge_commit_spark],
+    "merge.before_commit": [crash_before_merge_commit, crash_before_merge_commit_spark,
+                            crash_before_merge_commit_fragments],
     "merge.between_passes": [crash_between_merge_passes],
-    "merge.after_commit": [crash_after_merge_commit, crash_after_merge_commit_spark],
+    "merge.apply_before_commit": [crash_between_apply_and_update],
+    "merge.between_update_and_marker": [crash_between_update_and_marker],
+    "merge.after_commit": [crash_after_merge_commit, crash_after_merge_commit_spark,
+                           crash_after_merge_commit_fragments],
     "details.after_commit": [crash_after_snapshot_details_commit, crash_after_catchup_details_commit],
     "gc.after_manifest_prune": [crash_after_gc_prune],
     "gc.mid_delete": [crash_mid_gc_delete],

@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 COMPOSE = REPO / "docker-compose.yaml"
 DOCKERFILE = REPO / "docker" / "Dockerfile"
 SERVICES = {"postgres", "minio", "minio-init", "airflow-init", "airflow-apiserver", "airflow-scheduler",
-            "airflow-dag-processor", "airflow-triggerer", "spark-master", "spark-worker"}
+            "airflow-dag-processor", "airflow-triggerer", "spark-master", "spark-worker", "spark-connect"}
 AIRFLOW_SERVICES = {"airflow-init", "airflow-apiserver", "airflow-scheduler", "airflow-dag-processor",
                     "airflow-triggerer"}
 AIRFLOW_COMMANDS = {"airflow-apiserver": "api-server", "airflow-scheduler": "scheduler",
@@ -191,6 +191,10 @@ def test_connections_point_at_compose_services(compose):
     spark = json.loads(env["AIRFLOW_CONN_SPARK_COMPOSE"])
     assert spark["conn_type"] == "spark" and spark["host"] == "spark://spark-master" and spark["port"] == 7077
     assert services["spark-master"]["hostname"] == "spark-master"
+    connect = json.loads(env["AIRFLOW_CONN_SPARK_CONNECT_COMPOSE"])
+    assert connect["conn_type"] == "spark_connect" and connect["host"] == "spark-connect"
+    assert services["spark-connect"]["hostname"] == "spark-connect" and connect["port"] == 15002
+    assert services["spark-connect"]["entrypoint"] == ["memwal-spark", "connect", "spark://spark-master:7077"]
 
     execution = urlsplit(env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"])
     assert execution.hostname == "airflow-apiserver" and execution.port in _ports(services["airflow-apiserver"])
@@ -208,6 +212,7 @@ def test_tables_file_uses_the_defined_connections(compose):
     conns = {k.removeprefix("AIRFLOW_CONN_").lower() for k in env if k.startswith("AIRFLOW_CONN_")}
     for cfg in good.values():
         assert cfg.conn_id in conns and cfg.spark_conn_id in conns, cfg.name
+        assert cfg.engine != "spark_connect" or cfg.spark_connect_conn_id in conns, cfg.name
         assert cfg.uri.startswith("s3://memwal/"), "compose tables live in the MinIO bucket created at start"
         assert cfg.spark_conf.get("spark.driver.host") == "airflow-scheduler"
 

@@ -9,7 +9,9 @@ Tables (the tables file given through MEMWAL_TABLES_FILE), one per scenario so t
 - `orders`  (spark)       a merge through the REST API;
 - `clicks`  (in_process)  memwal_merge and the maintenance DAG at once;
 - `events`  (in_process)  held behind its threshold: alert, event-driven maintenance, resolved alert;
-- `crashy`  (spark)       its Spark driver is SIGKILLed inside a merge commit once (memwal.faults).
+- `crashy`  (spark)       its Spark driver is SIGKILLed inside a merge commit once (memwal.faults);
+- `linked`  (spark_connect) the maintenance DAG with its executor work on a local Spark Connect server
+  (started once for the deployment, its log and event log searched by the canary test).
 No table has a clock schedule (`schedule: null`): runs start only from the tests and from lag assets.
 
 MEMWAL_E2E_DATABASE=sqlite|postgres|auto (default auto) picks the metadata database.
@@ -41,12 +43,14 @@ from e2e_support import (
     s3_options,
 )
 from local_airflow import LocalAirflow
+from ports import free_port
 
 log = logging.getLogger("e2e")
 
 CONN_STORAGE = "memwal_lake"
 CONN_SPARK = "memwal_spark_e2e"
 CONN_ALERTS = "memwal_alerts"
+CONN_CONNECT = "memwal_spark_connect_e2e"
 FAULT = "merge.before_commit"
 
 
@@ -85,6 +89,8 @@ def _tables_file(path: Path, bucket: str, driver_python: Path) -> Path:
                    "thresholds": {"max_unmerged_generations": 2}},
         "crashy": {"uri": f"s3://{bucket}/crashy", **common, **spark,
                    "spark_conf": {**spark_conf, "spark.pyspark.driver.python": str(driver_python)}},
+        "linked": {"uri": f"s3://{bucket}/linked", **common, "engine": "spark_connect",
+                   "spark_connect_conn_id": CONN_CONNECT},
     }
     path.write_text("# written by tests/e2e/conftest.py\n" + yaml.safe_dump({"tables": tables}, sort_keys=False))
     return path
@@ -102,6 +108,13 @@ def deployment(s3_endpoint, tmp_path_factory):
     tables_file = _tables_file(root / "memwal_tables.yaml", bucket, _driver_wrapper(fault_dir))
 
     spark = SparkStandalone(root / "spark").start()
+    from spark_jobs.connect_server import ConnectServer
+
+    (root / "connect" / "events").mkdir(parents=True)
+    connect = ConnectServer(master="local[1]", port=free_port(), log_path=root / "connect" / "server.log",
+                            event_log_dir=f"file://{root / 'connect' / 'events'}",
+                            conf={"spark.driver.extraJavaOptions": FAST_JVM_OPTIONS,
+                                  "spark.eventLog.compress": "false"})
     webhook = WebhookServer().start()
     recorder = SparkSubmitRecorder(root / "recorder").install()
     sampler = ProcSampler(needles=(canary, webhook.url)).start()
@@ -110,6 +123,7 @@ def deployment(s3_endpoint, tmp_path_factory):
                        "password": canary, "extra": {"region": "us-east-1", "allow_http": True}},
         CONN_SPARK: {"conn_type": "spark", "host": "spark://127.0.0.1", "port": spark.port},
         CONN_ALERTS: webhook.url,
+        CONN_CONNECT: {"conn_type": "spark_connect", "host": "127.0.0.1", "port": connect.port},
     }
     env = {
         "SPARK_HOME": recorder.spark_home,
@@ -127,7 +141,7 @@ def deployment(s3_endpoint, tmp_path_factory):
 
     def write_tables() -> None:  # Lance core writes the tables while Airflow starts
         try:
-            for name in ("orders", "clicks", "events", "crashy"):
+            for name in ("orders", "clicks", "events", "crashy", "linked"):
                 t = LanceCoreTable(f"s3://{bucket}/{name}", storage).create()
                 for k in range(2):
                     t.write_generations(None, rounds=4 if name != "events" else 3, offset=100 * (k + 1),
@@ -139,13 +153,15 @@ def deployment(s3_endpoint, tmp_path_factory):
     writer = threading.Thread(target=write_tables, name="write-tables")
     writer.start()
     try:
+        connect.start()
         af.start()
         writer.join()
         if errors:
             raise errors[0]
         spark.wait_alive()
         dep = Deployment(af=af, tables=tables, canary=canary, webhook=webhook, recorder=recorder, sampler=sampler,
-                         spark=spark, tables_file=tables_file, fault_dir=fault_dir, endpoint=s3_endpoint)
+                         spark=spark, tables_file=tables_file, fault_dir=fault_dir, endpoint=s3_endpoint,
+                         connect=connect)
         if af.backend != "postgresql":
             dep.notes.append(f"the Airflow metadata database is {af.backend}: no PostgreSQL answered on "
                              "127.0.0.1:5432 (or MEMWAL_E2E_DATABASE asked for it)")
@@ -157,6 +173,7 @@ def deployment(s3_endpoint, tmp_path_factory):
         sampler.stop()
         webhook.stop()
         spark.stop()
+        connect.stop()
         log.info("e2e: Airflow home with every log: %s", af.home)
 
 

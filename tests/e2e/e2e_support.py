@@ -15,7 +15,7 @@ import uuid
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import lance
 import pyarrow as pa
@@ -120,7 +120,14 @@ class Deployment:
     tables_file: Path
     fault_dir: Path
     endpoint: str
+    connect: Any = None  # spark_jobs.connect_server.ConnectServer of the `linked` table
     notes: list[str] = field(default_factory=list)
+
+    def connect_log_files(self) -> list[Path]:
+        """The Spark Connect server's log and event log."""
+        if self.connect is None or self.connect.log_path is None:
+            return []
+        return sorted(p for p in self.connect.log_path.parent.rglob("*") if p.is_file())
 
     def arm_driver_fault(self) -> None:
         """The next Spark driver of table `crashy` kills itself inside its second merge commit."""

@@ -227,6 +227,28 @@ def test_spark_driver_killed_mid_merge_is_finished_by_the_task_retry(deployment:
     assert t.merged_generations() == {r: max(g) for r, g in flushed.items()}
 
 
+def test_maintenance_dag_on_spark_connect(deployment: Deployment):
+    """linked (engine spark_connect): its maintenance DAG on the deployment's Spark Connect server. Rule: the
+    run succeeds, the base table equals the model, every region's last generation is merged; each merge
+    deduplicated on the server with its driver in the task process (ran_on), and retention and GC ran in
+    process (driver-only work starts no Spark)."""
+    af, t = deployment.af, deployment.tables["linked"]
+    flushed = t.flushed()
+    dag_id = maintenance("linked")
+    af.wait_for_dag(dag_id)
+    run = af.trigger_dag(dag_id)
+    expect_success(deployment, dag_id, run)
+    assert t.base() == t.model, "after the maintenance run the base table equals the model"
+    assert t.merged_generations() == {r: max(g) for r, g in flushed.items()}
+    merges = [s for s in mapped_xcoms(deployment, dag_id, run, "merge") if s.get("generations_merged")]
+    assert merges and all(s["ran_on"] == {"plan": "in_process", "driver": "in_process", "dedup": "spark_connect"}
+                          for s in merges), merges
+    assert all(s["spark_connect_url"].rstrip("/") == deployment.connect.url for s in merges), merges
+    for task in ("retention", "gc"):
+        summary = af.xcom(dag_id, run, task)
+        assert summary["engine"] == "in_process" and summary["ran_on"][task] == "in_process", summary
+
+
 def places_containing(dep: Deployment, needle: str) -> dict[str, list[str]]:
     """Where `needle` occurs, by kind: spark-submit argv (the recording wrapper), process command lines
     (sampled from /proc), DAG run conf, rendered template fields, task logs (every try, as the UI reads them
@@ -236,7 +258,8 @@ def places_containing(dep: Deployment, needle: str) -> dict[str, list[str]]:
     af = dep.af
     found: dict[str, list[str]] = {k: [] for k in (
         "argv", "process", "conf", "rendered", "log", "xcom", "asset_event", "file", "spark_log", "metadata_db")}
-    found["spark_log"] = [str(p) for p in dep.spark.log_files() if needle.encode() in p.read_bytes()]
+    found["spark_log"] = [str(p) for p in dep.spark.log_files() + dep.connect_log_files()
+                          if needle.encode() in p.read_bytes()]
     found["argv"] = [json.dumps(a) for a in dep.recorder.argvs() if needle in json.dumps(a)]
     found["process"] = [" ".join(a) for a in dep.sampler.argvs() + list(dep.sampler.leaks.values())
                         if needle in " ".join(a)]
@@ -303,6 +326,8 @@ def test_canary_secret_appears_nowhere(deployment: Deployment):
         assert any(f"/{app}/" in h and h.endswith(("stderr", "stdout")) for h in hits), (
             f"control: executor logs of {app} are searched: {hits}")
 
+    # Control for the Spark Connect server's logs: its event log holds the plans of the `linked` jobs.
+    assert places_containing(deployment, "map_partitions")["spark_log"], "control: the Connect logs are searched"
     leaks = {kind: hits for kind, hits in places_containing(deployment, deployment.canary).items() if hits}
     assert not leaks, f"the canary secret leaked into: {leaks}"
     # The webhook URL is a secret too (README, Alerts). Control: it reached the notifier (alerts arrived).

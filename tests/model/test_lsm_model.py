@@ -14,9 +14,11 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import run_state_machine_as_test
 from machine import local_machine, s3_machine
+from vector_machine import local_vector_machine
 
 LOCAL_EXAMPLES = int(os.environ.get("MEMWAL_MODEL_EXAMPLES", "200"))
 LOCAL_STEPS = 15
+VECTOR_EXAMPLES = int(os.environ.get("MEMWAL_MODEL_VECTOR_EXAMPLES", "25"))
 S3_EXAMPLES = 10
 S3_STEPS = 10
 COMMON = {
@@ -43,6 +45,32 @@ def test_lsm_model_local(tmp_path, record_property, capsys):
     run_state_machine_as_test(
         machine, settings=settings(max_examples=LOCAL_EXAMPLES, stateful_step_count=LOCAL_STEPS, **COMMON))
     assert _report(machine, "local", LOCAL_STEPS, started, record_property, capsys) >= LOCAL_EXAMPLES
+
+
+def test_lsm_model_vector_local(tmp_path, record_property, capsys):
+    """The same machine on a table with IVF_PQ and FTS indexes: Lance's searches equal the model after every
+    step (vector_machine.py)."""
+    machine = local_vector_machine(str(tmp_path))
+    started = time.monotonic()
+    run_state_machine_as_test(
+        machine, settings=settings(max_examples=VECTOR_EXAMPLES, stateful_step_count=LOCAL_STEPS, **COMMON))
+    assert _report(machine, "vector", LOCAL_STEPS, started, record_property, capsys) >= VECTOR_EXAMPLES
+
+
+APPLY_EXAMPLES = int(os.environ.get("MEMWAL_MODEL_APPLY_EXAMPLES", "60"))
+
+
+def test_lsm_model_local_fragment_apply(tmp_path, monkeypatch, record_property, capsys):
+    """The same machine with every merge applied fragment by fragment (memwal.merge_apply), its tasks
+    pickled as on executors: the model, hence the two-pass merge's result, on every sequence."""
+    from apply_runner import use_fragment_apply
+
+    use_fragment_apply(monkeypatch)
+    machine = local_machine(str(tmp_path))
+    started = time.monotonic()
+    run_state_machine_as_test(
+        machine, settings=settings(max_examples=APPLY_EXAMPLES, stateful_step_count=LOCAL_STEPS, **COMMON))
+    assert _report(machine, "local, fragment apply", LOCAL_STEPS, started, record_property, capsys) >= APPLY_EXAMPLES
 
 
 @pytest.mark.s3

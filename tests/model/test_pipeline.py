@@ -8,6 +8,7 @@ from __future__ import annotations
 import uuid
 from datetime import timedelta
 
+import lance
 import pyarrow as pa
 from maintenance import merge_region
 from tables import SCHEMA, create_base, lance_core_scan, open_base
@@ -127,3 +128,67 @@ def test_full_pipeline_against_the_model(location):
     check("closed and merged", merged_fully=True)
     status = table_status(MemWalTable(loc.uri, so))
     assert all(r.unmerged_generations == 0 and r.error is None for r in status.regions)
+
+
+def test_vector_and_fts_table_maintained_by_the_jobs_against_the_model(local_location):
+    """A table with IVF_PQ, FTS and BTREE indexes through 8 cycles of writes (upserts, new keys, deletes)
+    and the maintenance DAG's jobs in its order (merge -> catch-up with the default IndexPolicy -> compaction
+    when due -> retention -> snapshot -> GC). After every job, through Lance: exact and ANN vector search,
+    FTS and scalar filters equal the brute-force model (tests/vector_model.py), and no index has more
+    segments than the bound. Each catch-up adds a vector segment, so without folding the index would reach
+    9 segments and compaction could not combine the fragments: certain here, so asserted."""
+    from vector_machine import FTS_INDEX, VECTOR_INDEX, create_vector_indexes, vector_table
+    from vector_model import check_lance_searches
+
+    from memwal.compaction import compact_table
+    from memwal.index_segments import segment_counts
+    from memwal.maintenance_config import DEFAULT_MAX_INDEX_SEGMENTS, CompactionConfig, RetentionConfig
+    from memwal.retention import retain_versions
+
+    loc, so = local_location, local_location.storage_options
+    model: Model = {k: (f"base.{k}", float(-1 - k)) for k in range(16)}
+    ds = lance.write_dataset(vector_table(sorted(model.items())), loc.uri)
+    ds.create_scalar_index("name", "BTREE", name="name_idx")
+    create_vector_indexes(ds)
+    open_base(loc).initialize_mem_wal(unsharded=True)
+    region = str(uuid.uuid4())
+    table = MemWalTable(loc.uri, so)
+    folded, compacted = 0, 0
+
+    def check(stage: str) -> None:
+        base = open_base(loc)
+        assert _view(base.to_table()) == model, f"{stage}: base table differs from the model"
+        check_lance_searches(base, {k: v[0] for k, v in model.items()}, {k: v[1] for k, v in model.items()},
+                             VECTOR_INDEX, FTS_INDEX, stage)
+        segments = segment_counts(base)
+        assert max(segments.values()) <= DEFAULT_MAX_INDEX_SEGMENTS, f"{stage}: {segments}"
+
+    for c in range(1, 9):
+        vals = [(k, (f"c{c}.{k}", float(c * 100 + k))) for k in [c, c + 5, 20 + c, 21 + c]]
+        gone = [c + 2]
+        with RegionWriter(loc.uri, region, storage_options=so,
+                          config=WriterConfig(max_memtable_rows=10**9, max_flush_interval_s=None)) as w:
+            w.put(vector_table(vals))
+            w.delete(pa.table({"id": pa.array(gone, pa.int64())}))
+        model.update(vals)
+        for k in gone:
+            model.pop(k, None)
+        assert not merge_table(table).failed_regions
+        check(f"cycle {c}: merge")
+        catch = catchup_table(table)
+        assert all(i.error is None and i.covered for i in catch.indexes), catch.to_dict()
+        folded += sum(i.folded_segments for i in catch.indexes)
+        check(f"cycle {c}: catch-up")
+        summary = compact_table(table, CompactionConfig(max_small_fragments=2, max_deleted_ratio=0.1))
+        assert summary.error is None, summary.to_dict()
+        compacted += summary.tasks_committed
+        check(f"cycle {c}: compaction")
+        retain_versions(table, RetentionConfig(older_than_s=0, keep_versions=2))
+        refresh_snapshot(table)
+        assert not [r for r in gc_table(table, config=GcConfig(grace_period_s=0)).regions if r.error]
+        check(f"cycle {c}: retention, snapshot, GC")
+    assert folded > 0, "catch-up never folded the vector index's segments"
+    assert compacted > 0, "compaction never combined fragments"
+    stats = {n: open_base(loc).stats.index_stats(n) for n in (VECTOR_INDEX, FTS_INDEX, "name_idx")}
+    assert all(s["num_unindexed_rows"] == 0 for s in stats.values()), stats
+    assert len(open_base(loc).get_fragments()) <= 2, "compaction keeps the fragments few"

@@ -80,3 +80,19 @@ def standalone_master(tmp_path_factory):
                 p.wait()
         for f in log_files:
             f.close()
+
+
+@pytest.fixture(scope="session")
+def connect_server(tmp_path_factory):
+    """One local Spark Connect server (local[2]) for the session, with its event log on: the Connect tests
+    share it, as Airflow tasks share a deployment's server (each job opens its own session)."""
+    from spark_jobs.connect_server import ConnectServer
+
+    root = tmp_path_factory.mktemp("spark-connect")
+    (root / "events").mkdir()
+    server = ConnectServer(master="local[2]", event_log_dir=f"file://{root / 'events'}", log_path=root / "server.log",
+                           conf={**FAST_JVM, "spark.eventLog.compress": "false"})
+    server.start()
+    server.root = root
+    yield server
+    server.close()

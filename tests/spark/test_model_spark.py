@@ -1,5 +1,6 @@
 """A smaller set of the model-based sequences with every merge deduplicated on Spark (spark_dedup: one
-Spark job per planning round, through `.batch`)."""
+Spark job per planning round, through `.batch`): on a classic session, and on a Spark Connect session
+(the spark_connect engine's executor path)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,20 @@ EXAMPLES, STEPS = 8, 10
 
 
 def test_lsm_model_with_spark_merges(spark, tmp_path, capsys):
+    _model_on(spark, tmp_path, capsys, EXAMPLES, "spark")
+
+
+def test_lsm_model_with_spark_connect_merges(connect_server, tmp_path, capsys):
+    from spark_jobs.connect import open_session
+
+    with open_session(connect_server.url) as session:
+        _model_on(session, tmp_path, capsys, CONNECT_EXAMPLES, "spark connect")
+
+
+CONNECT_EXAMPLES = 4
+
+
+def _model_on(spark, tmp_path, capsys, examples: int, name: str) -> None:
     hook = spark_dedup(spark)
     calls = Counter()
 
@@ -39,14 +54,14 @@ def test_lsm_model_with_spark_merges(spark, tmp_path, capsys):
                    {"dedup": staticmethod(counted), "stats": Counter()})
     started = time.monotonic()
     run_state_machine_as_test(machine, settings=settings(
-        max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None, print_blob=True,
+        max_examples=examples, stateful_step_count=STEPS, deadline=None, print_blob=True,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]))
     n = machine.stats["sequences"]
     with capsys.disabled():
-        print(f"\n[memwal model spark] {n} sequences (<= {STEPS} steps) in {time.monotonic() - started:.1f}s; "
+        print(f"\n[memwal model {name}] {n} sequences (<= {STEPS} steps) in {time.monotonic() - started:.1f}s; "
               f"{calls['generations']} generations deduplicated on Spark for {calls['commits']} region batches "
               f"({calls['jobs']} batch jobs)")
-    assert n >= EXAMPLES
+    assert n >= examples
     # Certain, not drawn: every sequence ends with a closing put into each region and a merge_table of it
     # (machine._final_check), so each one deduplicates at least one generation on Spark.
     assert calls["jobs"] >= n and calls["generations"] >= n, "every sequence must really merge through Spark"

@@ -124,7 +124,7 @@ def test_staging_is_removed_after_failed_commits(spark, tmp_path, monkeypatch):
     version = open_base(loc).version
     attempts = []
 
-    def failing_commit(table, markers, data, since=None):
+    def failing_commit(table, markers, data, since=None, *apply):
         staged = loc.store().list(STAGING_DIR)
         first, again = data.open_upserts(), data.open_upserts()
         attempts.append((len(staged), first.num_rows, data.deleted_keys.num_rows))

@@ -8,8 +8,10 @@
         uri: s3://lake/orders.lance     # a relative path is relative to this file's directory
         conn_id: memwal_lake            # `memwal` connection with the storage credentials (optional)
         schedule: "*/30 * * * *"        # cron or @preset; null: only on the lag asset / manual
-        engine: spark                   # spark | in_process
-        spark_conn_id: spark_default
+        engine: spark                   # spark | spark_connect | auto | in_process (memwal.engines)
+        spark_conn_id: spark_default    # engine spark: a `spark` connection (spark-submit's master)
+        spark_connect_conn_id: spark_connect_default  # spark_connect (and auto): a `spark_connect` one
+        auto_spark_engine: spark_connect  # engine auto: where large work goes (spark_connect | spark)
         spark_conf: {spark.executor.memory: 4g}
         max_generations_per_commit: 8
         max_bytes_per_commit: 512MiB
@@ -38,13 +40,15 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from memwal import option_values
 from memwal.job_config import DEFAULT_INLINE_THRESHOLD, GcConfig, MergeConfig
+from memwal.lag import THRESHOLD_KEYS, threshold_checks
 from memwal.maintenance_config import CompactionConfig, IndexPolicy, RetentionConfig
 
 __all__ = [
@@ -56,6 +60,7 @@ __all__ = [
     "TableConfig",
     "TableConfigError",
     "Thresholds",
+    "config_errors_fail",
     "get_table",
     "load_tables",
     "load_tables_and_errors",
@@ -66,7 +71,7 @@ __all__ = [
 TABLES_FILE_ENV = "MEMWAL_TABLES_FILE"
 TABLES_VARIABLE = "memwal_tables"
 DEFAULT_TABLES_FILE = Path(__file__).resolve().parents[3] / "dags" / "memwal_tables.yaml"
-ENGINES = ("spark", "in_process")
+ENGINES = ("spark", "spark_connect", "auto", "in_process")  # memwal.engines.ENGINES
 _TABLE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}$")
 _PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly",
             "@annually")
@@ -122,6 +127,8 @@ class TableConfig:
     thresholds: Thresholds = field(default_factory=Thresholds)
     engine: str = "spark"
     spark_conn_id: str = "spark_default"
+    spark_connect_conn_id: str = "spark_connect_default"
+    auto_spark_engine: str = "spark_connect"
     spark_conf: Mapping[str, str] = field(default_factory=dict)
     max_generations_per_commit: int = MergeConfig.max_generations_per_commit
     max_bytes_per_commit: int = MergeConfig.max_bytes_per_commit
@@ -206,13 +213,26 @@ def _engine(v: Any) -> str:
     return v
 
 
+def _spark_engine(v: Any) -> str:
+    if v not in ("spark", "spark_connect"):
+        raise ValueError(f"{v!r} is not spark or spark_connect")
+    return v
+
+
 def _spark_conf(v: Any) -> dict[str, str]:
+    from memwal.storage import is_secret_option, url_credentials  # here: the other keys need no obstore
+
     if not isinstance(v, Mapping):
         raise ValueError(f"{v!r} is not a mapping of Spark properties")
     out = {}
     for k, val in v.items():
         if not isinstance(k, str) or not k.startswith("spark."):
             raise ValueError(f"{k!r} is not a Spark property (spark.*)")
+        if is_secret_option(k) or url_credentials(str(val)):  # never echo the value
+            raise ValueError(
+                f"{k!r} holds a secret, and spark_conf goes on spark-submit's command line, which every user of "
+                "the host can read: put the table's storage credentials in its `memwal` connection (conn_id; "
+                "they reach the job in a private file) and Spark's own secrets in spark-defaults.conf")
         out[k] = str(val).lower() if isinstance(val, bool) else str(val)
     return out
 
@@ -238,20 +258,8 @@ def _opt(parse):
     return lambda v: None if v is None else parse(v)
 
 
-_THRESHOLDS = {
-    "max_unmerged_generations": _opt(lambda v: _int(v, 0)),
-    "max_unmerged_bytes": _opt(lambda v: _size(v)),
-    "max_oldest_unmerged_age_s": _opt(_number),
-    "max_index_lag": _opt(lambda v: _int(v, 0)),
-    "max_snapshot_age_s": _opt(_number),
-    "max_fragments": _opt(lambda v: _int(v, 0)),
-    "max_small_fragments": _opt(lambda v: _int(v, 0)),
-    "max_deleted_ratio": _opt(_ratio),
-    "max_table_versions": _opt(lambda v: _int(v, 0)),
-    "max_mem_wal_bytes": _opt(lambda v: _size(v)),
-    "max_index_segments": _opt(lambda v: _int(v, 0)),
-    "max_unindexed_rows": _opt(lambda v: _int(v, 0)),
-}
+# the lag thresholds: the checks of `memwal.lag.validate_thresholds` (the sensor's and the triggers' too)
+_THRESHOLDS = {key: _opt(threshold_checks()[key]) for key in THRESHOLD_KEYS}
 _GC = {"enabled": _bool, "keep_manifest_versions": _int, "grace_period_s": _number}
 _TABLE = {
     "uri": _str,
@@ -259,6 +267,8 @@ _TABLE = {
     "schedule": _schedule,
     "engine": _engine,
     "spark_conn_id": _str,
+    "spark_connect_conn_id": _str,
+    "auto_spark_engine": _spark_engine,
     "spark_conf": _spark_conf,
     "max_generations_per_commit": _int,
     "max_bytes_per_commit": _size,
@@ -464,6 +474,18 @@ def load_tables(use_variable: bool = True) -> dict[str, TableConfig]:
     if bad:
         raise next(iter(bad.values()))
     return good
+
+
+@contextmanager
+def config_errors_fail() -> Iterator[None]:
+    """In a task: a TableConfigError becomes AirflowFailException, which fails the task without a retry
+    (retrying cannot fix a tables file; a plain exception would be retried as if transient)."""
+    try:
+        yield
+    except TableConfigError as exc:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        raise AirflowFailException(str(exc)) from None
 
 
 def get_table(name: str, use_variable: bool = True) -> TableConfig:

@@ -63,7 +63,7 @@ def maintenance_dag_id(table: str) -> str:
 
 
 def _pool(cfg: TableConfig) -> str | None:
-    return SPARK_POOL if cfg.engine == "spark" else None
+    return SPARK_POOL if cfg.engine != "in_process" else None
 
 
 def _schedule(cfg: TableConfig) -> Any:
@@ -244,8 +244,8 @@ def _regions_param() -> Param:
 
 
 def _engine_param() -> Param:
-    return Param("default", type="string", enum=["default", "spark", "in_process"], title="engine",
-                 description="default: the table's engine from the tables file")
+    return Param("default", type="string", enum=["default", "spark", "spark_connect", "auto", "in_process"],
+                 title="engine", description="default: the table's engine from the tables file")
 
 
 def merge_dag(tables: Mapping[str, TableConfig]) -> DAG:

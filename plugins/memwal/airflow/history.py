@@ -11,8 +11,10 @@ Layout under the lag asset: `lag_history/index` lists the buckets ([key, first s
 each bucket `lag_history/<first sample time>` holds up to BUCKET_SAMPLES samples and BUCKET_BYTES (so no
 value grows past the store's `max_value_storage_bytes`, 64 KiB by default); a sample keeps the per-region
 detail of the MAX_REGIONS_PER_SAMPLE regions furthest behind (the table-wide values cover all regions).
-`lag_alert_state` is the alert state. Retention: samples older than `retention_days` and any beyond
-`max_samples` (whole buckets, oldest first) are deleted on record.
+`lag_alert_state` is the alert state; `health_storage` the table's last storage health reading (a listing and
+a GC dry run, `memwal.health.StorageHealth`), which the lag monitor reuses until it is due again. Retention:
+samples older than `retention_days` and any beyond `max_samples` (whole buckets, oldest first) are deleted on
+record.
 
 A sample (what `read` returns, oldest first):
     {"at": ISO-8601 UTC, "table", "table_version", "num_regions", "unmerged_generations", "unmerged_rows",
@@ -39,9 +41,11 @@ __all__ = [
     "MAX_REGIONS_PER_SAMPLE",
     "HistoryError",
     "load_alert_state",
+    "load_storage_health",
     "read",
     "record",
     "save_alert_state",
+    "save_storage_health",
 ]
 
 DEFAULT_RETENTION_DAYS = float(os.environ.get("MEMWAL_LAG_HISTORY_DAYS", "7"))
@@ -51,6 +55,7 @@ MAX_REGIONS_PER_SAMPLE = 25  # per-region detail kept per sample (keeps a bucket
 BUCKET_BYTES = 48 * 1024  # a bucket is closed early when it would grow past this
 INDEX_KEY = "lag_history/index"
 ALERT_KEY = "lag_alert_state"
+STORAGE_HEALTH_KEY = "health_storage"
 _TABLE_KEYS = ("table_version", "num_regions", "unmerged_generations", "unmerged_rows", "unmerged_bytes",
                "oldest_unmerged_age_s", "max_index_lag_generations", "snapshot_age_s")
 _REGION_KEYS = ("unmerged_generations", "unmerged_rows", "unmerged_bytes", "oldest_unmerged_age_s",
@@ -228,3 +233,13 @@ def load_alert_state(table: str) -> dict[str, Any]:
 
 def save_alert_state(table: str, state: Mapping[str, Any]) -> None:
     _store(table).set(ALERT_KEY, dict(state))
+
+
+def load_storage_health(table: str) -> dict[str, Any] | None:
+    """The table's last storage health reading (None before the first)."""
+    value = _store(table).get(STORAGE_HEALTH_KEY)
+    return dict(value) if isinstance(value, Mapping) else None
+
+
+def save_storage_health(table: str, reading: Mapping[str, Any]) -> None:
+    _store(table).set(STORAGE_HEALTH_KEY, dict(reading))

@@ -20,15 +20,20 @@ prefixes them with `[metrics] statsd_prefix`, default `airflow.`):
     memwal.<table>.fragments                        base-table fragments (memwal.health)
     memwal.<table>.small_fragments                  fragments under half compaction's target rows
     memwal.<table>.deleted_ratio                    deleted rows / physical rows of the base table
+    memwal.<table>.data_bytes                       bytes of the latest version's data files (its manifest)
     memwal.<table>.table_versions                   base-table versions Lance keeps (retention bounds it)
     memwal.<table>.base_bytes                       bytes of the base table on storage (without _mem_wal)
     memwal.<table>.mem_wal_bytes                    bytes under _mem_wal/ (generations, WAL, manifests)
-    memwal.<table>.gc_reclaimable_bytes             what GC could free now
+    memwal.<table>.gc_reclaimable_bytes             what GC could free (dry run)
     memwal.<table>.index.<index>.segments           segments of one base-table index (memwal.index_health)
     memwal.<table>.index.<index>.indexed_rows       rows it covers
     memwal.<table>.index.<index>.unindexed_rows     rows it does not cover yet (catch-up adds them)
     memwal.<table>.index.<index>.indexed_fragments  fragments it covers
     memwal.<table>.index.<index>.unindexed_fragments  fragments it does not cover
+
+base_bytes, mem_wal_bytes and gc_reclaimable_bytes come from the storage reading
+(`memwal.health.storage_health`), which the lag monitor takes at its own slower cadence: between two
+readings the gauges repeat the last one.
 
 `<table>` is the configured table name with any character outside [A-Za-z0-9_-] replaced by `_` (a dot
 would add a StatsD level), `<index>` the index name likewise (tag `index`: the name as is); `<region>` is

@@ -1,15 +1,21 @@
 """One lag check of one table, as the `memwal_lag_monitor` DAG runs it every few minutes.
 
-Measure (`memwal status` + snapshot age), emit the metrics (`memwal.airflow.metrics`), record the history
-(`memwal.airflow.history`), hold the lag against the table's thresholds, and notify once when a threshold
-is crossed and once when the table is back under (`memwal.airflow.alerts`, state kept across runs).
-A table whose storage cannot be read counts as a breach (`table:unreachable`), so it alerts too.
+Measure (`memwal status` + snapshot age + the table's health), emit the metrics (`memwal.airflow.metrics`),
+record the history (`memwal.airflow.history`), hold the lag against the table's thresholds, and notify once
+when a threshold is crossed and once when the table is back under (`memwal.airflow.alerts`, state kept across
+runs). A table whose storage cannot be read counts as a breach (`table:unreachable`), so it alerts too.
+
+Health on this path stays cheap: every check takes the manifest reading (`memwal.health`); the storage
+reading (a listing of every object and a GC dry run over every retained version) is taken at most once per
+$MEMWAL_HEALTH_STORAGE_INTERVAL_S (default 3600 s), kept in the lag asset's state store, and reused with its
+`storage_measured_at` until then.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,25 +24,126 @@ from memwal.airflow.metrics import emit_lag_metrics
 from memwal.airflow.triggers.memwal import thresholds_of
 from memwal.lag import breaches, measure
 
-__all__ = ["check_table_lag"]
+__all__ = ["STORAGE_INTERVAL_ENV", "check_configured_table", "check_table_lag", "compaction_target",
+           "configured_tables", "measure_table", "storage_interval_s"]
 
 log = logging.getLogger(__name__)
 
+STORAGE_INTERVAL_ENV = "MEMWAL_HEALTH_STORAGE_INTERVAL_S"
+DEFAULT_STORAGE_INTERVAL_S = 3600.0
 
-def _measure(cfg: Any) -> tuple[dict[str, Any], list[dict[str, Any]], str | None]:
-    """(summary, breaches, error): an unreadable table gives an empty summary and one breach."""
+
+def storage_interval_s() -> float:
+    """How old a kept storage reading may be before the lag monitor takes a new one, in seconds
+    (`$MEMWAL_HEALTH_STORAGE_INTERVAL_S`, default 3600; 0: every check)."""
+    raw = os.environ.get(STORAGE_INTERVAL_ENV) or ""
+    try:
+        value = float(raw) if raw.strip() else DEFAULT_STORAGE_INTERVAL_S
+    except ValueError:
+        value = float("nan")
+    if not value >= 0 or value == float("inf"):
+        raise ValueError(f"${STORAGE_INTERVAL_ENV} must be a number of seconds >= 0, not {raw!r}")
+    return value
+
+
+def compaction_target(cfg: Any) -> int | None:
+    """The table's `compaction.target_rows_per_fragment` (None: compaction's default): the one target its
+    small fragments are counted against, by the lag monitor and the page alike."""
+    return getattr(getattr(cfg, "compaction", None), "target_rows_per_fragment", None)
+
+
+def measure_table(cfg: Any, table: Any, *, storage: bool = False) -> dict[str, Any]:
+    """`memwal.lag.measure` of a configured table with its health, counted against the table's own
+    compaction policy; storage=True adds the storage reading taken now."""
+    return measure(table, health=True, target_rows_per_fragment=compaction_target(cfg), storage=storage)
+
+
+def _measure(cfg: Any, storage_reading: Callable[[Any], Mapping[str, Any] | None] | None = None,
+             ) -> tuple[dict[str, Any], list[dict[str, Any]], str | None]:
+    """(summary, breaches, error): an unreadable table gives an empty summary and one breach.
+    storage_reading(table) gives the storage figures to add to the health (None: leave them out)."""
     from memwal.airflow.hooks.memwal import MemWalHook
 
     try:
         # one-line errors: missing table, no MemWAL, storage unreachable
-        summary = measure(MemWalHook.for_table(cfg).table(cfg), health=True)
+        table = MemWalHook.for_table(cfg).table(cfg)
+        summary = measure_table(cfg, table)
     except Exception as exc:
         error = " ".join(str(exc).split())[:500] or type(exc).__name__
         summary = {"table_uri": cfg.uri, "num_regions": 0, "regions": [], "error": error}
         found = [{"key": "table:unreachable", "region_id": None, "metric": "unreachable", "value": None,
                   "threshold": None, "message": f"table: lag not measured: {error}"}]
         return summary, found, error
+    reading = storage_reading(table) if storage_reading is not None else None
+    if reading:
+        from memwal.health import STORAGE_KEYS
+
+        summary["health"] = {**summary["health"], **{k: reading.get(k) for k in STORAGE_KEYS}}
     return summary, breaches(summary, thresholds_of(cfg)), None
+
+
+def _storage_reading(cfg: Any, table: Any, at: datetime) -> dict[str, Any] | None:
+    """The table's kept storage reading if it is of the same URI and younger than storage_interval_s(), else
+    one taken now (and kept). A reading that fails is logged and the kept one (or none) is used: the lag check
+    itself goes on."""
+    from memwal.health import storage_health
+
+    interval = storage_interval_s()
+    kept = history.load_storage_health(cfg.name)
+    if kept and kept.get("table_uri") != cfg.uri:
+        kept = None  # the table was moved: its old figures say nothing about the new one
+    age = _age_s(kept.get("storage_measured_at") if kept else None, at)
+    if age is not None and 0 <= age < interval:
+        return kept
+    try:
+        reading = {**storage_health(table).to_dict(), "storage_measured_at": at.isoformat(timespec="seconds"),
+                   "table_uri": cfg.uri}
+    except Exception as exc:  # the storage figures wait for the next check; the lag is still measured
+        log.warning("table %s: storage health not read (%s: %s); %s", cfg.name, type(exc).__name__,
+                    " ".join(str(exc).split())[:300], "keeping the last reading" if kept else "none kept")
+        return kept
+    history.save_storage_health(cfg.name, reading)
+    return reading
+
+
+def _age_s(iso: Any, at: datetime) -> float | None:
+    """Seconds from an ISO-8601 time to `at` (None: no time, or one that does not parse)."""
+    try:
+        then = datetime.fromisoformat(iso)
+    except (TypeError, ValueError):
+        return None
+    return (_utc(at) - _utc(then)).total_seconds()
+
+
+def _utc(at: datetime) -> datetime:
+    return at if at.tzinfo else at.replace(tzinfo=UTC)
+
+
+def configured_tables() -> list[str]:
+    """Every table of the tables file (with the `memwal_tables` Variable applied), valid or not: a bad entry
+    fails its own check (below), the others are still checked. A file that cannot be read at all fails
+    the task without a retry (AirflowFailException: retrying cannot fix it)."""
+    from memwal.airflow.config import config_errors_fail, load_tables_and_errors
+
+    with config_errors_fail():
+        good, bad = load_tables_and_errors()
+    return sorted({*good, *bad})
+
+
+def check_configured_table(name: str, context: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """`check_table_lag` of a table by name, as the lag monitor's mapped task runs it. A bad entry in the
+    tables file fails without a retry (AirflowFailException naming the table and key); a table whose lag
+    cannot be measured fails with AirflowException (after alerting), which is retried."""
+    from airflow.sdk.exceptions import AirflowException
+
+    from memwal.airflow.config import config_errors_fail, get_table
+
+    with config_errors_fail():
+        cfg = get_table(name)
+    result = check_table_lag(cfg, context=context)
+    if result["error"]:
+        raise AirflowException(f"table {name!r}: lag not measured: {result['error']}")
+    return result
 
 
 def check_table_lag(cfg: Any, *, notifiers: Sequence[Any] | None = None, context: Mapping[str, Any] | None = None,
@@ -46,7 +153,7 @@ def check_table_lag(cfg: Any, *, notifiers: Sequence[Any] | None = None, context
     notifiers: None -> the table's configured ones (`alerts.notifiers_for`); a list replaces them.
     """
     at = at or datetime.now(UTC)
-    summary, found, error = _measure(cfg)
+    summary, found, error = _measure(cfg, lambda table: _storage_reading(cfg, table, at))
     sent = [] if error else emit_lag_metrics(cfg.name, summary, len(found))
     history.record(cfg.name, {**summary, "breaches": found}, at)
     state = history.load_alert_state(cfg.name)

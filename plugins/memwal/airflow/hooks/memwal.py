@@ -1,6 +1,7 @@
 """MemWalHook: the tables of one `memwal` connection, each opened once per hook as a `memwal.table.MemWalTable`
-(`hook.table(cfg)`), their status, and the four jobs, run in-process or submitted with the Spark provider's
-SparkSubmitHook. An operator builds one hook (its cached `hook` property).
+(`hook.table(cfg)`), their status, and the jobs, run in-process, submitted with the Spark provider's
+SparkSubmitHook, or driven from this process through a Spark Connect session (`spark_connect` connection).
+An operator builds one hook (its cached `hook` property).
 
 Connection `memwal` (the form fields come from `memwal.airflow.get_provider_info`):
     host      -> aws_endpoint (e.g. http://127.0.0.1:9000; empty: the store's default)
@@ -32,7 +33,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 
 from memwal.errors import one_line
 from memwal.job_config import is_true
-from memwal.storage import is_secret_option
+from memwal.storage import is_secret_option, url_credentials
 
 if TYPE_CHECKING:
     from memwal.airflow.config import TableConfig
@@ -198,29 +199,21 @@ class MemWalHook(BaseHook):
             raise AirflowFailException(one_line(exc)) from exc
 
     def validate_regions(self, table: str | TableConfig, regions: Sequence[str] | None) -> list[str] | None:
-        """Canonical region ids; AirflowFailException naming a malformed or unknown one. None: all regions."""
-        import uuid
+        """Canonical region ids (`memwal.jobs.check_regions`, the command line's check); AirflowFailException
+        naming a malformed or unknown one and the table. None: all regions."""
+        from memwal.errors import BadInputError
+        from memwal.jobs import check_regions
 
         if not regions:
             return None
         _, what = _uri_and_name(table)
         handle = self.table(table)
         try:
-            known = set(handle.regions())
+            return check_regions(handle, regions, param="region", where=what)
+        except BadInputError as exc:
+            raise AirflowFailException(str(exc)) from None
         except Exception as exc:
             raise _storage_problem(exc, what, self.memwal_conn_id) from exc
-        out = []
-        for r in regions:
-            try:
-                rid = str(uuid.UUID(str(r).strip()))
-            except ValueError:
-                raise AirflowFailException(f"region id {r!r} is not a UUID ({what}); list regions with "
-                                           "`memwal status TABLE`") from None
-            if rid not in known:
-                raise AirflowFailException(f"region {rid} does not exist in {what} ({len(known)} regions; list "
-                                           "them with `memwal status TABLE`)")
-            out.append(rid)
-        return list(dict.fromkeys(out))
 
     def status(self, table: str | TableConfig, regions: Sequence[str] | None = None) -> dict[str, Any]:
         """`memwal status` of the table (a URI or a TableConfig) as a dict."""
@@ -266,15 +259,24 @@ class MemWalHook(BaseHook):
         spark_conn_id: str = "spark_default",
         spark_conf: Mapping[str, str] | None = None,
         on_spark_hook: Callable[[Any], None] | None = None,
+        spark_connect_conn_id: str = "spark_connect_default",
+        auto_spark_engine: str = "spark_connect",
     ) -> JobRun:
-        """Run one job (merge, catchup, snapshot, gc) with its typed options. Returns the summary with exit 0
-        or 3; raises a one-line AirflowException otherwise."""
+        """Run one job (merge, catchup, snapshot, gc, compaction, retention) with its typed options. Returns
+        the summary with exit 0 or 3; raises a one-line AirflowException otherwise.
+
+        The engine (`memwal.engines`) is decided here, after a cheap plan in this process: a job with no
+        executor work runs in process whatever the engine; `auto` takes `auto_spark_engine` for large work.
+        The summary says where each part ran and why (`ran_on`, `engine`, `engine_reason`, `plan`)."""
+        from memwal.engines import ENGINES, choose_engine, plan_work, record_choice
         from memwal.job_config import JobOptions
         from memwal.jobs import JOBS, validate_job_options
 
         if job not in JOBS:
             raise AirflowFailException(f"unknown job {job!r} (one of {', '.join(JOBS)})")
         _, what = _uri_and_name(table)
+        if engine not in ENGINES:
+            raise AirflowFailException(f"{what}: engine {engine!r} is not one of {', '.join(ENGINES)}")
         handle = self.table(table)  # a missing table, no MemWAL or unreachable storage: one line, nothing run
         options = options or JobOptions()
         try:
@@ -283,12 +285,57 @@ class MemWalHook(BaseHook):
             raise AirflowFailException(f"memwal {job}: {exc}") from None
         if job == "merge":
             self._check_primary_key(handle, what)  # a merge needs the key: a bad one fails once, not per region
-        if engine == "in_process":
-            return self._run_in_process(job, handle, what, regions, options)
-        if engine == "spark":
-            return self._run_spark(job, handle, what, regions, options, spark_conn_id, spark_conf or {},
-                                   on_spark_hook)
-        raise AirflowFailException(f"{what}: engine {engine!r} is not spark or in_process")
+        try:
+            plan = plan_work(job, handle, options, regions)
+        except Exception as exc:
+            raise _storage_problem(exc, f"memwal {job} on {what} (planning)", self.memwal_conn_id) from exc
+        choice = choose_engine(engine, plan, spark_engine=auto_spark_engine)
+        log.info("memwal %s on %s: engine %s (%s): %s", job, what, choice.engine, engine, choice.reason)
+        if choice.engine == "in_process":
+            run = self._run_in_process(job, handle, what, regions, options)
+        elif choice.engine == "spark":
+            run = self._run_spark(job, handle, what, regions, options, spark_conn_id, spark_conf or {},
+                                  on_spark_hook)
+        else:
+            run = self._run_connect(job, handle, what, regions, options, spark_connect_conn_id)
+        record_choice(run.summary, plan, choice, engine)
+        return run
+
+    def spark_connect_url(self, conn_id: str, what: str) -> str:
+        """The sc:// URL of a `spark_connect` connection, as the Spark provider's SparkConnectHook builds it
+        (host, port, user id, token, use_ssl); the token is registered with the secrets masker."""
+        from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+
+        try:
+            conn = self.get_connection(conn_id)
+        except AirflowNotFoundException:
+            raise AirflowFailException(
+                f"{what}: Spark Connect connection {conn_id!r} is not defined: create it (type spark_connect, "
+                "host sc://HOST, port 15002) or set spark_connect_conn_id / another engine for the table"
+            ) from None
+        if not conn.host:
+            raise AirflowFailException(f"{what}: Spark Connect connection {conn_id!r} has no host")
+        if conn.password:
+            _mask({"token": conn.password})
+        try:
+            return SparkConnectHook(conn_id=conn_id).get_connection_url()
+        except ValueError as exc:
+            raise AirflowFailException(f"{what}: Spark Connect connection {conn_id!r}: {exc}") from None
+
+    def _run_connect(self, job: str, handle: MemWalTable, what: str, regions, options: JobOptions,
+                     conn_id: str) -> JobRun:
+        from memwal import jobs
+        from spark_jobs.connect import ConnectServerError, run_job_on_connect
+
+        url = self.spark_connect_url(conn_id, what)
+        try:
+            summary = run_job_on_connect(job, url, handle, options, regions, conn_id=conn_id)
+        except ConnectServerError as exc:
+            raise MemWalTaskError(f"memwal {job} on {what}: {exc}") from None
+        except Exception as exc:
+            raise _storage_problem(exc, f"memwal {job} on {what} (Spark Connect)", self.memwal_conn_id) from exc
+        reason = jobs.failure_reason(summary)
+        return JobRun(job, summary, jobs.EXIT_PARTIAL if reason else jobs.EXIT_OK, reason)
 
     def _run_in_process(self, job: str, handle: MemWalTable, what: str, regions, options: JobOptions) -> JobRun:
         from memwal import jobs
@@ -408,7 +455,8 @@ def _uri_and_name(table: str | TableConfig) -> tuple[str, str]:
 
 
 def _mask(opts: Mapping[str, str]) -> None:
-    """Register secret-looking storage option values with Airflow's secrets masker."""
+    """Register secret-looking storage option values, and the credentials embedded in URL-valued ones
+    (`proxy_url=http://user:pass@host`), with Airflow's secrets masker."""
     try:
         from airflow.sdk.log import mask_secret
     except ImportError:  # pragma: no cover
@@ -416,4 +464,6 @@ def _mask(opts: Mapping[str, str]) -> None:
     for key, value in opts.items():
         if value and is_secret_option(key):
             mask_secret(value, key)
+        elif value and (userinfo := url_credentials(value)):
+            mask_secret(userinfo)
 

@@ -2,18 +2,23 @@
 
 Each resolves its table from the tables configuration at run time (`memwal.airflow.config.get_table`,
 the Variable override included), runs the job through `MemWalHook` on the table's engine (spark: the
-existing `spark_jobs/` entry point through the Spark provider's SparkSubmitHook; in_process: the same
-library code in the worker), and returns the job's JSON summary (XCom `return_value`). Exit status 3
+existing `spark_jobs/` entry point through the Spark provider's SparkSubmitHook; spark_connect: the driver
+logic in the worker, the executor work on a Spark Connect server; auto: by the work's size; in_process: the
+same library code in the worker; a job without executor work runs in the worker whatever the engine,
+`memwal.engines`), and returns the job's JSON summary (XCom `return_value`). Exit status 3
 (some regions or indexes failed) pushes the summary first, then fails the task with the one-line reason.
 Every job is idempotent and resumes from what the table records (merged_generations, index catch-up
 progress), so every task is safe to retry.
 
 The merge operator emits an asset event on the table's asset (`memwal.airflow.assets.table_asset`)
-through its AssetAlias outlet when it merged anything, its extra carrying the merge summary.
+through its AssetAlias outlet when it merged anything, its extra carrying the merge summary. Airflow drops
+the asset events of a task that fails, so what a failed attempt merged (exit 3 after some commits) is kept
+in the task state store and announced by the event of the retry that succeeds.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import replace
 from functools import cached_property
@@ -22,6 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from airflow.sdk import AssetAlias, BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
+from memwal.airflow.config import ENGINES
 from memwal.airflow.hooks.memwal import JobRun, MemWalHook, MemWalTaskError
 from memwal.airflow.params import flag, optional_int, string_list
 from memwal.job_config import GcConfig, JobOptions, MergeConfig
@@ -39,9 +45,12 @@ __all__ = [
     "MemWalMergeOperator",
     "MemWalRetentionOperator",
     "MemWalSnapshotOperator",
+    "combine_event_extras",
     "merge_event_extra",
     "merged_label",
 ]
+
+log = logging.getLogger(__name__)
 
 
 class MemWalJobOperator(BaseOperator):
@@ -68,12 +77,10 @@ class MemWalJobOperator(BaseOperator):
     @cached_property
     def cfg(self) -> TableConfig:
         """The table's configuration, resolved at run time (after templating)."""
-        from memwal.airflow.config import TableConfigError, get_table
+        from memwal.airflow.config import config_errors_fail, get_table
 
-        try:
+        with config_errors_fail():
             return get_table(str(self.table).strip())
-        except TableConfigError as exc:
-            raise AirflowFailException(str(exc)) from None
 
     @cached_property
     def hook(self) -> MemWalHook:
@@ -84,8 +91,8 @@ class MemWalJobOperator(BaseOperator):
         engine = (self.engine or "").strip() if isinstance(self.engine, str) else self.engine
         if not engine or engine in ("default", "None"):
             return cfg.engine
-        if engine not in ("spark", "in_process"):
-            raise AirflowFailException(f"engine {engine!r} is not spark, in_process or default")
+        if engine not in ENGINES:
+            raise AirflowFailException(f"engine {engine!r} is not {', '.join(ENGINES)} or default")
         return engine
 
     def execute(self, context: Context) -> dict[str, Any]:
@@ -96,6 +103,7 @@ class MemWalJobOperator(BaseOperator):
         run = self.hook.run_job(
             self.job, cfg, regions=regions, options=self.job_options(cfg), engine=self.resolved_engine(cfg),
             spark_conn_id=cfg.spark_conn_id, spark_conf=cfg.spark_conf,
+            spark_connect_conn_id=cfg.spark_connect_conn_id, auto_spark_engine=cfg.auto_spark_engine,
         )
         summary = dict(run.summary)
         summary.setdefault("table", cfg.name)
@@ -133,6 +141,27 @@ def merge_event_extra(cfg: TableConfig, summary: dict[str, Any]) -> dict[str, An
             if r.get("generations")
         },
     }
+
+
+def combine_event_extras(earlier: dict[str, Any] | None, later: dict[str, Any]) -> dict[str, Any]:
+    """One merge event's extra covering an earlier attempt's (failed, unannounced) merges and a later
+    attempt's: per region the generations of both in order, the first `before`, the last `after`; the
+    totals summed; the table versions from the first `before` to the last `after`."""
+    if not earlier:
+        return later
+    regions = {rid: dict(r) for rid, r in earlier.get("regions", {}).items()}
+    for rid, r in later.get("regions", {}).items():
+        if rid not in regions:
+            regions[rid] = dict(r)
+            continue
+        first = regions[rid]
+        regions[rid] = {"generations": [*first.get("generations", []), *r.get("generations", [])],
+                        "merged_generation_before": first.get("merged_generation_before"),
+                        "merged_generation_after": r.get("merged_generation_after"),
+                        **{k: first.get(k, 0) + r.get(k, 0) for k in ("rows_upserted", "rows_deleted")}}
+    return {**later, "table_version_before": earlier.get("table_version_before"), "regions": regions,
+            **{k: earlier.get(k, 0) + later.get(k, 0) for k in ("generations_merged", "rows_upserted",
+                                                                  "rows_deleted")}}
 
 
 def merged_label(summary: dict[str, Any]) -> str:
@@ -209,18 +238,42 @@ class MemWalMergeOperator(MemWalJobOperator):
         return pending[0]["generations"][leading_batch(pending[0]["generation_bytes"], gens, nbytes) - 1]
 
     def after_job(self, context: Context, cfg: TableConfig, run: JobRun) -> None:
+        """The table's asset event. Airflow records a task's asset events only when it succeeds, so a merge
+        that fails part-way (exit 3: a lock timeout after some regions committed) keeps what it merged in
+        the task state store, which its retries share; the attempt that succeeds announces it with its own."""
         context["memwal_merged_label"] = merged_label(run.summary)  # a mapped task's label (map_index_template)
-        if run.returncode != 0 or not run.summary.get("generations_merged"):
+        store = context.get("task_state_store")
+        retry = getattr(context.get("ti"), "try_number", 1) > 1
+        earlier = _state(store, "get", UNANNOUNCED_KEY) if store is not None and retry else None
+        extra = combine_event_extras(earlier, merge_event_extra(cfg, run.summary))
+        if run.returncode != 0:
+            if extra["generations_merged"] and store is not None:
+                _state(store, "set", UNANNOUNCED_KEY, extra)
+                self.log.warning("table %s: merged %s before failing; Airflow emits no asset event from a failed "
+                                 "task, so the retry's event announces them", cfg.name, merged_label(run.summary))
             return
-        from memwal.airflow.assets import table_asset
+        if extra["generations_merged"]:
+            from memwal.airflow.assets import table_asset
 
-        extra = merge_event_extra(cfg, run.summary)
-        for outlet in self.outlets or []:
-            if isinstance(outlet, AssetAlias):
-                context["outlet_events"][outlet].add(table_asset(cfg), extra=extra)
+            for outlet in self.outlets or []:
+                if isinstance(outlet, AssetAlias):
+                    context["outlet_events"][outlet].add(table_asset(cfg), extra=extra)
+        if earlier:
+            _state(store, "delete", UNANNOUNCED_KEY)
 
 
 MERGED_ALIAS = "memwal_merged"
+# task state store key: the event extra of what failed attempts of this merge task merged, not yet announced
+UNANNOUNCED_KEY = "memwal_unannounced_merge"
+
+
+def _state(store: Any, action: str, *args: Any) -> Any:
+    """A task state store call; a store that cannot be reached loses only the carry-over, never the task."""
+    try:
+        return getattr(store, action)(*args)
+    except Exception as exc:
+        log.warning("task state store %s %s failed: %s", action, args[0], exc)
+        return None
 
 
 class MemWalCatchupOperator(MemWalJobOperator):

@@ -49,9 +49,10 @@ class MemWalLagSensor(BaseSensorOperator):
         self.deferrable = deferrable
 
     def _config(self) -> tuple[Any, dict[str, float]]:
-        from memwal.airflow.config import get_table
+        from memwal.airflow.config import config_errors_fail, get_table
 
-        cfg = get_table(self.table)
+        with config_errors_fail():  # a bad tables file fails the sensor without a retry
+            cfg = get_table(self.table)
         return cfg, (self.thresholds if self.thresholds is not None else thresholds_of(cfg))
 
     @cached_property

@@ -43,21 +43,14 @@ def _storage_options(cfg: Any) -> dict[str, str] | None:
 
 
 def table_status(cfg: Any) -> tuple[dict, int | None]:
-    """`memwal status --json` of the table (with its health) and its region snapshot timestamp (ms, None
-    if never)."""
-    from memwal.health import table_health
-    from memwal.status import table_status as read_status
+    """`memwal status --json` of the table with its health, counted against the table's compaction policy as
+    the lag monitor counts it (`memwal.airflow.monitor.measure_table`; the storage reading is taken now: the
+    page is read on demand), and its region snapshot timestamp (ms, None if never)."""
+    from memwal.airflow.monitor import measure_table
     from memwal.table import MemWalTable
 
-    table = MemWalTable(cfg.uri, _storage_options(cfg))
-    status = read_status(table).to_dict()
-    compaction = getattr(cfg, "compaction", None)
-    target = getattr(compaction, "target_rows_per_fragment", None)
-    status["health"] = (table_health(table, target) if target else table_health(table)).to_dict()
-    from memwal.index_health import index_health
-
-    status["indexes"] = [h.to_dict() for h in index_health(table.dataset)]
-    return status, table.details.snapshot_ts_millis or None
+    status = measure_table(cfg, MemWalTable(cfg.uri, _storage_options(cfg)), storage=True)
+    return status, status.get("snapshot_ts_millis")
 
 
 def history_points(table: str, since: datetime) -> list[dict]:

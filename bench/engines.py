@@ -1,0 +1,255 @@
+"""Engines benchmark (issue 25): what a job costs on each engine, as an Airflow task runs it.
+
+Every job runs as `memwal <job> TABLE --json` in a fresh Python process (an Airflow task is one), on:
+- in_process: no flag;
+- spark: `--spark --master local[2]` (spark-submit: one Spark application per job with executor work);
+- spark_connect: `--spark-connect URL` (the driver logic in the task process, executor work on one
+  long-lived local Spark Connect server started here, `local[2]`);
+- auto: `--spark-connect URL --auto` (in process under the thresholds of `memwal.engines.AutoThresholds`).
+
+Parts (each table is a copy of one template, so every engine starts from the same bytes):
+1. per-job overhead: wall time of the task process minus the job's own `duration_s`, for each job of the
+   maintenance DAG (merge, catchup, compaction --force, retention, snapshot, gc);
+2. one small table's whole maintenance run (those jobs in order) on every engine: wall seconds, and the
+   base table after it (must be identical on every engine);
+3. a fleet: N tables' maintenance cycle (default 20), two tasks at a time, spark against spark_connect:
+   wall seconds and CPU seconds (this process's children, spark-submit's JVMs and their Python workers
+   included, plus the Connect server's processes, read from /proc);
+4. freshness: a generation is flushed, a merge task starts at once (as event-driven maintenance starts one);
+   seconds until it is merged, p50 over `--runs`, per engine;
+5. auto's merge threshold: a merge of growing backlogs (`--crossover-rows`) in process against spark_connect,
+   and the smallest backlog (bytes) where spark_connect is faster, if any.
+
+Targets: per-job overhead on spark_connect <= 1.5 s; the small table's run >= 4x faster on spark_connect than
+on spark; the fleet's CPU seconds >= 4x lower; results identical on every engine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO / "plugins"), str(REPO), str(REPO / "scripts")]
+
+import lance  # noqa: E402
+import pyarrow as pa  # noqa: E402
+
+from memwal.writer import RegionWriter, WriterConfig  # noqa: E402
+
+PK = {"lance-schema:unenforced-primary-key": "true"}
+SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("name", pa.string()),
+                    pa.field("score", pa.float64())])
+JOBS = (("merge", []), ("catchup", []), ("compaction", ["--force"]), ("retention", []), ("snapshot", []),
+        ("gc", []))
+ENGINES = ("in_process", "spark", "spark_connect", "auto")
+ONE_GEN = WriterConfig(max_memtable_rows=10**9, max_flush_interval_s=None)
+FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+def _rows(ids, tag: str) -> pa.Table:
+    ids = list(ids)
+    return pa.table({"id": ids, "name": [f"{tag}{i}" for i in ids], "score": [i / 2 for i in ids]}, schema=SCHEMA)
+
+
+def build(path: str, base_rows: int, regions: int, generations: int, gen_rows: int) -> None:
+    lance.write_dataset(_rows(range(base_rows), "base"), path)
+    ds = lance.dataset(path)
+    ds.initialize_mem_wal(unsharded=True)
+    lance.dataset(path).create_scalar_index("name", "BTREE", name="name_idx")
+    for r in range(regions):
+        region = str(uuid.uuid4())
+        with RegionWriter(path, region, config=ONE_GEN) as w:
+            for g in range(generations):
+                start = base_rows // 2 + (r * generations + g) * gen_rows // 2
+                w.put(_rows(range(start, start + gen_rows), f"r{r}g{g}-"))
+                w.flush()
+
+
+def flush_one(path: str, rows: int, tag: str) -> None:
+    with RegionWriter(path, str(uuid.uuid4()), config=ONE_GEN) as w:
+        w.put(_rows(range(10**6, 10**6 + rows), tag))
+        w.flush()
+
+
+def engine_args(engine: str, url: str | None) -> list[str]:
+    return {"in_process": [], "spark": ["--spark", "--master", "local[2]", "--conf",
+                                        f"spark.driver.extraJavaOptions={FAST_JVM}"],
+            "spark_connect": ["--spark-connect", str(url)],
+            "auto": ["--spark-connect", str(url), "--auto"]}[engine]
+
+
+def run_job(job: str, extra: list[str], table: str, engine: str, url: str | None) -> dict:
+    """One task: a fresh process running the job. Its wall time, summary and overhead (wall - duration_s)."""
+    cmd = [sys.executable, "-m", "memwal.cli", job, table, *extra, *engine_args(engine, url), "--json"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "plugins"), str(REPO)])}
+    started = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    wall = time.monotonic() - started
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {"job": job, "engine": engine, "wall_s": wall, "duration_s": float(summary.get("duration_s") or 0),
+            "overhead_s": wall - float(summary.get("duration_s") or 0), "ran_on": summary.get("ran_on"),
+            "engine_reason": summary.get("engine_reason")}
+
+
+def maintenance(table: str, engine: str, url: str | None) -> list[dict]:
+    return [run_job(job, extra, table, engine, url) for job, extra in JOBS]
+
+
+def base_rows(table: str) -> list:
+    t = lance.dataset(table).to_table(columns=["id", "name", "score"]).sort_by("id")
+    return t.to_pylist()
+
+
+def proc_cpu_s(pgid: int) -> float:
+    """CPU seconds (user + system) of the live processes in a process group (the Connect server's)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:  # pgrp
+            total += (int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])) / tick
+    return total
+
+
+def children_cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--fleet", type=int, default=20, help="tables in the fleet part (default 20)")
+    p.add_argument("--runs", type=int, default=3, help="freshness runs per engine (p50)")
+    p.add_argument("--base-rows", type=int, default=20_000)
+    p.add_argument("--regions", type=int, default=2)
+    p.add_argument("--generations", type=int, default=3)
+    p.add_argument("--gen-rows", type=int, default=2_000)
+    p.add_argument("--crossover-rows", default="20000,100000,400000",
+                   help="rows per region of the backlogs of part 5 (comma-separated)")
+    p.add_argument("--skip", action="append", default=[],
+                   choices=["overhead", "small", "fleet", "freshness", "crossover"])
+    args = p.parse_args(argv)
+
+    from spark_jobs.connect_server import ConnectServer
+
+    work = Path(tempfile.mkdtemp(prefix="memwal-bench-engines-"))
+    template = str(work / "template.lance")
+    build(template, args.base_rows, args.regions, args.generations, args.gen_rows)
+    print(f"load: {os.getloadavg()}; template: {args.base_rows} base rows, {args.regions} regions x "
+          f"{args.generations} generations x {args.gen_rows} rows", flush=True)
+
+    def copy(name: str) -> str:
+        dest = str(work / f"{name}.lance")
+        shutil.copytree(template, dest)
+        return dest
+
+    started = time.monotonic()
+    server = ConnectServer(master="local[2]", conf={"spark.driver.extraJavaOptions": FAST_JVM}).start()
+    print(f"Spark Connect server up in {time.monotonic() - started:.1f}s at {server.url} (paid once)", flush=True)
+    url = server.url
+    results: dict = {}
+    try:
+        # Warm the server's Python workers once (a long-lived server has them warm).
+        run_job("merge", [], copy("warm"), "spark_connect", url)
+        if "overhead" not in args.skip:
+            print("\n== 1. per-job overhead (task wall - the job's own duration_s), seconds", flush=True)
+            table = {e: copy(f"overhead-{e}") for e in ENGINES}
+            rows = {e: maintenance(table[e], e, url) for e in ENGINES}
+            results["overhead"] = rows
+            print(f"   {'job':<12}" + "".join(f"{e:>15}" for e in ENGINES))
+            for i, (job, _) in enumerate(JOBS):
+                print(f"   {job:<12}" + "".join(f"{rows[e][i]['overhead_s']:>15.2f}" for e in ENGINES))
+            for e in ENGINES:
+                where = {r["job"]: (r["ran_on"] or {}).get("driver", "?") + "/" + str(
+                    [v for k, v in (r["ran_on"] or {}).items() if k not in ("plan", "driver")]) for r in rows[e]}
+                print(f"   ran on ({e}): {where}")
+            worst = max(r["overhead_s"] for r in rows["spark_connect"])
+            print(f"   spark_connect worst per-job overhead {worst:.2f}s (target <= 1.5 s)")
+        if "small" not in args.skip:
+            print("\n== 2. one small table's maintenance run (the DAG's jobs in order)", flush=True)
+            walls, finals = {}, {}
+            for e in ENGINES:
+                t = copy(f"small-{e}")
+                runs = maintenance(t, e, url)
+                walls[e] = sum(r["wall_s"] for r in runs)
+                finals[e] = base_rows(t)
+                print(f"   {e:<14} {walls[e]:7.2f}s")
+            same = all(finals[e] == finals["in_process"] for e in ENGINES)
+            print(f"   spark / spark_connect = {walls['spark'] / walls['spark_connect']:.1f}x (target >= 4x); "
+                  f"results identical on every engine: {same}")
+            results["small"] = {"wall_s": walls, "identical": same}
+        if "fleet" not in args.skip:
+            print(f"\n== 3. a fleet of {args.fleet} tables, maintenance cycle, two tasks at a time", flush=True)
+            fleet = {}
+            for e in ("spark", "spark_connect"):
+                tables = [copy(f"fleet-{e}-{i}") for i in range(args.fleet)]
+                cpu0, server0, t0 = children_cpu_s(), proc_cpu_s(server.proc.pid), time.monotonic()
+                with ThreadPoolExecutor(2) as pool:
+                    list(pool.map(lambda t, e=e: maintenance(t, e, url), tables))
+                wall = time.monotonic() - t0
+                cpu = children_cpu_s() - cpu0 + (proc_cpu_s(server.proc.pid) - server0 if e == "spark_connect" else 0)
+                fleet[e] = {"wall_s": wall, "cpu_s": cpu}
+                print(f"   {e:<14} wall {wall:8.1f}s  cpu {cpu:8.1f}s", flush=True)
+            print(f"   CPU spark / spark_connect = {fleet['spark']['cpu_s'] / fleet['spark_connect']['cpu_s']:.1f}x "
+                  f"(target >= 4x); wall {fleet['spark']['wall_s'] / fleet['spark_connect']['wall_s']:.1f}x")
+            results["fleet"] = fleet
+        if "freshness" not in args.skip:
+            print(f"\n== 4. freshness: flush -> merged, p50 of {args.runs}", flush=True)
+            fresh = {}
+            for e in ENGINES:
+                t = copy(f"fresh-{e}")
+                run_job("merge", [], t, "in_process", None)  # the backlog merged: only the new generation waits
+                times = []
+                for k in range(args.runs):
+                    flush_one(t, 500, f"f{k}-")
+                    t0 = time.monotonic()
+                    run_job("merge", [], t, e, url)
+                    times.append(time.monotonic() - t0)
+                fresh[e] = statistics.median(times)
+                print(f"   {e:<14} p50 {fresh[e]:6.2f}s  ({', '.join(f'{x:.2f}' for x in times)})", flush=True)
+            results["freshness_p50_s"] = fresh
+        if "crossover" not in args.skip:
+            print("\n== 5. auto's merge threshold: in process against spark_connect by backlog", flush=True)
+            cross = []
+            for n in (int(x) for x in args.crossover_rows.split(",")):
+                walls = {}
+                for e in ("in_process", "spark_connect"):
+                    t = str(work / f"cross-{n}-{e}.lance")
+                    build(t, args.base_rows, args.regions, 2, n // 2)
+                    backlog = sum(f.stat().st_size for f in Path(t, "_mem_wal").rglob("*") if f.is_file())
+                    walls[e] = run_job("merge", [], t, e, url)["wall_s"]
+                cross.append({"rows_per_region": n, "mem_wal_bytes": backlog, **walls})
+                print(f"   {n:>9} rows/region ({backlog / 2**20:7.1f} MiB under _mem_wal): in process "
+                      f"{walls['in_process']:6.2f}s, spark_connect {walls['spark_connect']:6.2f}s", flush=True)
+            wins = [c for c in cross if c["spark_connect"] < c["in_process"]]
+            print("   spark_connect first faster at " + (f"{wins[0]['mem_wal_bytes'] / 2**20:.1f} MiB" if wins else
+                                                         "none of these backlogs (on this machine)"))
+            results["crossover"] = cross
+    finally:
+        server.close()
+        shutil.rmtree(work, ignore_errors=True)
+    print("\n" + json.dumps(results, default=str)[:4000])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,191 @@
+"""Where a job runs: the engines, the cheap plan made in the caller's process before any Spark starts, and
+the choice it leads to. Shared by the Airflow hook and the `memwal` command; nothing here imports Spark.
+
+Engines: `in_process` (the caller's process), `spark` (spark-submit: one Spark application per job),
+`spark_connect` (the driver logic here, the executor work through a Spark Connect session) and `auto`
+(in process when the plan finds little work, else the table's Spark engine).
+
+Whatever the engine, a job with no executor work runs in process: retention and GC always (driver-only
+work), a merge with no batch to deduplicate, compaction that is not due, catch-up with no rows to index,
+a snapshot of few regions. The summary records where each part ran (`ran_on`), the engine chosen and why
+(`engine`, `engine_reason`) and what the plan found (`plan`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from memwal.job_config import JobOptions
+    from memwal.table import MemWalTable
+
+__all__ = ["ENGINES", "SPARK_ENGINES", "AutoThresholds", "EngineChoice", "WorkPlan", "choose_engine", "plan_work",
+           "record_choice"]
+
+ENGINES = ("in_process", "spark", "spark_connect", "auto")
+SPARK_ENGINES = ("spark", "spark_connect")
+
+# The part of each job that runs on executors when it runs on Spark (the rest: plan and commit, the driver).
+EXECUTOR_PART = {"merge": "dedup", "compaction": "rewrite", "catchup": "index_build", "snapshot": "read_manifests",
+                 "gc": "gc", "retention": "retention"}
+DRIVER_ONLY = ("gc", "retention")
+
+
+@dataclass(frozen=True)
+class AutoThresholds:
+    """`engine: auto` takes the table's Spark engine when the plan finds at least one of these (else in
+    process): merge backlog bytes, fragments a due compaction rewrites, rows catch-up indexes, regions a
+    snapshot reads. bench/engines.py part 5 measures the merge's crossover: on a 2-core machine the local
+    Connect server never won (its executors share the task's cores); these defaults are where one task
+    process's time and memory become the limit (bench/README.md), to lower on a real cluster."""
+
+    backlog_bytes: int = 256 * 1024 * 1024
+    fragments: int = 64
+    index_rows: int = 2_000_000
+    regions: int = 256
+
+
+# With an explicit Spark engine, a snapshot reads its manifests on the executors from this many regions up.
+SPARK_SNAPSHOT_REGIONS = 32
+
+
+@dataclass
+class WorkPlan:
+    """What the job would do now, from metadata only: whether any of it is executor work, and the sizes."""
+
+    job: str
+    executor_work: bool
+    reason: str
+    facts: dict[str, Any] = field(default_factory=dict)
+    plan_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "plan_s": round(self.plan_s, 3)}
+
+
+@dataclass(frozen=True)
+class EngineChoice:
+    engine: str  # in_process, spark or spark_connect: where the job runs
+    reason: str
+
+
+def plan_work(job: str, table: MemWalTable, options: JobOptions, regions: Sequence[str] | None = None) -> WorkPlan:
+    """The job's work as its planner would see it now (manifests and index metadata only: no data read)."""
+    started = time.monotonic()
+    if job in DRIVER_ONLY:
+        plan = WorkPlan(job, False, f"{job} runs on the driver only")
+    elif job == "merge":
+        plan = _plan_merge(table, options, regions)
+    elif job == "compaction":
+        plan = _plan_compaction(table, options)
+    elif job == "catchup":
+        plan = _plan_catchup(table, options)
+    elif job == "snapshot":
+        n = len(table.regions())
+        plan = WorkPlan(job, n >= SPARK_SNAPSHOT_REGIONS,
+                        f"{n} region manifests to read" + ("" if n >= SPARK_SNAPSHOT_REGIONS else
+                                                          f" (< {SPARK_SNAPSHOT_REGIONS}: read in process)"),
+                        {"regions": n})
+    else:
+        raise ValueError(f"unknown job {job!r}")
+    plan.plan_s = time.monotonic() - started
+    return plan
+
+
+def _plan_merge(table: MemWalTable, options: JobOptions, regions: Sequence[str] | None) -> WorkPlan:
+    from memwal.errors import MemWalError
+    from memwal.merge import pending_generations
+
+    index = table.index
+    batches = generations = backlog = 0
+    for rid in list(regions) if regions else sorted(table.regions()):
+        try:
+            refs = pending_generations(table, rid, index.details.merged_generation(rid))
+        except (MemWalError, OSError):
+            batches += 1  # its merge reports the error; count it as work, not as nothing to do
+            continue
+        if options.up_to_generation is not None:
+            refs = [r for r in refs if r.generation <= options.up_to_generation]
+        if refs:
+            batches += 1
+            generations += len(refs)
+            backlog += sum(r.nbytes for r in refs)
+    facts = {"region_batches": batches, "generations": generations, "backlog_bytes": backlog}
+    if not batches:
+        return WorkPlan("merge", False, "no generation to merge", facts)
+    return WorkPlan("merge", True, f"{generations} generation(s), {backlog} bytes in {batches} region(s) to "
+                    "deduplicate", facts)
+
+
+def _plan_compaction(table: MemWalTable, options: JobOptions) -> WorkPlan:
+    from memwal.compaction import due_reasons, fragment_health
+
+    config = options.compaction
+    health = fragment_health(table.dataset, config.target_rows_per_fragment)
+    facts = {"fragments": health.fragments, "small_fragments": health.small_fragments,
+             "deleted_rows": health.deleted_rows}
+    if not config.enabled:
+        return WorkPlan("compaction", False, "compaction is disabled for the table", facts)
+    reasons = due_reasons(health, config)
+    if config.force and health.fragments > 1:
+        reasons = reasons or ["--force"]
+    if not reasons:
+        return WorkPlan("compaction", False, "compaction is not due", facts)
+    return WorkPlan("compaction", True, "compaction is due: " + "; ".join(reasons), facts)
+
+
+def _plan_catchup(table: MemWalTable, options: JobOptions) -> WorkPlan:
+    from memwal.index_coverage import covered_fragments
+
+    ds = table.dataset
+    names = list(options.indexes) if options.indexes else table.maintained_indexes()
+    rows = {f.fragment_id: f.metadata.physical_rows for f in ds.get_fragments()}
+    to_index = 0
+    for name in names:
+        covered = covered_fragments(ds, name) or set()
+        to_index += sum(n for fid, n in rows.items() if fid not in covered)
+    facts = {"indexes": len(names), "rows_to_index": to_index}
+    if not to_index:
+        return WorkPlan("catchup", False, "no rows to index (segment folds run on the driver)", facts)
+    return WorkPlan("catchup", True, f"{to_index} row(s) to index over {len(names)} index(es)", facts)
+
+
+def choose_engine(engine: str, plan: WorkPlan, *, spark_engine: str = "spark_connect",
+                  thresholds: AutoThresholds | None = None) -> EngineChoice:
+    """Where the job runs. `spark_engine`: what `auto` uses for large work (the table's Spark engine)."""
+    if engine not in ENGINES:
+        raise ValueError(f"engine {engine!r} is not one of {', '.join(ENGINES)}")
+    if engine == "in_process":
+        return EngineChoice("in_process", "the table's engine is in_process")
+    if not plan.executor_work:
+        return EngineChoice("in_process", f"no executor work: {plan.reason}")
+    if engine in SPARK_ENGINES:
+        return EngineChoice(engine, plan.reason)
+    t = thresholds or AutoThresholds()
+    f = plan.facts
+    large = [what for what, value, limit in (
+        ("backlog bytes", f.get("backlog_bytes", 0), t.backlog_bytes),
+        ("fragments", f.get("fragments", 0) if plan.job == "compaction" else 0, t.fragments),
+        ("rows to index", f.get("rows_to_index", 0), t.index_rows),
+        ("regions", f.get("regions", 0), t.regions),
+    ) if value >= limit]
+    if large:
+        return EngineChoice(spark_engine, f"auto: large work ({', '.join(large)} at or over the threshold): "
+                            f"{plan.reason}")
+    return EngineChoice("in_process", f"auto: small work (under every threshold): {plan.reason}")
+
+
+def record_choice(summary: dict[str, Any], plan: WorkPlan, choice: EngineChoice, requested: str) -> dict[str, Any]:
+    """Add to a job's summary where each part ran and why (in place; returned)."""
+    where = choice.engine
+    part = EXECUTOR_PART.get(plan.job, plan.job)
+    driver = "spark" if where == "spark" else "in_process"  # spark-submit's driver runs apart
+    summary["ran_on"] = {"plan": "in_process", "driver": driver, part: where}
+    summary["engine_requested"] = requested
+    summary["engine"] = where
+    summary["engine_reason"] = choice.reason
+    summary["plan"] = plan.to_dict()
+    return summary

@@ -1,0 +1,455 @@
+"""One merge commit applied fragment by fragment: locate the base rows of the backlog's keys, write
+deletion vectors and new fragments in tasks (`memwal.task_runner.TaskRunner`), commit once on the driver.
+
+The three steps (STYLE: plan on the driver, tasks own disjoint work and return metadata, one commit):
+
+1. **plan**: the backlog's keys (upserts and deleted keys), sorted, are cut into slices; a task per slice
+   looks their `_rowaddr` up at the planned version v with batched `key IN (...)` scans (the key's scalar
+   index serves them) and returns (key, address) pairs. Address = fragment id << 32 | offset. A backlog
+   large against the table (`merge_commit._use_index`: the same measured rule as the two passes' join) is
+   looked up by fragment instead: each task scans the key column of its fragments and keeps the backlog's.
+2. **apply**: the touched fragments are dealt to tasks (balanced by rows); each task writes its
+   fragments' deletion vectors (`LanceFragment.delete_rows`, no rescan) and its share of the replacement
+   rows (upserts whose key was found) as new fragments (`lance.fragment.write_fragments`), and returns
+   fragment metadata only. Upserts staged as files (`MergeInput.staged`, the Spark dedup's) are read by
+   the tasks; the driver keeps their keys only and the marker commit streams the fresh rows from them.
+3. **commit**: one `LanceOperation.Update` (removed, updated and new fragments) with read_version = v,
+   then the **marker commit**: a merge-insert of the backlog's fresh keys (upserts found nowhere in the
+   base) carrying every region's `merged_generations` marker (`merge_commit`'s upsert pass). pylance 14's
+   `Update` cannot carry the marker (LANCE-MAINTENANCE-NOTES), so the marker follows the data, as the
+   two-pass merge's upsert pass follows its delete pass.
+
+Why it is safe (tests/test_merge_apply.py, tests/crash/, tests/concurrency/):
+- Before the Update, progress is checked at the latest version (`Overtaken` unless every region is still
+  at `since`); Lance's own retry is not involved: a concurrent commit that touched any fragment we
+  update (a compaction's Rewrite, a retention Delete, another merge's Update) makes Lance refuse the
+  Update (fragment-level conflict, measured on pylance 14); nothing of ours is visible, we replan from
+  the latest version (`APPLY_ATTEMPTS`).
+- A merger that does not take our lock and commits after our check: it merged generations since+1..G'.
+  Every key of its batch is in ours; a key present at v has its base row in a fragment both commits
+  update, so Lance refuses our Update; a fresh key is not in our Update but in the marker commit, whose
+  progress check or stale marker refuses it (`Overtaken`: replan). What our Update did commit then holds
+  only keys whose newest version is above G', still shadowed by unmerged generations: exact. The marker
+  commit is the two passes' upsert pass and keeps its guarantee and its one limit (README: a merger
+  without our lock inserting the same fresh key between that pass's check and its commit).
+- Between the Update and the marker commit, the base holds the batch's replacement rows and deletions
+  while its generations are still unmerged and shadow those keys with the same newest values: every
+  reader's LSM view is exact (fresh keys are still read from the generations).
+- A crash between them leaves that state; the rerun plans the same batch, finds the replaced keys at their
+  new addresses and replaces them again with the same values, finds the deleted keys nowhere, and its
+  marker commit inserts the fresh keys: the same table content, the marker moves once.
+- A task that fails leaves only unreferenced files (Lance's cleanup removes them); the attempt raises
+  `ApplyTaskError` (an OSError), which the merge loop retries like any failed commit.
+
+Where the two-pass merge (`merge_commit.commit_passes`) is used instead: a composite key (no `IN` on a
+tuple of columns), and tables with stable row ids: Lance's merge-insert keeps an updated row's `_rowid`
+(measured), rows rewritten into new fragments would get new ids.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import lance
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from lance.fragment import FragmentMetadata, write_fragments
+from lance.mem_wal import CompactedSsTable
+
+from memwal.faults import fault_point
+from memwal.merge_commit import CommitPasses, _check_progress, _run_pass, _use_index, commit_passes
+from memwal.storage import ObjectStore, lance_storage_options
+from memwal.table import MemWalTable
+from memwal.task_runner import TaskRunner, in_process
+
+__all__ = ["APPLY_ATTEMPTS", "Apply", "ApplyPlan", "ApplyTaskError", "MergeData", "apply_commit", "choose_apply",
+           "passes", "plan_apply", "supports_apply"]
+
+log = logging.getLogger(__name__)
+
+APPLY_ATTEMPTS = 5  # Updates refused by a concurrent commit on our fragments before the commit fails
+LOOKUP_KEYS = 16_384  # keys per `IN (...)` lookup: one scan through the key's index each
+LOOKUP_TASK_KEYS = 262_144  # keys per lookup task
+SCAN_CHUNK_ROWS = 4 * 1024 * 1024  # key-column rows matched against the backlog at once (a fragment scan)
+ADDRESS = "_rowaddr"
+
+
+class MergeData(Protocol):
+    """What `memwal.merge.MergeInput` offers the apply (a protocol: merge imports this module)."""
+
+    deleted_keys: pa.Table
+    staged: tuple[str, ...]
+    staged_rows: int
+
+    def open_upserts(self) -> pa.Table: ...
+
+
+class ApplyTaskError(OSError):
+    """A lookup or apply task failed (an executor lost, a task raised): nothing was committed; retry."""
+
+
+def is_update_conflict(exc: BaseException) -> bool:
+    """Lance refused our Update: a concurrent commit touched fragments it updates."""
+    text = str(exc)
+    return "Retryable commit conflict" in text or "preempted by concurrent transaction" in text
+
+
+def supports_apply(ds: lance.LanceDataset, pk: Sequence[str]) -> bool:
+    """Whether this table takes the fragment apply (else the two passes): a one-column key, no stable
+    row ids (see the module docstring)."""
+    if len(pk) != 1:
+        return False
+    fragments = ds.get_fragments()
+    return not (fragments and fragments[0].metadata.row_id_meta is not None)
+
+
+# --- tasks (run wherever the TaskRunner runs them; only metadata comes back) ---------------------------
+
+_open_cache: dict[tuple[str, int], lance.LanceDataset] = {}
+
+
+def _dataset(uri: str, version: int, storage_options: dict[str, str] | None) -> lance.LanceDataset:
+    """The base table at `version`, opened once per process (its index pages stay cached across tasks)."""
+    key = (uri, version)
+    ds = _open_cache.get(key)
+    if ds is None:
+        if len(_open_cache) >= 4:
+            _open_cache.pop(next(iter(_open_cache)))
+        ds = _open_cache[key] = MemWalTable(uri, storage_options, version=version).dataset
+    return ds
+
+
+@dataclass(frozen=True)
+class LookupTask:
+    uri: str
+    version: int
+    storage_options: dict[str, str] | None
+    key: str
+    keys: pa.Array  # sorted
+    fragment_ids: list[int] | None = None  # scan these fragments' key column (else look the keys up)
+
+
+def lookup_addresses(task: LookupTask) -> pa.Table:
+    """(key, _rowaddr) of the task's keys present in the base table at the version: through the key's
+    index, or by scanning the key column of the task's fragments."""
+    ds = _dataset(task.uri, task.version, task.storage_options)
+    parts = []
+    if task.fragment_ids is not None:
+        fragments = [ds.get_fragment(f) for f in task.fragment_ids]
+        scanner = ds.scanner(columns=[task.key], with_row_address=True, fragments=fragments)
+        pending: list[pa.RecordBatch] = []
+
+        def flush() -> None:  # one hash set of the backlog's keys per SCAN_CHUNK_ROWS rows, not per batch
+            chunk = pa.Table.from_batches(pending)
+            parts.append(chunk.filter(pc.is_in(chunk.column(task.key).combine_chunks(), value_set=task.keys)))
+            pending.clear()
+
+        for batch in scanner.to_batches():
+            pending.append(batch)
+            if sum(b.num_rows for b in pending) >= SCAN_CHUNK_ROWS:
+                flush()
+        if pending:
+            flush()
+        if parts:
+            return pa.concat_tables(parts).select([task.key, ADDRESS])
+    for start in range(0, len(task.keys), LOOKUP_KEYS):
+        chunk = task.keys.slice(start, LOOKUP_KEYS)
+        parts.append(ds.to_table(columns=[task.key], filter=pc.field(task.key).isin(chunk),
+                                 with_row_address=True))
+    if not parts:
+        return pa.table({task.key: task.keys.slice(0, 0), ADDRESS: pa.array([], pa.uint64())})
+    return pa.concat_tables(parts).select([task.key, ADDRESS])
+
+
+@dataclass(frozen=True)
+class ApplyTask:
+    uri: str
+    version: int
+    storage_options: dict[str, str] | None
+    deletions: list[tuple[int, np.ndarray]]  # (fragment id, offsets)
+    rows: pa.Table | None  # replacement rows to write as new fragments
+    max_rows_per_file: int
+    staged: tuple[str, ...] = ()  # or: staged upsert files to read, keeping the rows whose key is replaced
+    replaced: pa.Array | None = None
+    key: str = ""
+
+
+@dataclass
+class ApplyResult:
+    updated: list[FragmentMetadata] = field(default_factory=list)
+    removed: list[int] = field(default_factory=list)
+    new: list[FragmentMetadata] = field(default_factory=list)
+
+
+def apply_fragments(task: ApplyTask) -> ApplyResult:
+    """Write the deletion vectors of the task's fragments and its replacement rows; commit nothing."""
+    ds = _dataset(task.uri, task.version, task.storage_options)
+    out = ApplyResult()
+    for fragment_id, offsets in task.deletions:
+        meta = ds.get_fragment(fragment_id).delete_rows(np.asarray(offsets).tolist())
+        if meta is None:
+            out.removed.append(fragment_id)
+        else:
+            out.updated.append(meta)
+    rows: pa.Table | pa.RecordBatchReader | None = task.rows
+    if task.staged:
+        rows = _staged_reader(task.uri, task.storage_options, task.staged, ds.schema, task.key, task.replaced, True)
+    if rows is not None and (not isinstance(rows, pa.Table) or rows.num_rows):
+        out.new = write_fragments(rows, ds, schema=ds.schema, max_rows_per_file=task.max_rows_per_file,
+                                  storage_options=lance_storage_options(task.storage_options))
+    return out
+
+
+def read_staged(uri: str, storage_options: dict[str, str] | None, path: str) -> pa.Table:
+    """One staged upsert file (Arrow IPC, the base schema) of the table's store."""
+    return pa.ipc.open_file(pa.py_buffer(ObjectStore(uri, storage_options).get(path))).read_all()
+
+
+def _staged_reader(uri: str, storage_options: dict[str, str] | None, paths: Sequence[str], schema: pa.Schema,
+                   key: str, found: pa.Array | None, keep_found: bool) -> pa.RecordBatchReader:
+    """The staged upserts whose key is in `found` (keep_found) or not, one file in memory at a time."""
+
+    def batches():
+        for path in paths:
+            t = read_staged(uri, storage_options, path)
+            empty = pa.array([], t.schema.field(key).type)
+            hit = pc.is_in(t.column(key), value_set=found if found is not None else empty)
+            t = t.filter(hit if keep_found else pc.invert(hit))
+            if t.num_rows:
+                yield from t.cast(schema).to_batches()
+
+    return pa.RecordBatchReader.from_batches(schema, batches())
+
+
+def _run(runner: TaskRunner, fn: Any, tasks: list, what: str) -> list:
+    try:
+        return runner(fn, tasks)
+    except Exception as exc:  # an executor lost, a task raised: nothing committed, the merge retries
+        line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ApplyTaskError(f"merge apply: a {what} task failed ({type(exc).__name__}: {line})") from exc
+
+
+# --- plan ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ApplyPlan:
+    """What one apply writes at version `version`: per fragment the offsets to delete, the replacement rows
+    (each with its base fragment) and the fresh upserts (keys found nowhere: the marker commit's)."""
+
+    version: int
+    offsets: dict[int, np.ndarray]
+    replacements: pa.Table
+    replacement_fragments: np.ndarray
+    fresh: pa.Table
+    deleted_found: int
+    lookup_s: float = 0.0
+
+
+def plan_apply(table: MemWalTable, upserts: pa.Table, deleted_keys: pa.Table, runner: TaskRunner = in_process,
+               parallelism: int = 1) -> ApplyPlan:
+    """Locate every key of the backlog at the table handle's version (lookups through the runner).
+    `upserts` may be their key column alone (staged upserts): then no replacement rows are assigned."""
+    (key,) = table.primary_key
+    ds = table.dataset
+    started = time.monotonic()
+    kind = ds.schema.field(key).type
+    keys = pa.concat_arrays([upserts.column(key).combine_chunks().cast(kind),
+                             deleted_keys.column(key).combine_chunks().cast(kind)])
+    keys = keys.take(pc.array_sort_indices(keys))  # each task's slice then touches few index pages
+    if not len(keys):
+        tasks = []
+    elif _use_index(ds, len(keys)):
+        per_task = max(1, min(LOOKUP_TASK_KEYS, -(-len(keys) // max(1, parallelism))))
+        tasks = [LookupTask(table.uri, ds.version, table.storage_options, key, keys.slice(i, per_task))
+                 for i in range(0, len(keys), per_task)]
+    else:
+        sizes = {f.fragment_id: f.metadata.physical_rows for f in ds.get_fragments()}
+        tasks = [LookupTask(table.uri, ds.version, table.storage_options, key, keys, group)
+                 for group in _balanced(sizes, parallelism)]
+    found = pa.concat_tables(_run(runner, lookup_addresses, tasks, "lookup")) if tasks else pa.table(
+        {key: keys, ADDRESS: pa.array([], pa.uint64())})
+    lookup_s = time.monotonic() - started
+    addresses = found.column(ADDRESS).to_numpy()
+    fragments, offsets = addresses >> np.uint64(32), addresses & np.uint64(0xFFFFFFFF)
+    by_fragment: dict[int, np.ndarray] = {}
+    if len(addresses):
+        order = np.argsort(addresses, kind="stable")
+        frag_sorted, off_sorted = fragments[order], offsets[order]
+        cuts = np.flatnonzero(np.diff(frag_sorted)) + 1
+        for f, o in zip(np.split(frag_sorted, cuts), np.split(off_sorted, cuts), strict=True):
+            by_fragment[int(f[0])] = o
+    if found.num_rows and pc.count_distinct(found.column(key)).as_py() != found.num_rows:
+        raise ValueError(f"table {table.uri}: a key of the merge backlog has several rows in the base "
+                         f"table (primary key {key!r}); refusing to apply")
+    present = pc.is_in(upserts.column(key), value_set=found.column(key).combine_chunks())
+    replacements = upserts.filter(present)
+    fresh = upserts.filter(pc.invert(present))
+    if replacements.num_rows and replacements.num_columns > 1:
+        where = pa.table({key: found.column(key), "__fragment": pa.array(fragments)})
+        joined = replacements.select([key]).append_column("__i", pa.array(np.arange(replacements.num_rows)))
+        joined = joined.join(where, key).sort_by("__i")
+        replacement_fragments = joined.column("__fragment").to_numpy()
+    else:
+        replacement_fragments = np.array([], np.uint64)
+    deleted_found = int(pc.sum(pc.is_in(found.column(key), value_set=deleted_keys.column(key).combine_chunks()
+                                        .cast(found.schema.field(key).type))).as_py() or 0)
+    return ApplyPlan(ds.version, by_fragment, replacements, replacement_fragments, fresh, deleted_found, lookup_s)
+
+
+def _balanced(weights: Mapping[int, int], parallelism: int) -> list[list[int]]:
+    """Fragment ids dealt to at most `parallelism` tasks, heaviest first, each to the lightest task."""
+    n = max(1, min(parallelism, len(weights)))
+    tasks: list[list[int]] = [[] for _ in range(n)]
+    load = [0] * n
+    for f in sorted(weights, key=lambda f: -weights[f]):
+        i = load.index(min(load))
+        tasks[i].append(f)
+        load[i] += weights[f]
+    return [t for t in tasks if t]
+
+
+def apply_tasks(table: MemWalTable, plan: ApplyPlan, parallelism: int, max_rows_per_file: int,
+                staged: Sequence[str] = ()) -> list[ApplyTask]:
+    """The apply's tasks: the touched fragments dealt by rows to delete; the replacement rows go with
+    their fragments' task, or, when the upserts are staged, the files are dealt round-robin and each task
+    keeps the rows of the replaced keys."""
+    groups = _balanced({f: len(o) for f, o in plan.offsets.items()}, parallelism)
+    (key,) = table.primary_key
+    replaced = plan.replacements.column(key).combine_chunks() if staged else None
+    n = max(len(groups), min(parallelism, len(staged)) if staged and plan.replacements.num_rows else 0, 1)
+    groups += [[] for _ in range(n - len(groups))]
+    tasks = []
+    for i, fragment_ids in enumerate(groups):
+        rows = None
+        if not staged and plan.replacements.num_rows:
+            mask = pc.is_in(pa.array(plan.replacement_fragments), value_set=pa.array(fragment_ids, pa.uint64()))
+            rows = plan.replacements.filter(mask)
+        files = tuple(staged[i::n]) if replaced is not None and len(replaced) else ()
+        tasks.append(ApplyTask(table.uri, plan.version, table.storage_options,
+                               [(f, plan.offsets[f]) for f in sorted(fragment_ids)], rows,
+                               max_rows_per_file, files, replaced, key))
+    return [t for t in tasks if t.deletions or t.rows is not None or t.staged]
+
+
+def staged_keys(table: MemWalTable, staged: Sequence[str]) -> pa.Table:
+    """The key column of the staged upserts (one file in memory at a time): all the driver keeps of them."""
+    (key,) = table.primary_key
+    kind = table.schema.field(key).type
+    # copied out of each file (a zero-copy column would keep the whole file's buffer alive)
+    parts = [pa.concat_arrays(read_staged(table.uri, table.storage_options, path).column(key).chunks).cast(kind)
+             for path in staged]
+    return pa.table({key: pa.concat_arrays(parts) if parts else pa.array([], kind)})
+
+
+# --- commit ----------------------------------------------------------------------------------------
+
+
+def _commit_update(table: MemWalTable, version: int, results: Sequence[ApplyResult]) -> lance.LanceDataset:
+    op = lance.LanceOperation.Update(
+        removed_fragment_ids=sorted(f for r in results for f in r.removed),
+        updated_fragments=[m for r in results for m in r.updated],
+        new_fragments=[m for r in results for m in r.new],
+    )
+    return lance.LanceDataset.commit(table.dataset, op, read_version=version)
+
+
+def apply_commit(table: MemWalTable, markers: Sequence[tuple[str, int]], since: Mapping[str, int],
+                 data: MergeData, runner: TaskRunner = in_process, parallelism: int = 1,
+                 max_rows_per_file: int = 1024 * 1024) -> CommitPasses:
+    """One merge commit (a `memwal.merge.MergeInput`) through the fragment apply (module docstring), under
+    the MemWAL index lock; the two passes where the table does not take it. Staged upserts (`data.staged`)
+    are read by the tasks where they are: the driver holds their keys only. Returns what it did."""
+    pk = list(table.primary_key)
+    if not supports_apply(table.refresh().dataset, pk):
+        return passes(table, markers, since, data)
+    deleted_keys, staged = data.deleted_keys, tuple(data.staged)
+    upserts = staged_keys(table, staged) if staged else data.open_upserts()
+    out = CommitPasses()
+    compacted = [CompactedSsTable(r, g) for r, g in markers]
+    for attempt in range(1, APPLY_ATTEMPTS + 1):
+        started = time.monotonic()
+        table.refresh()
+        _check_progress(table, since)
+        plan = plan_apply(table, upserts, deleted_keys, runner, parallelism)
+        out.timings_s["apply_lookup"] = out.timings_s.get("apply_lookup", 0.0) + plan.lookup_s
+        if not plan.offsets:
+            break
+        t1 = time.monotonic()
+        tasks = apply_tasks(table, plan, parallelism, max_rows_per_file, staged)
+        results = _run(runner, apply_fragments, tasks, "apply")
+        out.timings_s["apply_tasks"] = out.timings_s.get("apply_tasks", 0.0) + time.monotonic() - t1
+        fault_point("merge.apply_before_commit")
+        t2 = time.monotonic()
+        table.refresh()
+        _check_progress(table, since)  # a merger without our lock that got here first: replan, nothing ours
+        try:
+            table.adopt(_commit_update(table, plan.version, results))
+        except OSError as exc:
+            if not is_update_conflict(exc) or attempt == APPLY_ATTEMPTS:
+                raise
+            log.info("merge apply: our Update (read version %d) conflicted with a concurrent commit (attempt %d): "
+                     "%s; replanning", plan.version, attempt, str(exc).splitlines()[0])
+            continue
+        finally:
+            out.timings_s["apply_commit"] = out.timings_s.get("apply_commit", 0.0) + time.monotonic() - t2
+        out.table_commits += 1
+        out.deleted = plan.deleted_found
+        log.info("merge apply: Update committed at version %d (read %d): %d fragments updated, %d rows "
+                 "replaced, %d deleted in %.2fs", table.version, plan.version, len(plan.offsets),
+                 plan.replacements.num_rows, plan.deleted_found, time.monotonic() - started)
+        fault_point("merge.between_update_and_marker")
+        break
+    else:  # pragma: no cover - the loop either breaks or raises
+        raise AssertionError("unreachable")
+    fresh = plan.fresh
+    found = plan.replacements.column(pk[0]).combine_chunks()
+
+    def marker(ds: lance.LanceDataset) -> dict:
+        rows = fresh  # when staged, their keys only: the rows are read from the files if there are any
+        if staged and fresh.num_rows:  # streamed from the staged files (a reader per attempt), not held here
+            rows = _staged_reader(table.uri, table.storage_options, staged, ds.schema, pk[0], found, False)
+        elif staged:
+            rows = ds.schema.empty_table()
+        return (ds.merge_insert(pk).when_matched_update_all().when_not_matched_insert_all()
+                .mark_sstables_as_compacted(compacted)
+                .use_index(_use_index(ds, fresh.num_rows)).conflict_retries(0).execute(rows))
+
+    t3 = time.monotonic()
+    _run_pass(table, since, marker, "marker")
+    out.timings_s["marker_commit"] = time.monotonic() - t3
+    out.table_commits += 1
+    out.upserted = data.staged_rows if staged else upserts.num_rows
+    return out
+
+
+# --- which apply a merge uses ------------------------------------------------------------------------
+
+Apply = Callable[[MemWalTable, Sequence[tuple[str, int]], Mapping[str, int], "MergeData"], CommitPasses]
+
+
+def passes(table: MemWalTable, markers: Sequence[tuple[str, int]], since: Mapping[str, int],
+           data: MergeData) -> CommitPasses:
+    """The two passes (`merge_commit.commit_passes`) on a MergeInput's upserts and deleted keys."""
+    return commit_passes(table, markers, since, data.open_upserts(), data.deleted_keys)
+
+
+def choose_apply(mode: str, runner: TaskRunner | None = None, parallelism: int = 1) -> Apply:
+    """The commit function of a merge. "passes": `merge_commit.commit_passes`; "fragments": the apply
+    here, its tasks on `runner` (in process if None); "auto": the fragment apply when tasks run
+    elsewhere (a runner is given: Spark), else the two passes, which were faster in process at every
+    size measured (bench/merge_scale.py, bench/README.md)."""
+    if mode == "passes" or (mode == "auto" and runner is None):
+        return passes
+    chosen = runner or in_process
+
+    def apply(table: MemWalTable, markers: Sequence[tuple[str, int]], since: Mapping[str, int],
+              data: MergeData) -> CommitPasses:
+        return apply_commit(table, markers, since, data, chosen, parallelism)
+
+    return apply

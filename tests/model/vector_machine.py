@@ -1,0 +1,126 @@
+"""The model-based machine (machine.py) on a table with a vector index (IVF_PQ, 2 partitions) and a full-text
+index (INVERTED) beside its BTREE, all maintained by the machine's jobs: catch-up with the default IndexPolicy
+(segments folded past the bound, or, with a compaction due at 2 small fragments, when they would block it),
+compaction, retention, snapshot and GC.
+
+Every row's vector and text are functions of its name (tests/vector_model.py), so the machine's model
+(key -> name, score) is the model of the searches too. After every step, through Lance on the base table:
+an exact vector search (no index) equals the full ordered brute-force result, an ANN search with every
+partition probed and refinement over all rows returns the brute-force nearest rows, the FTS query of every
+word and two scalar filters return the brute-force rows; no index has more segments than the policy's
+bound. The base table the searches run on is a plain scan: its vectors and texts must be those of its
+names, and once every flushed generation is merged it must equal our LSM view (which the reads compare with
+the model). At the end (everything merged and caught up) the indexes cover every row.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import ClassVar
+
+import lance
+import numpy as np
+import pyarrow as pa
+from hypothesis import strategies as st
+from hypothesis.stateful import invariant, precondition, rule
+from machine import LsmMachine, _tracked, local_machine
+from tables import SCHEMA, Row, view
+from vector_model import DIM, IVF_PQ_PARAMS, check_lance_searches, text_of, vector_column, vector_of
+
+from memwal.catchup import catchup_table
+from memwal.compaction import compact_table
+from memwal.index_segments import segment_counts
+from memwal.maintenance_config import DEFAULT_MAX_INDEX_SEGMENTS, CompactionConfig
+from memwal.merge import merge_table
+from memwal.storage import lance_storage_options
+from memwal.table import MemWalTable
+
+VECTOR_INDEX, FTS_INDEX = "vec_idx", "text_idx"
+DUE_AT_TWO = CompactionConfig(max_small_fragments=2)
+VECTOR_SCHEMA = pa.schema([*SCHEMA, pa.field("text", pa.string()), pa.field("vec", pa.list_(pa.float32(), DIM))])
+
+
+def vector_table(vals: list[tuple[int, Row]]) -> pa.Table:
+    """Rows of VECTOR_SCHEMA for (key, (name, score)) pairs: text and vector derived from the name."""
+    names = [v[0] for _, v in vals]
+    return pa.table({"id": [k for k, _ in vals], "name": names, "score": [v[1] for _, v in vals],
+                     "text": [text_of(n) for n in names], "vec": vector_column(names)}, schema=VECTOR_SCHEMA)
+
+
+def create_vector_indexes(ds: lance.LanceDataset) -> None:
+    ds.create_index("vec", "IVF_PQ", name=VECTOR_INDEX, **IVF_PQ_PARAMS)
+    ds.create_scalar_index("text", "INVERTED", name=FTS_INDEX)
+
+
+class VectorLsmMachine(LsmMachine):
+    # 12 rows outside the written keys: with the 4 base keys, the 16 rows IVF_PQ trains on.
+    static_keys: ClassVar[range] = range(100, 112)
+
+    def _table(self, vals: list[tuple[int, Row]]) -> pa.Table:
+        return vector_table(vals)
+
+    def _create_indexes(self, ds: lance.LanceDataset) -> None:
+        create_vector_indexes(ds)
+
+    def _all_merged(self) -> bool:
+        merged = self._check_merged_monotonic()
+        return all(merged.get(r, 0) == self._highest_flushed(ri)
+                   for ri, r in enumerate(self.regions) if self._has_manifest(ri))
+
+    def _check_searches(self, what: str) -> lance.LanceDataset:
+        ds = lance.dataset(self.uri, storage_options=lance_storage_options(self.so))
+        base = ds.to_table(columns=["id", "name", "score", "text", "vec"])
+        for r in base.to_pylist():
+            assert r["text"] == text_of(r["name"]) and np.array_equal(r["vec"], vector_of(r["name"])), \
+                f"{what}: base row {r['id']} holds another row's vector or text"
+        rows = view(base)
+        if self._all_merged():
+            assert rows == self._lsm(False), f"{what}: the fully merged base table differs from the LSM view"
+        check_lance_searches(ds, {k: v[0] for k, v in rows.items()}, {k: v[1] for k, v in rows.items()},
+                             VECTOR_INDEX, FTS_INDEX, what)
+        segments = segment_counts(ds)
+        assert max(segments.values()) <= DEFAULT_MAX_INDEX_SEGMENTS, f"{what}: segments over the bound: {segments}"
+        type(self).stats["max_vector_segments"] = max(type(self).stats["max_vector_segments"], segments[VECTOR_INDEX])
+        return ds
+
+    @precondition(lambda self: self._any_region())
+    @rule(merge_first=st.booleans(), then_compact=st.booleans())
+    @_tracked
+    def catch_up_before_compaction(self, merge_first: bool, then_compact: bool) -> None:
+        """(Merge ->) catch-up (-> compaction) as the maintenance DAG runs them on a table whose compaction is
+        due at 2 small fragments: with the default IndexPolicy catch-up folds the segments that would block
+        that compaction, so the compaction can combine the fragments. Neither changes the LSM view."""
+        if merge_first:
+            assert not merge_table(MemWalTable(self.uri, self.so), dedup=self.dedup).failed_regions
+            self._check_merged_monotonic()
+        before = self._lsm(False)
+        summary = catchup_table(MemWalTable(self.uri, self.so), compaction=DUE_AT_TWO)
+        assert all(i.error is None and i.covered for i in summary.indexes), summary
+        type(self).stats["folded_segments"] += sum(i.folded_segments for i in summary.indexes)
+        if then_compact:
+            compacted = compact_table(MemWalTable(self.uri, self.so), DUE_AT_TWO)
+            assert compacted.error is None, compacted.to_dict()
+            type(self).stats["dag_compaction_tasks"] += compacted.tasks_committed
+        assert self._lsm(False) == before, "catch-up or compaction changed the LSM view"
+        self._check_merged_monotonic()
+
+    @invariant()
+    @_tracked
+    def searches_equal_model(self) -> None:
+        if self.loc is not None:
+            self._check_searches("after a step")
+
+    def _final_check(self) -> None:
+        super()._final_check()
+        ds = self._check_searches("at the end")
+        for name in (VECTOR_INDEX, FTS_INDEX):
+            stats = ds.stats.index_stats(name)
+            assert stats["num_unindexed_rows"] == 0, f"{name} leaves rows unindexed after the final catch-up: {stats}"
+
+
+def local_vector_machine(root: str | None = None) -> type[VectorLsmMachine]:
+    """The vector machine on fresh directories under root (a new temporary directory if None)."""
+    local = local_machine(root)
+    return type("LocalVectorLsmMachine", (VectorLsmMachine,), {
+        "new_location": staticmethod(local.new_location), "cleanup_location": staticmethod(local.cleanup_location),
+        "stats": Counter()})

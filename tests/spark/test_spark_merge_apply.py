@@ -1,0 +1,103 @@
+"""The merge's fragment apply with its tasks on Spark executors (`spark_jobs.task_runner.spark_runner`):
+the same table as the two-pass merge in process, and an executor lost mid-apply costs a retry, never a
+half-applied commit."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from types import SimpleNamespace
+
+import pytest
+from tables import open_base, view
+from test_merge_passes import _exact_everywhere, _lsm, _table
+
+from memwal import merge_apply
+from memwal.merge import MergeConfig, merge_table
+from spark_jobs.task_runner import spark_runner
+
+pytestmark = pytest.mark.spark
+
+GENS = [([20, 21, 5], "g1", [3, 4]), ([3, 7], "g2", [20]), ([21, 0], "g3", [9])]
+
+
+def _loc(tmp_path) -> SimpleNamespace:
+    loc = SimpleNamespace(uri=str(tmp_path / uuid.uuid4().hex), storage_options=None)
+    from memwal.storage import ObjectStore
+
+    loc.store = lambda: ObjectStore(loc.uri)
+    return loc
+
+
+def test_the_apply_on_spark_equals_the_two_pass_merge_in_process(spark, tmp_path):
+    ours, theirs = _loc(tmp_path), _loc(tmp_path)
+    _table(ours, GENS, fragment_rows=3)
+    _table(theirs, GENS, fragment_rows=3)
+    model, v0 = _lsm(ours), open_base(ours).version
+    summary = merge_table(ours.uri, config=MergeConfig(max_generations_per_commit=1, apply="fragments"),
+                          runner=spark_runner(spark, "test apply"), parallelism=2)
+    assert not summary.failed_regions and summary.table_commits == 6, summary  # an Update and a marker each
+    merge_table(theirs.uri, config=MergeConfig(max_generations_per_commit=1, apply="passes"))
+    _exact_everywhere(ours, v0, model)
+    assert view(open_base(ours).to_table()) == view(open_base(theirs).to_table()) == model
+
+
+def test_an_executor_lost_mid_apply_commits_nothing_and_the_merge_retries(spark, tmp_path, monkeypatch):
+    """The first apply task's Python worker exits (os._exit) on its first attempt: the Spark job fails, the
+    apply raises ApplyTaskError before any commit, the merge retries and ends exact."""
+    loc = _loc(tmp_path)
+    _table(loc, GENS[:1], fragment_rows=3)
+    model, v0 = _lsm(loc), open_base(loc).version
+    flag = tmp_path / "died-once"
+    real = merge_apply.apply_fragments
+
+    def dying(task):  # a closure: pickled by value for the workers
+        if not os.path.exists(flag):
+            open(flag, "w").close()
+            os._exit(1)
+        return real(task)
+
+    monkeypatch.setattr(merge_apply, "apply_fragments", dying)
+    summary = merge_table(loc.uri, config=MergeConfig(apply="fragments"), runner=spark_runner(spark), parallelism=2)
+    assert flag.exists(), "no task died"
+    (region,) = summary.regions
+    assert region.generations == [1] and region.conflicts == 1, region
+    _exact_everywhere(loc, v0, model)
+
+
+def test_the_spark_merge_job_applies_staged_upserts_on_the_executors(spark, tmp_path):
+    """The `spark` engine's merge as spark_jobs/merge.py runs it: the dedup stages the upserts (inline
+    results off), the apply's tasks read them on the executors; the driver never opens them."""
+    from memwal import merge as merge_module
+    from spark_jobs.merge_dedup import spark_dedup
+    from spark_jobs.task_runner import default_parallelism
+
+    ours, theirs = _loc(tmp_path), _loc(tmp_path)
+    _table(ours, GENS, fragment_rows=3)
+    _table(theirs, GENS, fragment_rows=3)
+    model, v0 = _lsm(ours), open_base(ours).version
+    opened, staged = [], []
+    base = spark_dedup(spark, inline_bytes=0)
+
+    def wrap(x):
+        if isinstance(x, merge_module.MergeInput):
+            real = x.open_upserts
+            staged.append(len(x.staged))
+            x.open_upserts = lambda: opened.append(1) or real()
+        return x
+
+    class Recording:
+        def __call__(self, refs, pk, schema, store):
+            return wrap(base(refs, pk, schema, store))
+
+        def batch(self, batches, pk, schema, store):
+            return [wrap(x) for x in base.batch(batches, pk, schema, store)]
+
+    summary = merge_table(ours.uri, config=MergeConfig(max_generations_per_commit=1),  # apply "auto"
+                          dedup=Recording(), runner=spark_runner(spark), parallelism=default_parallelism(spark))
+    assert not summary.failed_regions and "apply_tasks" in summary.timings_s, summary
+    assert staged and all(staged), f"every batch staged its upserts: {staged}"
+    assert not opened, "the driver opened staged upserts"
+    merge_table(theirs.uri, config=MergeConfig(max_generations_per_commit=1, apply="passes"))
+    _exact_everywhere(ours, v0, model)
+    assert view(open_base(ours).to_table()) == view(open_base(theirs).to_table()) == model
