@@ -18,7 +18,7 @@ import sys
 from memwal import index_build, jobs
 from memwal.catchup import DistributedBuild
 from spark_jobs import common
-from spark_jobs.task_runner import spark_runner
+from spark_jobs.task_runner import default_parallelism, spark_runner
 
 log = logging.getLogger(__name__)
 
@@ -31,15 +31,7 @@ def task_slots(spark) -> tuple[int, int]:
     """(tasks that can run at once, cores per task) of the session: local[N] from the master, a cluster from
     the default parallelism (all executor cores), divided by spark.task.cpus."""
     cpus = max(1, int(spark.conf.get("spark.task.cpus", "1")))
-    master = spark.conf.get("spark.master", "") or ""
-    if master.startswith("local"):
-        cores = common._local_cores(master)
-    else:
-        try:
-            cores = spark.sparkContext.defaultParallelism
-        except Exception:  # Spark Connect has no SparkContext: the configured parallelism, else 2
-            cores = int(spark.conf.get("spark.default.parallelism", "2"))
-    return max(1, cores // cpus), cpus
+    return max(1, default_parallelism(spark) // cpus), cpus
 
 
 # Rows to index from which every index is built on the executors (default: by kind, DISTRIBUTED_MIN_ROWS).
