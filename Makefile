@@ -64,6 +64,12 @@ bench-engines: setup
 bench-health: setup
 	$(BIN)/python bench/health.py --scaling
 
+# Issue 24: index catch-up (IVF_PQ and FTS) in process and with segments built on Spark (local[1], local[2],
+# a standalone 2 x 1-core cluster): times, local[2]/local[1], recall@10, driver peak RSS (bench/README.md).
+.PHONY: bench-index
+bench-index: setup
+	$(BIN)/python bench/index.py --rss-check
+
 clean:
 	rm -rf $(VENV) demo dist build
 

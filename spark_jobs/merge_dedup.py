@@ -50,6 +50,7 @@ from memwal.merge import Dedup, GenerationRef, MergeInput, dedup_generations, re
 from memwal.planning import largest_first
 from memwal.storage import ObjectStore
 from spark_jobs.common import one_line, set_job_description, spark_error_line
+from spark_jobs.task_runner import default_parallelism
 
 __all__ = ["DEFAULT_TASK_BYTES", "STAGING_DIR", "spark_dedup", "warm_up"]
 
@@ -484,11 +485,7 @@ def _deal(units: Sequence[Sequence[GenerationRef]], tasks: int) -> list[list[int
 def _task_count(spark, n_units: int) -> int:
     """One task per core: the deal balances the bytes, and on a small round every extra wave of tasks costs
     more in Spark's task overhead (about 0.1 s a wave, measured) than it could balance."""
-    try:
-        cores = int(spark.sparkContext.defaultParallelism)
-    except Exception:  # Spark Connect
-        cores = 2
-    return max(1, min(n_units, cores))
+    return max(1, min(n_units, default_parallelism(spark)))
 
 
 def _dedup_batches(spark, batches: Sequence[Sequence[GenerationRef]], pk: list[str], schema: pa.Schema,

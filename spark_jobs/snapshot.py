@@ -25,6 +25,7 @@ from memwal.snapshot import ManifestReader
 from memwal.storage import ObjectStore
 from memwal.table import MemWalTable
 from spark_jobs import common
+from spark_jobs.task_runner import default_parallelism
 
 log = logging.getLogger(__name__)
 
@@ -42,13 +43,6 @@ def _manifest_task(region_ids: list[str], table: MemWalTable):
     return read
 
 
-def _parallelism(spark) -> int:
-    try:
-        return spark.sparkContext.defaultParallelism
-    except Exception:  # Spark Connect has no SparkContext
-        return 8
-
-
 def spark_manifest_reader(spark, max_tasks: int | None = None) -> ManifestReader:
     """A `read_manifests` hook that loads the latest region manifests in parallel on Spark."""
 
@@ -56,7 +50,7 @@ def spark_manifest_reader(spark, max_tasks: int | None = None) -> ManifestReader
         ids = list(region_ids)
         if not ids:
             return []
-        tasks = min(len(ids), max_tasks or 4 * _parallelism(spark))
+        tasks = min(len(ids), max_tasks or 4 * default_parallelism(spark, fallback=8))
         try:
             table = (
                 spark.range(0, len(ids), 1, tasks)

@@ -69,6 +69,29 @@ def test_plan_finds_executor_work(local_location):
     assert not plan_work("retention", table, JobOptions()).executor_work
 
 
+def test_catch_up_has_executor_work_only_for_segments_big_enough_to_build_there(local_location, monkeypatch):
+    """Rows an index does not cover: driver work under the index kind's threshold for segments built on the
+    executors (memwal.index_build.DISTRIBUTED_MIN_ROWS), executor work at or over it."""
+    from tables import open_base
+
+    from memwal import index_build
+    from memwal.merge import merge_table
+
+    loc = local_location
+    build_table(loc, regions=2, generations=3)
+    open_base(loc).create_scalar_index("name", "BTREE", name="name_idx")
+    merge_table(loc.uri)
+    table = MemWalTable(loc.uri)
+    small = plan_work("catchup", table, JobOptions())
+    rows = small.facts["rows_to_index"]
+    assert rows > 0 and not small.executor_work and "under every index's threshold" in small.reason, small
+    assert choose_engine("spark", small).engine == "in_process", "no Spark application for a small catch-up"
+    monkeypatch.setitem(index_build.DISTRIBUTED_MIN_ROWS, "scalar", rows)
+    large = plan_work("catchup", table, JobOptions())
+    assert large.executor_work and large.facts["indexes_to_build_on_executors"] == ["name_idx"], large
+    assert choose_engine("spark", large).engine == "spark"
+
+
 def test_auto_follows_the_thresholds(local_location):
     """auto: in process under every threshold, the table's Spark engine at or over one; the reason says so."""
     loc = local_location

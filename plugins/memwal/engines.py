@@ -138,19 +138,30 @@ def _plan_compaction(table: MemWalTable, options: JobOptions) -> WorkPlan:
 
 
 def _plan_catchup(table: MemWalTable, options: JobOptions) -> WorkPlan:
+    """Executor work only where an index has enough rows to index for its segments to be built on the
+    executors (`memwal.index_build.min_rows` by kind); smaller additions and segment folds run on the driver."""
+    from memwal.index_build import min_rows
     from memwal.index_coverage import covered_fragments
 
     ds = table.dataset
     names = list(options.indexes) if options.indexes else table.maintained_indexes()
+    described = {d.name: d for d in ds.describe_indices()}
     rows = {f.fragment_id: f.metadata.physical_rows for f in ds.get_fragments()}
-    to_index = 0
+    to_index, large = 0, []
     for name in names:
         covered = covered_fragments(ds, name) or set()
-        to_index += sum(n for fid, n in rows.items() if fid not in covered)
-    facts = {"indexes": len(names), "rows_to_index": to_index}
+        n = sum(count for fid, count in rows.items() if fid not in covered)
+        to_index += n
+        if n and name in described and n >= min_rows(described[name]):
+            large.append(name)
+    facts = {"indexes": len(names), "rows_to_index": to_index, "indexes_to_build_on_executors": large}
     if not to_index:
         return WorkPlan("catchup", False, "no rows to index (segment folds run on the driver)", facts)
-    return WorkPlan("catchup", True, f"{to_index} row(s) to index over {len(names)} index(es)", facts)
+    if not large:
+        return WorkPlan("catchup", False, f"{to_index} row(s) to index, under every index's threshold for "
+                        "segments built on executors (memwal.index_build.DISTRIBUTED_MIN_ROWS)", facts)
+    return WorkPlan("catchup", True, f"{to_index} row(s) to index; segments of {', '.join(large)} built on the "
+                    "executors", facts)
 
 
 def choose_engine(engine: str, plan: WorkPlan, *, spark_engine: str = "spark_connect",

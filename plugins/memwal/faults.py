@@ -23,6 +23,8 @@ FAULT_POINTS = (
     "snapshot.after_external_write",  # index.lance written, details not committed
     "compaction.before_commit",  # compaction tasks executed (rewritten files written), not committed
     "compaction.after_commit",  # compaction committed, not yet reported
+    "index_build.after_tasks",  # index segments built by tasks (files written), not committed
+    "index_build.after_commit",  # index segments committed, index_catchup not yet recorded
 )
 
 _hits: dict[str, int] = {}

@@ -289,10 +289,12 @@ def storage_options_of(args: argparse.Namespace) -> dict[str, str] | None:
 
 def run_job(job: str, table: MemWalTable, options: JobOptions | None = None, regions: Sequence[str] | None = None,
             *, dedup: Callable | None = None, read_manifests: Callable | None = None,
-            execute: Callable | None = None, runner: Callable | None = None, parallelism: int = 1) -> dict[str, Any]:
+            execute: Callable | None = None, runner: Callable | None = None, parallelism: int = 1,
+            distributed: Any = None) -> dict[str, Any]:
     """Run one job on the table in this process; returns its JSON-ready summary. Spark passes its own hooks
-    (dedup, read_manifests, execute: where compaction tasks run, and runner / parallelism: where and in how
-    many tasks the merge's fragment apply runs)."""
+    (dedup, read_manifests, execute: where compaction tasks run, runner / parallelism: where and in how many
+    tasks the merge's fragment apply runs, and distributed: catch-up's `memwal.catchup.DistributedBuild`,
+    where index segments are built)."""
     options = options or JobOptions()
     regions = list(dict.fromkeys(regions)) if regions else None
     check_job_input(job, table, options, regions)
@@ -309,7 +311,7 @@ def run_job(job: str, table: MemWalTable, options: JobOptions | None = None, reg
         from memwal.catchup import catchup_table
 
         return catchup_table(table, index_names=options.indexes, policy=options.index_policy,
-                             compaction=options.compaction).to_dict()
+                             compaction=options.compaction, distributed=distributed).to_dict()
     if job == "snapshot":
         from memwal.snapshot import read_manifests_threaded, refresh_snapshot
 

@@ -7,7 +7,7 @@ in its environment the library SIGKILLs this process at that point (memwal.fault
 Scenarios: write (ops: {"op": put|delete|flush|close, "region": id, "rows": [[id, name, score], ...],
 "keys": [id, ...]}), merge ("spark": true: deduplicated on Spark, local[1], staged as files; "apply":
 MergeConfig.apply, "parallelism": the fragment apply's tasks),
-snapshot (inline_threshold), catchup, gc (keep).
+snapshot (inline_threshold), catchup, catchup_tasks (segments built as tasks), gc (keep).
 """
 
 from __future__ import annotations
@@ -71,6 +71,12 @@ def run(spec: dict) -> None:
         from memwal.catchup import catchup_table
 
         catchup_table(MemWalTable(uri, so))
+    elif scenario == "catchup_tasks":  # index segments built as tasks over fragment groups (memwal.index_build)
+        from memwal.catchup import DistributedBuild, catchup_table
+        from memwal.task_runner import in_process
+
+        catchup_table(MemWalTable(uri, so), distributed=DistributedBuild(in_process, groups=2, where="tasks",
+                                                                         min_rows=0, min_group_rows=1))
     elif scenario == "gc":
         from memwal.gc import GcConfig, gc_table
 

@@ -322,6 +322,49 @@ def crash_after_catchup_details_commit(loc) -> None:
     final_check(loc, model)
 
 
+def _index_build_crash(loc, fault: str) -> None:
+    """Merged generations in several fragments the index does not cover; the child builds the index's
+    segments as tasks over two fragment groups and dies before or right after their commit."""
+    regions = new_table(loc, 2)
+    model = three_generations(loc, regions)
+    merge_table(loc.uri, config=MergeConfig(max_generations_per_commit=1))
+    before = open_base(loc)
+    segments_before = {str(s.uuid) for d in before.describe_indices() if d.name == "name_idx" for s in d.segments}
+    catchup_before = dict(load_index(loc.uri).details.index_catchup)
+    run_child(loc, {"scenario": "catchup_tasks"}, fault)
+    after = open_base(loc)
+    assert view(after.to_table()) == model and lsm(loc) == model, "the table stays readable and unchanged"
+    segments = {str(s.uuid) for d in after.describe_indices() if d.name == "name_idx" for s in d.segments}
+    on_disk = {m.path.split("/")[1] for m in loc.store().list("_indices")}
+    referenced = {str(s.uuid) for d in after.describe_indices() for s in d.segments}
+    if fault == "index_build.after_tasks":
+        assert dict(load_index(loc.uri).details.index_catchup) == catchup_before, "nothing recorded"
+        assert segments == segments_before, "the index is as it was"
+        orphans = on_disk - referenced
+        assert len(orphans) == 2, "the two built segments: written, referenced by no version"
+        # retention's cleanup of unreferenced files (its --delete-unverified) takes them
+        after.cleanup_old_versions(older_than=timedelta(0), delete_unverified=True)
+        assert not orphans & {m.path.split("/")[1] for m in loc.store().list("_indices")}
+    else:
+        assert len(segments - segments_before) == 2 and segments_before <= segments, "two segments joined it"
+        assert not on_disk - referenced
+        # not recorded, but the index covers every fragment: readers take it as caught up (index_coverage)
+        assert load_index(loc.uri).details.index_catchup["name_idx"] == {r: 3 for r in regions}
+    rerun = catchup_table(loc.uri)
+    assert all(i.covered and not i.error for i in rerun.indexes), rerun
+    assert load_index(loc.uri).details.index_catchup["name_idx"] == {r: 3 for r in regions}
+    assert view(open_base(loc).to_table(filter="name = 'g3'")) == {k: v for k, v in model.items() if v[0] == "g3"}
+    final_check(loc, model)
+
+
+def crash_after_index_build_tasks(loc) -> None:
+    _index_build_crash(loc, "index_build.after_tasks")
+
+
+def crash_after_index_build_commit(loc) -> None:
+    _index_build_crash(loc, "index_build.after_commit")
+
+
 def _gc_crash(loc, fault: str) -> None:
     regions = new_table(loc, 2)
     model = three_generations(loc, regions)
@@ -426,6 +469,8 @@ SCENARIOS: dict[str, list[Callable]] = {
     "snapshot.after_external_write": [crash_after_external_snapshot_write],
     "compaction.before_commit": [crash_before_compaction_commit],
     "compaction.after_commit": [crash_after_compaction_commit],
+    "index_build.after_tasks": [crash_after_index_build_tasks],
+    "index_build.after_commit": [crash_after_index_build_commit],
 }
 CASES = [(point, fn) for point in FAULT_POINTS for fn in SCENARIOS.get(point, [None])]
 
