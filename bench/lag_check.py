@@ -326,8 +326,7 @@ def main() -> None:
                 results.append(row)
                 print(json.dumps(row), flush=True)
     finally:
-        moto.terminate()
-        moto.wait(timeout=10)
+        stop_moto(moto)
         shutil.rmtree(tmp, ignore_errors=True)
     print()
     print(f"{'versions':>8}  {'check':>11}  {'local s':>8}  {'s3 s':>7}  {'s3 GET':>6}  {'of manifests':>12}  "

@@ -47,7 +47,7 @@ from memwal.mem_wal_index import MemWalIndexDetails, _commit_details_locked, com
 from memwal.table import MemWalTable, TableLike
 
 __all__ = ["PENDING_CATCHUP", "CompactionConfig", "CompactionSummary", "FragmentHealth", "compact_table",
-           "due_reasons", "execute_in_process", "fragment_health", "is_preempted"]
+           "due_reasons", "execute_in_process", "fragment_health", "is_preempted", "is_small"]
 
 log = logging.getLogger(__name__)
 
@@ -88,17 +88,24 @@ def lance_options(config: CompactionConfig) -> CompactionOptions:
                              materialize_deletions_threshold=config.materialize_deletions_threshold)
 
 
+def _deleted_rows(meta: Any) -> int:
+    return (meta.deletion_file.num_deleted_rows or 0) if meta.deletion_file is not None else 0
+
+
+def is_small(meta: Any, target_rows_per_fragment: int) -> bool:
+    """Compaction's "small" fragment (from its manifest metadata): live rows under half the target."""
+    return meta.physical_rows - _deleted_rows(meta) < target_rows_per_fragment // 2
+
+
 def fragment_health(ds: lance.LanceDataset, target_rows_per_fragment: int) -> FragmentHealth:
     """Read from the manifest (no data file is opened)."""
     out = FragmentHealth()
     for frag in ds.get_fragments():
         meta = frag.metadata
-        deleted = meta.deletion_file.num_deleted_rows if meta.deletion_file is not None else 0
         out.fragments += 1
         out.physical_rows += meta.physical_rows
-        out.deleted_rows += deleted or 0
-        if meta.physical_rows - (deleted or 0) < target_rows_per_fragment // 2:
-            out.small_fragments += 1
+        out.deleted_rows += _deleted_rows(meta)
+        out.small_fragments += is_small(meta, target_rows_per_fragment)
     return out
 
 
@@ -310,10 +317,10 @@ def compact_table(table: TableLike, config: CompactionConfig | None = None,
     health_after = fragment_health(after, config.target_rows_per_fragment)
     summary.health_after = health_after.to_dict()
     if config.enabled and summary.due and due_reasons(health_after, config):
-        from memwal.index_segments import blocking_segments, blocking_unindexed  # they import this module
+        from memwal.index_segments import blocking_indexes  # it imports this module
 
-        summary.blocked_by_index_segments = blocking_segments(after, config.target_rows_per_fragment)
-        summary.blocked_by_unindexed_fragments = blocking_unindexed(after, config.target_rows_per_fragment)
+        summary.blocked_by_index_segments, summary.blocked_by_unindexed_fragments = blocking_indexes(
+            after, config.target_rows_per_fragment)
         if summary.blocked_by_index_segments:
             log.warning("compaction of %s is still due but Lance cannot combine fragments covered by different "
                         "segments of indexes %s (index: segments); a catch-up with a bounded index policy folds "

@@ -18,10 +18,10 @@ from typing import Any
 import lance
 
 from memwal import naming
-from memwal.compaction import due_reasons, fragment_health
+from memwal.compaction import due_reasons, fragment_health, is_small
 from memwal.maintenance_config import CompactionConfig, IndexPolicy
 
-__all__ = ["VECTOR_REBUILD_TYPES", "blocking_segments", "fold_options", "indices_to_merge", "is_vector_index",
+__all__ = ["VECTOR_REBUILD_TYPES", "blocking_indexes", "fold_options", "indices_to_merge", "is_vector_index",
            "rebuild_vector_index", "segment_counts"]
 
 log = logging.getLogger(__name__)
@@ -48,14 +48,8 @@ def indices_to_merge(segments: int, appending: bool, max_segments: int | None, n
 
 
 def _small_fragments(ds: lance.LanceDataset, target_rows_per_fragment: int) -> set[int]:
-    """Fragments compaction would combine: live rows under half the target (`memwal.compaction`'s "small")."""
-    out = set()
-    for frag in ds.get_fragments():
-        meta = frag.metadata
-        deleted = meta.deletion_file.num_deleted_rows if meta.deletion_file is not None else 0
-        if meta.physical_rows - (deleted or 0) < target_rows_per_fragment // 2:
-            out.add(frag.fragment_id)
-    return out
+    """Fragments compaction would combine (`memwal.compaction.is_small`)."""
+    return {f.fragment_id for f in ds.get_fragments() if is_small(f.metadata, target_rows_per_fragment)}
 
 
 def fold_options(ds: lance.LanceDataset, name: str, policy: IndexPolicy, appending: bool,
@@ -79,33 +73,26 @@ def fold_options(ds: lance.LanceDataset, name: str, policy: IndexPolicy, appendi
     return {} if n is None else {"num_indices_to_merge": n}
 
 
-def blocking_segments(ds: lance.LanceDataset, target_rows_per_fragment: int) -> dict[str, int]:
-    """Indexes whose segments split the fragments compaction would combine (those under half the target
-    rows) into more than one group: index name -> its segment count. Lance plans no task across them."""
+def blocking_indexes(ds: lance.LanceDataset, target_rows_per_fragment: int) -> tuple[dict[str, int], dict[str, int]]:
+    """Why Lance plans no task across the fragments compaction would combine (those under half the target
+    rows), in one pass over the indexes:
+    - segments: indexes whose segments split them into more than one group -> the index's segment count
+      (the next catch-up folds them);
+    - unindexed: indexes that cover some of them and not others -> how many they do not cover (Lance does not
+      combine an indexed fragment with an unindexed one, any index type; the next catch-up covers them)."""
     small = _small_fragments(ds, target_rows_per_fragment)
-    out = {}
-    for d in ds.describe_indices():
-        if d.name == naming.MEM_WAL_INDEX_NAME or len(d.segments) < 2:
-            continue
-        groups = sum(1 for seg in d.segments if small & {int(f) for f in seg.fragment_ids})
-        if groups > 1:
-            out[d.name] = len(d.segments)
-    return out
-
-
-def blocking_unindexed(ds: lance.LanceDataset, target_rows_per_fragment: int) -> dict[str, int]:
-    """Indexes that cover some of the fragments compaction would combine and not others: index name -> how
-    many of those fragments it does not cover. Lance does not combine an indexed fragment with an unindexed
-    one (any index type); the next catch-up covers them."""
-    small = _small_fragments(ds, target_rows_per_fragment)
-    out = {}
+    segments: dict[str, int] = {}
+    unindexed: dict[str, int] = {}
     for d in ds.describe_indices():
         if d.name == naming.MEM_WAL_INDEX_NAME:
             continue
-        covered = small & {int(f) for seg in d.segments for f in seg.fragment_ids}
+        per_segment = [small & {int(f) for f in seg.fragment_ids} for seg in d.segments]
+        if sum(1 for covered in per_segment if covered) > 1:
+            segments[d.name] = len(d.segments)
+        covered = set().union(*per_segment)
         if covered and small - covered:
-            out[d.name] = len(small - covered)
-    return out
+            unindexed[d.name] = len(small - covered)
+    return segments, unindexed
 
 
 def is_vector_index(desc: Any) -> bool:
