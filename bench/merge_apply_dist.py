@@ -33,7 +33,7 @@ from memwal import merge as memwal_merge
 from memwal.writer import RegionWriter, WriterConfig
 
 REPO = Path(__file__).resolve().parents[1]
-APPLY_KEYS = ("apply_lookup", "apply_tasks", "apply_commit", "marker_commit")
+APPLY_KEYS = ("apply_tasks", "apply_commit", "marker_commit")
 
 
 def _rss_mb() -> float:

@@ -56,7 +56,7 @@ __all__ = ["DEFAULT_TASK_BYTES", "STAGING_DIR", "spark_dedup", "warm_up"]
 
 log = logging.getLogger(__name__)
 
-STAGING_DIR = f"{naming.MEM_WAL_DIR}/_staging"
+STAGING_DIR = naming.STAGING_DIR
 DEFAULT_FILE_BYTES = 64 * 1024 * 1024
 DEFAULT_TASK_BYTES = 256 * 1024 * 1024
 DEFAULT_INLINE_BYTES = 1024 * 1024

@@ -228,7 +228,7 @@ def test_a_task_failing_on_its_first_attempt_commits_nothing_and_the_merge_retri
 
     def flaky(fn, tasks, /):
         calls.append(fn.__name__)
-        if fn is merge_apply.apply_fragments and calls.count(fn.__name__) == 1:
+        if fn in (merge_apply.apply_fragments, merge_apply.scan_apply) and calls.count(fn.__name__) == 1:
             assert len(tasks) >= 2
             fn(tasks[0])
             raise RuntimeError("executor lost")
@@ -346,3 +346,61 @@ def test_an_unknown_apply_mode_is_refused_naming_it():
         _parse(["merge", "/t", "--apply", "bulk"])
     assert merge_apply.choose_apply("auto") is merge_apply.passes, "in process, auto is the two passes"
     assert merge_apply.choose_apply("auto", pickling_runner) is not merge_apply.passes, "with a runner: fragments"
+
+
+def _task_aware_runner(in_task: list):
+    """pickling_runner that records, while its tasks run, that code is running in a task."""
+
+    def runner(fn, tasks, /):
+        in_task.append(True)
+        try:
+            return pickling_runner(fn, tasks)
+        finally:
+            in_task.pop()
+
+    return runner
+
+
+def test_a_large_backlog_is_applied_without_the_driver_reading_a_staged_file(local_location, monkeypatch):
+    """The scan path (a backlog large against the table): the fragments' tasks read the staged upserts and
+    find their keys; the driver reads no staged file, not even their keys, and keeps no upsert; the fresh
+    keys reach the marker commit through the tasks' scratch files, which are gone afterwards."""
+    from memwal.merge import merge_table
+
+    loc = local_location
+    monkeypatch.setattr(merge_apply, "_use_index", lambda ds, keys: False)
+    _table(loc, GENS, fragment_rows=3)
+    model, v0 = _lsm(loc), open_base(loc).version
+    in_task, driver_reads, opened = [], [], []
+    use_fragment_apply(monkeypatch, _task_aware_runner(in_task), parallelism=3)
+    real_read = merge_apply.read_staged
+
+    def read(uri, storage_options, path):
+        if not in_task and "/apply-" not in path:  # the marker commit streams the fresh rows the tasks wrote
+            driver_reads.append(path)
+        return real_read(uri, storage_options, path)
+
+    monkeypatch.setattr(merge_apply, "read_staged", read)
+    summary = merge_table(loc.uri, config=MergeConfig(max_generations_per_commit=8, apply="fragments"),
+                          dedup=_staging_dedup(opened))
+    assert not summary.failed_regions and summary.commits == 1, summary
+    assert opened == [] and driver_reads == [], f"the driver read staged upserts: {driver_reads}"
+    _exact_everywhere(loc, v0, model)
+    assert not [p for p in loc.store().list("_mem_wal/_staging") if "/apply-" in p.path], "scratch files left"
+
+
+def test_a_key_with_rows_in_two_fragments_is_refused_before_anything_is_committed(local_location, monkeypatch):
+    """A base table whose primary key is not unique, the two rows of key 5 in fragments that different scan
+    tasks own: neither task sees both, the fresh-upsert round finds the key twice and the merge refuses it,
+    naming the table and the key; no table version is written."""
+    from memwal.merge import merge_table
+
+    loc = local_location
+    monkeypatch.setattr(merge_apply, "_use_index", lambda ds, keys: False)
+    _table(loc, [([5, 30], "g1", [])], fragment_rows=3)  # fragments [0..2] [3..5] [6..8] [9]
+    lance.write_dataset(rows([5], "dup"), loc.uri, mode="append")  # a fifth fragment: key 5 again
+    use_fragment_apply(monkeypatch, parallelism=5)  # one fragment per task
+    before = open_base(loc).version
+    with pytest.raises(ValueError, match=rf"table {loc.uri}: .*several rows in the base table \(primary key 'id'\)"):
+        merge_table(loc.uri, config=MergeConfig(apply="fragments"))
+    assert open_base(loc).version == before, "a refused apply committed something"

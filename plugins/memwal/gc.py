@@ -46,7 +46,7 @@ __all__ = ["GcAction", "GcConfig", "GcSummary", "gc_table", "plan_region_gc", "s
 
 log = logging.getLogger(__name__)
 
-STAGING_DIR = f"{naming.MEM_WAL_DIR}/_staging"
+STAGING_DIR = naming.STAGING_DIR
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -61,6 +62,7 @@ import pyarrow.compute as pc
 from lance.fragment import FragmentMetadata, write_fragments
 from lance.mem_wal import CompactedSsTable
 
+from memwal import naming
 from memwal.faults import fault_point
 from memwal.merge_commit import CommitPasses, _check_progress, _run_pass, _use_index, commit_passes
 from memwal.storage import ObjectStore, lance_storage_options
@@ -186,16 +188,43 @@ class ApplyResult:
     new: list[FragmentMetadata] = field(default_factory=list)
 
 
-def apply_fragments(task: ApplyTask) -> ApplyResult:
-    """Write the deletion vectors of the task's fragments and its replacement rows; commit nothing."""
-    ds = _dataset(task.uri, task.version, task.storage_options)
-    out = ApplyResult()
-    for fragment_id, offsets in task.deletions:
+def _offsets_by_fragment(addresses: np.ndarray) -> dict[int, np.ndarray]:
+    """Row addresses (fragment id << 32 | offset) as sorted offsets per fragment id."""
+    out: dict[int, np.ndarray] = {}
+    if len(addresses):
+        addresses = np.sort(addresses, kind="stable")
+        fragments, offsets = addresses >> np.uint64(32), addresses & np.uint64(0xFFFFFFFF)
+        cuts = np.flatnonzero(np.diff(fragments)) + 1
+        for f, o in zip(np.split(fragments, cuts), np.split(offsets, cuts), strict=True):
+            out[int(f[0])] = o
+    return out
+
+
+def _has_duplicates(found: pa.ChunkedArray | pa.Array) -> bool:
+    """Whether a backlog key was found at more than one base row (the primary key is not unique)."""
+    return bool(len(found)) and pc.count_distinct(found).as_py() != len(found)
+
+
+def _refuse_duplicates(uri: str, key: str) -> ValueError:
+    return ValueError(f"table {uri}: a key of the merge backlog has several rows in the base table (primary key "
+                      f"{key!r}); refusing to apply")
+
+
+def _delete_rows(ds: lance.LanceDataset, deletions: Sequence[tuple[int, np.ndarray]], out: ApplyResult) -> None:
+    """Write the deletion vectors (no rescan of the data): updated fragments, or removed when emptied."""
+    for fragment_id, offsets in deletions:
         meta = ds.get_fragment(fragment_id).delete_rows(np.asarray(offsets).tolist())
         if meta is None:
             out.removed.append(fragment_id)
         else:
             out.updated.append(meta)
+
+
+def apply_fragments(task: ApplyTask) -> ApplyResult:
+    """Write the deletion vectors of the task's fragments and its replacement rows; commit nothing."""
+    ds = _dataset(task.uri, task.version, task.storage_options)
+    out = ApplyResult()
+    _delete_rows(ds, task.deletions, out)
     rows: pa.Table | pa.RecordBatchReader | None = task.rows
     if task.staged:
         rows = _staged_reader(task.uri, task.storage_options, task.staged, ds.schema, task.key, task.replaced, True)
@@ -226,6 +255,111 @@ def _staged_reader(uri: str, storage_options: dict[str, str] | None, paths: Sequ
     return pa.RecordBatchReader.from_batches(schema, batches())
 
 
+# --- a large backlog: scan, delete and rewrite in the fragments' own task; the driver holds no keys ------
+
+
+@dataclass(frozen=True)
+class ScanApplyTask:
+    """Scan the key column of `fragment_ids` at `version` for the backlog's keys and apply what is found
+    there: deletion vectors and the replacement rows (upserts staged as files, or inline)."""
+
+    uri: str
+    version: int
+    storage_options: dict[str, str] | None
+    key: str
+    fragment_ids: tuple[int, ...]
+    staged: tuple[str, ...]
+    upserts: pa.Table | None  # when not staged
+    deleted: pa.Array
+    max_rows_per_file: int
+    found_path: str  # where the upsert keys found here are written (scratch, in the table's store)
+
+
+@dataclass
+class ScanApplyResult(ApplyResult):
+    fragments: int = 0  # fragments with a row of the backlog
+    found_upserts: int = 0
+    found_deleted: int = 0
+    found_path: str | None = None
+    duplicates: bool = False  # a key found at two rows of these fragments: nothing was written
+
+
+def _source(uri: str, storage_options: dict[str, str] | None, staged: Sequence[str],
+            upserts: pa.Table | None) -> pa.Table:
+    """The upserts of a task: its staged files read, or the inline table."""
+    if staged:
+        return pa.concat_tables([read_staged(uri, storage_options, p) for p in staged])
+    assert upserts is not None, "a task has staged files or inline upserts"
+    return upserts
+
+
+def _write_ipc(store: ObjectStore, path: str, table: pa.Table) -> None:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, table.schema) as w:
+        w.write_table(table)
+    store.put(path, sink.getvalue().to_pybytes())
+
+
+def scan_apply(task: ScanApplyTask) -> ScanApplyResult:
+    """The task: find the backlog's keys in its fragments, write their deletion vectors and the replacement
+    rows as new fragments, and the upsert keys found to `found_path`; only metadata and counts return."""
+    ds = _dataset(task.uri, task.version, task.storage_options)
+    kind = ds.schema.field(task.key).type
+    upserts = _source(task.uri, task.storage_options, task.staged, task.upserts).cast(ds.schema)
+    ukeys = upserts.column(task.key).combine_chunks().cast(kind)
+    keys = pa.concat_arrays([ukeys, task.deleted.cast(kind)])
+    found = lookup_addresses(LookupTask(task.uri, task.version, task.storage_options, task.key, keys,
+                                        list(task.fragment_ids)))
+    found_keys = found.column(task.key).combine_chunks()
+    if _has_duplicates(found_keys):
+        return ScanApplyResult(duplicates=True)
+    offsets = _offsets_by_fragment(found.column(ADDRESS).to_numpy())
+    out = ScanApplyResult(fragments=len(offsets))
+    _delete_rows(ds, sorted(offsets.items()), out)
+    replaced = pc.is_in(ukeys, value_set=found_keys)
+    rows = upserts.filter(replaced)
+    if rows.num_rows:
+        out.new = write_fragments(rows, ds, schema=ds.schema, max_rows_per_file=task.max_rows_per_file,
+                                  storage_options=lance_storage_options(task.storage_options))
+    out.found_upserts = rows.num_rows
+    out.found_deleted = len(found_keys) - rows.num_rows
+    if rows.num_rows:
+        _write_ipc(ObjectStore(task.uri, task.storage_options), task.found_path, rows.select([task.key]))
+        out.found_path = task.found_path
+    return out
+
+
+@dataclass(frozen=True)
+class FreshTask:
+    """The upserts of `staged` (or inline) that no scan task found: written to `fresh_path`; a key found at
+    more than one base row (by any task) is refused here."""
+
+    uri: str
+    storage_options: dict[str, str] | None
+    key: str
+    staged: tuple[str, ...]
+    upserts: pa.Table | None
+    found_paths: tuple[str, ...]
+    fresh_path: str
+
+
+def fresh_upserts(task: FreshTask) -> int | None:
+    """The task: its fresh upserts written to `fresh_path` (base schema); returns their count, or None when
+    one of its keys was found at two base rows (by two tasks)."""
+    upserts = _source(task.uri, task.storage_options, task.staged, task.upserts)
+    ukeys = upserts.column(task.key).combine_chunks()
+    found = [read_staged(task.uri, task.storage_options, p).column(task.key).cast(ukeys.type)
+             for p in task.found_paths]
+    found_all = pa.chunked_array([c for f in found for c in f.chunks], ukeys.type)
+    mine = found_all.filter(pc.is_in(found_all, value_set=ukeys))
+    if _has_duplicates(mine):
+        return None
+    fresh = upserts.filter(pc.invert(pc.is_in(ukeys, value_set=mine.combine_chunks())))
+    if fresh.num_rows:
+        _write_ipc(ObjectStore(task.uri, task.storage_options), task.fresh_path, fresh)
+    return fresh.num_rows
+
+
 def _run(runner: TaskRunner, fn: Any, tasks: list, what: str) -> list:
     try:
         return runner(fn, tasks)
@@ -248,7 +382,6 @@ class ApplyPlan:
     replacement_fragments: np.ndarray
     fresh: pa.Table
     deleted_found: int
-    lookup_s: float = 0.0
 
 
 def plan_apply(table: MemWalTable, upserts: pa.Table, deleted_keys: pa.Table, runner: TaskRunner = in_process,
@@ -257,7 +390,6 @@ def plan_apply(table: MemWalTable, upserts: pa.Table, deleted_keys: pa.Table, ru
     `upserts` may be their key column alone (staged upserts): then no replacement rows are assigned."""
     (key,) = table.primary_key
     ds = table.dataset
-    started = time.monotonic()
     kind = ds.schema.field(key).type
     keys = pa.concat_arrays([upserts.column(key).combine_chunks().cast(kind),
                              deleted_keys.column(key).combine_chunks().cast(kind)])
@@ -274,19 +406,11 @@ def plan_apply(table: MemWalTable, upserts: pa.Table, deleted_keys: pa.Table, ru
                  for group in _balanced(sizes, parallelism)]
     found = pa.concat_tables(_run(runner, lookup_addresses, tasks, "lookup")) if tasks else pa.table(
         {key: keys, ADDRESS: pa.array([], pa.uint64())})
-    lookup_s = time.monotonic() - started
     addresses = found.column(ADDRESS).to_numpy()
-    fragments, offsets = addresses >> np.uint64(32), addresses & np.uint64(0xFFFFFFFF)
-    by_fragment: dict[int, np.ndarray] = {}
-    if len(addresses):
-        order = np.argsort(addresses, kind="stable")
-        frag_sorted, off_sorted = fragments[order], offsets[order]
-        cuts = np.flatnonzero(np.diff(frag_sorted)) + 1
-        for f, o in zip(np.split(frag_sorted, cuts), np.split(off_sorted, cuts), strict=True):
-            by_fragment[int(f[0])] = o
-    if found.num_rows and pc.count_distinct(found.column(key)).as_py() != found.num_rows:
-        raise ValueError(f"table {table.uri}: a key of the merge backlog has several rows in the base "
-                         f"table (primary key {key!r}); refusing to apply")
+    fragments = addresses >> np.uint64(32)
+    by_fragment = _offsets_by_fragment(addresses)
+    if _has_duplicates(found.column(key)):
+        raise _refuse_duplicates(table.uri, key)
     present = pc.is_in(upserts.column(key), value_set=found.column(key).combine_chunks())
     replacements = upserts.filter(present)
     fresh = upserts.filter(pc.invert(present))
@@ -299,7 +423,7 @@ def plan_apply(table: MemWalTable, upserts: pa.Table, deleted_keys: pa.Table, ru
         replacement_fragments = np.array([], np.uint64)
     deleted_found = int(pc.sum(pc.is_in(found.column(key), value_set=deleted_keys.column(key).combine_chunks()
                                         .cast(found.schema.field(key).type))).as_py() or 0)
-    return ApplyPlan(ds.version, by_fragment, replacements, replacement_fragments, fresh, deleted_found, lookup_s)
+    return ApplyPlan(ds.version, by_fragment, replacements, replacement_fragments, fresh, deleted_found)
 
 
 def _balanced(weights: Mapping[int, int], parallelism: int) -> list[list[int]]:
@@ -359,73 +483,153 @@ def _commit_update(table: MemWalTable, version: int, results: Sequence[ApplyResu
     return lance.LanceDataset.commit(table.dataset, op, read_version=version)
 
 
+@dataclass
+class _Attempt:
+    """What one attempt applied at `version` (not committed yet) and how the marker commit finds the fresh
+    upserts."""
+
+    version: int
+    results: list[ApplyResult]
+    fragments: int
+    replaced: int
+    deleted: int
+    fresh_rows: int
+    fresh: Callable[[lance.LanceDataset], pa.Table | pa.RecordBatchReader]
+
+
+def _apply_by_lookup(table: MemWalTable, data: MergeData, runner: TaskRunner, parallelism: int,
+                     max_rows_per_file: int) -> _Attempt:
+    """A backlog small against the table: the driver plans (the keys through the index, in tasks), the
+    fragments' tasks apply. The driver holds the keys and their addresses (few: `_use_index`)."""
+    (key,) = table.primary_key
+    staged = tuple(data.staged)
+    upserts = staged_keys(table, staged) if staged else data.open_upserts()
+    plan = plan_apply(table, upserts, data.deleted_keys, runner, parallelism)
+    tasks = apply_tasks(table, plan, parallelism, max_rows_per_file, staged) if plan.offsets else []
+    results = _run(runner, apply_fragments, tasks, "apply")
+    found = plan.replacements.column(key).combine_chunks()
+
+    def fresh(ds: lance.LanceDataset) -> pa.Table | pa.RecordBatchReader:
+        if not staged:
+            return plan.fresh
+        if not plan.fresh.num_rows:
+            return ds.schema.empty_table()
+        return _staged_reader(table.uri, table.storage_options, staged, ds.schema, key, found, False)
+
+    return _Attempt(plan.version, results, len(plan.offsets), plan.replacements.num_rows, plan.deleted_found,
+                    plan.fresh.num_rows, fresh)
+
+
+def _apply_by_scan(table: MemWalTable, data: MergeData, runner: TaskRunner, parallelism: int,
+                   max_rows_per_file: int, scratch: str) -> _Attempt:
+    """A backlog large against the table: each task scans its fragments' key column for the backlog's keys
+    and applies what it finds there (`scan_apply`); a second round writes the upserts no task found
+    (`fresh_upserts`) for the marker commit. The driver holds file paths, counts and fragment metadata:
+    never the upserts or their keys (the deleted keys stay, as the dedup returned them)."""
+    (key,) = table.primary_key
+    ds = table.dataset
+    staged = tuple(data.staged)
+    inline = None if staged else data.open_upserts()
+    deleted = data.deleted_keys.column(key).combine_chunks() if data.deleted_keys.num_rows else pa.array(
+        [], ds.schema.field(key).type)
+    sizes = {f.fragment_id: f.metadata.physical_rows for f in ds.get_fragments()}
+    tasks = [ScanApplyTask(table.uri, ds.version, table.storage_options, key, tuple(sorted(group)), staged, inline,
+                           deleted, max_rows_per_file, f"{scratch}/found-{i}.arrow")
+             for i, group in enumerate(_balanced(sizes, parallelism))]
+    results: list[ScanApplyResult] = _run(runner, scan_apply, tasks, "apply")
+    if any(r.duplicates for r in results):
+        raise _refuse_duplicates(table.uri, key)
+    found_paths = tuple(r.found_path for r in results if r.found_path)
+    upserts = data.staged_rows if staged else inline.num_rows
+    found_upserts = sum(r.found_upserts for r in results)
+    sources: list[tuple[tuple[str, ...], pa.Table | None]] = []
+    if found_upserts and upserts:  # which upserts are fresh, and no key found twice
+        sources = [(tuple(staged[i::parallelism]), None) for i in range(min(parallelism, len(staged)))] if staged \
+            else [((), inline)]
+    fresh_tasks = [FreshTask(table.uri, table.storage_options, key, files, rows, found_paths,
+                             f"{scratch}/fresh-{i}.arrow") for i, (files, rows) in enumerate(sources)]
+    counts = _run(runner, fresh_upserts, fresh_tasks, "apply")
+    if None in counts:
+        raise _refuse_duplicates(table.uri, key)
+    fresh_paths = tuple(t.fresh_path for t, n in zip(fresh_tasks, counts, strict=True) if n)
+
+    def fresh(ds: lance.LanceDataset) -> pa.Table | pa.RecordBatchReader:
+        if not found_upserts:  # every upsert is fresh
+            return inline if inline is not None else _staged_reader(table.uri, table.storage_options, staged,
+                                                                    ds.schema, key, None, False)
+        if not fresh_paths:
+            return ds.schema.empty_table()
+        return _staged_reader(table.uri, table.storage_options, fresh_paths, ds.schema, key, None, False)
+
+    return _Attempt(ds.version, list(results), sum(r.fragments for r in results), found_upserts,
+                    sum(r.found_deleted for r in results), sum(counts) if found_upserts else upserts, fresh)
+
+
 def apply_commit(table: MemWalTable, markers: Sequence[tuple[str, int]], since: Mapping[str, int],
                  data: MergeData, runner: TaskRunner = in_process, parallelism: int = 1,
                  max_rows_per_file: int = 1024 * 1024) -> CommitPasses:
     """One merge commit (a `memwal.merge.MergeInput`) through the fragment apply (module docstring), under
     the MemWAL index lock; the two passes where the table does not take it. Staged upserts (`data.staged`)
-    are read by the tasks where they are: the driver holds their keys only. Returns what it did."""
+    are read by the tasks where they are. Returns what it did."""
     pk = list(table.primary_key)
     if not supports_apply(table.refresh().dataset, pk):
         return passes(table, markers, since, data)
-    deleted_keys, staged = data.deleted_keys, tuple(data.staged)
-    upserts = staged_keys(table, staged) if staged else data.open_upserts()
+    staged = tuple(data.staged)
+    upserted = data.staged_rows if staged else data.open_upserts().num_rows
+    keys = upserted + data.deleted_keys.num_rows
     out = CommitPasses()
     compacted = [CompactedSsTable(r, g) for r, g in markers]
-    for attempt in range(1, APPLY_ATTEMPTS + 1):
-        started = time.monotonic()
-        table.refresh()
-        _check_progress(table, since)
-        plan = plan_apply(table, upserts, deleted_keys, runner, parallelism)
-        out.timings_s["apply_lookup"] = out.timings_s.get("apply_lookup", 0.0) + plan.lookup_s
-        if not plan.offsets:
+    store = ObjectStore(table.uri, table.storage_options)
+    scratch = f"{naming.STAGING_DIR}/apply-{uuid.uuid4().hex}"
+    try:
+        for attempt in range(1, APPLY_ATTEMPTS + 1):
+            started = time.monotonic()
+            table.refresh()
+            _check_progress(table, since)
+            if _use_index(table.dataset, keys):
+                done = _apply_by_lookup(table, data, runner, parallelism, max_rows_per_file)
+            else:
+                done = _apply_by_scan(table, data, runner, parallelism, max_rows_per_file, f"{scratch}/a{attempt}")
+            out.timings_s["apply_tasks"] = out.timings_s.get("apply_tasks", 0.0) + time.monotonic() - started
+            if not done.fragments:
+                break
+            fault_point("merge.apply_before_commit")
+            t2 = time.monotonic()
+            table.refresh()
+            _check_progress(table, since)  # a merger without our lock that got here first: replan, nothing ours
+            try:
+                table.adopt(_commit_update(table, done.version, done.results))
+            except OSError as exc:
+                if not is_update_conflict(exc) or attempt == APPLY_ATTEMPTS:
+                    raise
+                log.info("merge apply: our Update (read version %d) conflicted with a concurrent commit (attempt "
+                         "%d): %s; replanning", done.version, attempt, str(exc).splitlines()[0])
+                continue
+            finally:
+                out.timings_s["apply_commit"] = out.timings_s.get("apply_commit", 0.0) + time.monotonic() - t2
+            out.table_commits += 1
+            out.deleted = done.deleted
+            log.info("merge apply: Update committed at version %d (read %d): %d fragments updated, %d rows "
+                     "replaced, %d deleted in %.2fs", table.version, done.version, done.fragments, done.replaced,
+                     done.deleted, time.monotonic() - started)
+            fault_point("merge.between_update_and_marker")
             break
-        t1 = time.monotonic()
-        tasks = apply_tasks(table, plan, parallelism, max_rows_per_file, staged)
-        results = _run(runner, apply_fragments, tasks, "apply")
-        out.timings_s["apply_tasks"] = out.timings_s.get("apply_tasks", 0.0) + time.monotonic() - t1
-        fault_point("merge.apply_before_commit")
-        t2 = time.monotonic()
-        table.refresh()
-        _check_progress(table, since)  # a merger without our lock that got here first: replan, nothing ours
-        try:
-            table.adopt(_commit_update(table, plan.version, results))
-        except OSError as exc:
-            if not is_update_conflict(exc) or attempt == APPLY_ATTEMPTS:
-                raise
-            log.info("merge apply: our Update (read version %d) conflicted with a concurrent commit (attempt %d): "
-                     "%s; replanning", plan.version, attempt, str(exc).splitlines()[0])
-            continue
-        finally:
-            out.timings_s["apply_commit"] = out.timings_s.get("apply_commit", 0.0) + time.monotonic() - t2
+        else:  # pragma: no cover - the loop either breaks or raises
+            raise AssertionError("unreachable")
+
+        def marker(ds: lance.LanceDataset) -> dict:
+            return (ds.merge_insert(pk).when_matched_update_all().when_not_matched_insert_all()
+                    .mark_sstables_as_compacted(compacted)
+                    .use_index(_use_index(ds, done.fresh_rows)).conflict_retries(0).execute(done.fresh(ds)))
+
+        t3 = time.monotonic()
+        _run_pass(table, since, marker, "marker")
+        out.timings_s["marker_commit"] = time.monotonic() - t3
         out.table_commits += 1
-        out.deleted = plan.deleted_found
-        log.info("merge apply: Update committed at version %d (read %d): %d fragments updated, %d rows "
-                 "replaced, %d deleted in %.2fs", table.version, plan.version, len(plan.offsets),
-                 plan.replacements.num_rows, plan.deleted_found, time.monotonic() - started)
-        fault_point("merge.between_update_and_marker")
-        break
-    else:  # pragma: no cover - the loop either breaks or raises
-        raise AssertionError("unreachable")
-    fresh = plan.fresh
-    found = plan.replacements.column(pk[0]).combine_chunks()
-
-    def marker(ds: lance.LanceDataset) -> dict:
-        rows = fresh  # when staged, their keys only: the rows are read from the files if there are any
-        if staged and fresh.num_rows:  # streamed from the staged files (a reader per attempt), not held here
-            rows = _staged_reader(table.uri, table.storage_options, staged, ds.schema, pk[0], found, False)
-        elif staged:
-            rows = ds.schema.empty_table()
-        return (ds.merge_insert(pk).when_matched_update_all().when_not_matched_insert_all()
-                .mark_sstables_as_compacted(compacted)
-                .use_index(_use_index(ds, fresh.num_rows)).conflict_retries(0).execute(rows))
-
-    t3 = time.monotonic()
-    _run_pass(table, since, marker, "marker")
-    out.timings_s["marker_commit"] = time.monotonic() - t3
-    out.table_commits += 1
-    out.upserted = data.staged_rows if staged else upserts.num_rows
-    return out
+        out.upserted = upserted
+        return out
+    finally:
+        store.delete_prefix(scratch)
 
 
 # --- which apply a merge uses ------------------------------------------------------------------------

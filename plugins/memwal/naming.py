@@ -13,6 +13,7 @@ import secrets
 from collections.abc import Iterable
 
 MEM_WAL_DIR = "_mem_wal"
+STAGING_DIR = f"{MEM_WAL_DIR}/_staging"  # scratch files of merges (dedup, apply); GC removes abandoned ones
 MANIFEST_DIR = "manifest"
 WAL_DIR = "wal"
 VERSION_HINT = "version_hint.json"

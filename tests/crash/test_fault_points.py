@@ -279,6 +279,13 @@ def crash_between_update_and_marker(loc) -> None:
     _merge_crash(loc, "merge.between_update_and_marker", apply="fragments")
 
 
+def crash_between_apply_and_update_spark(loc) -> None:
+    """Fragment apply of upserts staged by the Spark dedup (the scan path: the tasks read the staged files
+    and write scratch files of the keys they found), killed before the Update: nothing visible, the rerun
+    applies generation 2 once; what the dead driver staged goes with GC."""
+    _merge_crash(loc, "merge.apply_before_commit", spark=True, apply="fragments")
+
+
 def crash_before_merge_commit_fragments(loc) -> None:
     _merge_crash(loc, "merge.before_commit", apply="fragments")
 
@@ -459,7 +466,7 @@ SCENARIOS: dict[str, list[Callable]] = {
     "merge.before_commit": [crash_before_merge_commit, crash_before_merge_commit_spark,
                             crash_before_merge_commit_fragments],
     "merge.between_passes": [crash_between_merge_passes],
-    "merge.apply_before_commit": [crash_between_apply_and_update],
+    "merge.apply_before_commit": [crash_between_apply_and_update, crash_between_apply_and_update_spark],
     "merge.between_update_and_marker": [crash_between_update_and_marker],
     "merge.after_commit": [crash_after_merge_commit, crash_after_merge_commit_spark,
                            crash_after_merge_commit_fragments],

@@ -49,15 +49,18 @@ def test_an_executor_lost_mid_apply_commits_nothing_and_the_merge_retries(spark,
     _table(loc, GENS[:1], fragment_rows=3)
     model, v0 = _lsm(loc), open_base(loc).version
     flag = tmp_path / "died-once"
-    real = merge_apply.apply_fragments
 
-    def dying(task):  # a closure: pickled by value for the workers
-        if not os.path.exists(flag):
-            open(flag, "w").close()
-            os._exit(1)
-        return real(task)
+    def dying(real):
+        def task_fn(task):  # a closure: pickled by value for the workers
+            if not os.path.exists(flag):
+                open(flag, "w").close()
+                os._exit(1)
+            return real(task)
 
-    monkeypatch.setattr(merge_apply, "apply_fragments", dying)
+        return task_fn
+
+    for name in ("apply_fragments", "scan_apply"):  # the apply task of either lookup path
+        monkeypatch.setattr(merge_apply, name, dying(getattr(merge_apply, name)))
     summary = merge_table(loc.uri, config=MergeConfig(apply="fragments"), runner=spark_runner(spark), parallelism=2)
     assert flag.exists(), "no task died"
     (region,) = summary.regions
