@@ -404,3 +404,32 @@ def test_a_key_with_rows_in_two_fragments_is_refused_before_anything_is_committe
     with pytest.raises(ValueError, match=rf"table {loc.uri}: .*several rows in the base table \(primary key 'id'\)"):
         merge_table(loc.uri, config=MergeConfig(apply="fragments"))
     assert open_base(loc).version == before, "a refused apply committed something"
+
+
+@pytest.mark.parametrize(("gens", "fresh_round"), [
+    ([([1, 4, 8], "g1", [2])], False),  # every upsert replaces a base row, each found once: no second round
+    ([([1, 4, 30], "g1", [2])], True),  # a fresh key: the second round finds it for the marker commit
+])
+def test_the_fresh_upsert_round_runs_only_when_an_upsert_may_be_fresh(local_location, monkeypatch, gens,
+                                                                      fresh_round):
+    """The scan path: when the tasks found every upsert key once (counts and key fingerprints add up), no
+    upsert is fresh and none was found twice, so the round that looks for fresh upserts is skipped."""
+    from memwal.merge import merge_table
+
+    loc = local_location
+    monkeypatch.setattr(merge_apply, "_use_index", lambda ds, keys: False)
+    _table(loc, gens, fragment_rows=3)
+    model, v0 = _lsm(loc), open_base(loc).version
+    use_fragment_apply(monkeypatch, parallelism=3)
+    rounds = []
+
+    def spy(runner, fn, tasks, what):
+        rounds.append((fn.__name__, len(tasks)))
+        return real_run(runner, fn, tasks, what)
+
+    real_run = merge_apply._run
+    monkeypatch.setattr(merge_apply, "_run", spy)
+    summary = merge_table(loc.uri, config=MergeConfig(apply="fragments"))
+    assert not summary.failed_regions, summary
+    assert (("fresh_upserts", 1) in rounds) == fresh_round, rounds
+    _exact_everywhere(loc, v0, model)

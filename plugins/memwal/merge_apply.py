@@ -77,7 +77,8 @@ log = logging.getLogger(__name__)
 APPLY_ATTEMPTS = 5  # Updates refused by a concurrent commit on our fragments before the commit fails
 LOOKUP_KEYS = 16_384  # keys per `IN (...)` lookup: one scan through the key's index each
 LOOKUP_TASK_KEYS = 262_144  # keys per lookup task
-SCAN_CHUNK_ROWS = 4 * 1024 * 1024  # key-column rows matched against the backlog at once (a fragment scan)
+SCAN_CHUNK_ROWS = 4 * 1024 * 1024  # key-column rows matched against the backlog at once (a fragment scan), at most
+SCAN_MIN_CHUNK_ROWS = 256 * 1024  # and at least, for integer keys (`_scan_addresses`)
 ADDRESS = "_rowaddr"
 
 
@@ -142,23 +143,7 @@ def lookup_addresses(task: LookupTask) -> pa.Table:
     ds = _dataset(task.uri, task.version, task.storage_options)
     parts = []
     if task.fragment_ids is not None:
-        fragments = [ds.get_fragment(f) for f in task.fragment_ids]
-        scanner = ds.scanner(columns=[task.key], with_row_address=True, fragments=fragments)
-        pending: list[pa.RecordBatch] = []
-
-        def flush() -> None:  # one hash set of the backlog's keys per SCAN_CHUNK_ROWS rows, not per batch
-            chunk = pa.Table.from_batches(pending)
-            parts.append(chunk.filter(pc.is_in(chunk.column(task.key).combine_chunks(), value_set=task.keys)))
-            pending.clear()
-
-        for batch in scanner.to_batches():
-            pending.append(batch)
-            if sum(b.num_rows for b in pending) >= SCAN_CHUNK_ROWS:
-                flush()
-        if pending:
-            flush()
-        if parts:
-            return pa.concat_tables(parts).select([task.key, ADDRESS])
+        return _scan_addresses(ds, task)
     for start in range(0, len(task.keys), LOOKUP_KEYS):
         chunk = task.keys.slice(start, LOOKUP_KEYS)
         parts.append(ds.to_table(columns=[task.key], filter=pc.field(task.key).isin(chunk),
@@ -167,6 +152,56 @@ def lookup_addresses(task: LookupTask) -> pa.Table:
         return pa.table({task.key: task.keys.slice(0, 0), ADDRESS: pa.array([], pa.uint64())})
     return pa.concat_tables(parts).select([task.key, ADDRESS])
 
+
+def _scan_addresses(ds: lance.LanceDataset, task: LookupTask) -> pa.Table:
+    """(key, _rowaddr) of the task's keys found by scanning its fragments' key column, matched a chunk of
+    rows at a time against one hash set of the keys. Integer keys are matched against the keys within the
+    chunk's [min, max] only, and a chunk ends once it holds twice as many rows as keys in its range (at
+    least SCAN_MIN_CHUNK_ROWS): on a base written in key order the sets stay small enough for the CPU's
+    cache and chunks without a key are skipped; on a base in random order a chunk has SCAN_CHUNK_ROWS rows."""
+    scanner = ds.scanner(columns=[task.key], with_row_address=True,
+                         fragments=[ds.get_fragment(f) for f in task.fragment_ids or []])
+    ordered = np.sort(task.keys.to_numpy()) if pa.types.is_integer(task.keys.type) and not task.keys.null_count \
+        else None
+    parts: list[pa.Table] = []
+    pending: list[pa.RecordBatch] = []
+    rows, bounds = 0, [None, None]
+
+    def within() -> tuple[int, int]:  # the slice of `ordered` within the pending rows' [min, max]
+        if bounds[0] is None:
+            return 0, 0
+        return (int(np.searchsorted(ordered, bounds[0], side="left")),
+                int(np.searchsorted(ordered, bounds[1], side="right")))
+
+    def flush() -> None:
+        nonlocal rows
+        chunk = pa.Table.from_batches(pending)
+        column = chunk.column(task.key).combine_chunks()
+        keys = task.keys
+        if ordered is not None:
+            lo, hi = within()
+            keys = pa.array(ordered[lo:hi], task.keys.type) if hi > lo else None
+        if keys is not None:
+            parts.append(chunk.filter(pc.is_in(column, value_set=keys)))
+        pending.clear()
+        rows, bounds[0], bounds[1] = 0, None, None
+
+    for batch in scanner.to_batches():
+        pending.append(batch)
+        rows += batch.num_rows
+        if ordered is not None:
+            mm = pc.min_max(batch.column(task.key)).as_py()
+            if mm["min"] is not None:
+                bounds[0] = mm["min"] if bounds[0] is None else min(bounds[0], mm["min"])
+                bounds[1] = mm["max"] if bounds[1] is None else max(bounds[1], mm["max"])
+        if rows >= SCAN_CHUNK_ROWS or (ordered is not None and rows >= SCAN_MIN_CHUNK_ROWS
+                                       and rows >= 2 * (within()[1] - within()[0])):
+            flush()
+    if pending:
+        flush()
+    if not parts:  # no key of the backlog in these fragments
+        return pa.table({task.key: task.keys.slice(0, 0), ADDRESS: pa.array([], pa.uint64())})
+    return pa.concat_tables(parts).select([task.key, ADDRESS])
 
 @dataclass(frozen=True)
 class ApplyTask:
@@ -208,6 +243,22 @@ def _has_duplicates(found: pa.ChunkedArray | pa.Array) -> bool:
 def _refuse_duplicates(uri: str, key: str) -> ValueError:
     return ValueError(f"table {uri}: a key of the merge backlog has several rows in the base table (primary key "
                       f"{key!r}); refusing to apply")
+
+
+_MIX = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB))
+
+
+def _fingerprint(keys: pa.Array) -> int | None:
+    """The sum (mod 2**64) of a 64-bit mix of every key (splitmix64's, a bijection), for integer keys; None
+    for others. Equal counts and sums say two multisets of keys are equal: one key counted twice in place
+    of another never gives the same sum, several do by a 2**-64 chance."""
+    if not pa.types.is_integer(keys.type) or keys.null_count:
+        return None
+    with np.errstate(over="ignore"):
+        z = keys.to_numpy(zero_copy_only=False).astype(np.uint64) + _MIX[0]
+        z = (z ^ (z >> np.uint64(30))) * _MIX[1]
+        z = (z ^ (z >> np.uint64(27))) * _MIX[2]
+        return int(np.add.reduce(z ^ (z >> np.uint64(31)), dtype=np.uint64))
 
 
 def _delete_rows(ds: lance.LanceDataset, deletions: Sequence[tuple[int, np.ndarray]], out: ApplyResult) -> None:
@@ -282,6 +333,9 @@ class ScanApplyResult(ApplyResult):
     found_deleted: int = 0
     found_path: str | None = None
     duplicates: bool = False  # a key found at two rows of these fragments: nothing was written
+    found_fingerprint: int | None = None  # `_fingerprint` of the upsert keys found here
+    upserts_fingerprint: int | None = None  # of every upsert key of the commit
+    seconds: dict[str, float] = field(default_factory=dict)  # the task's time per step
 
 
 def _source(uri: str, storage_options: dict[str, str] | None, staged: Sequence[str],
@@ -302,30 +356,44 @@ def _write_ipc(store: ObjectStore, path: str, table: pa.Table) -> None:
 
 def scan_apply(task: ScanApplyTask) -> ScanApplyResult:
     """The task: find the backlog's keys in its fragments, write their deletion vectors and the replacement
-    rows as new fragments, and the upsert keys found to `found_path`; only metadata and counts return."""
+    rows as new fragments, and the upsert keys found to `found_path`; only metadata, counts and the task's
+    seconds per step return."""
+    clock = time.monotonic()
+    seconds: dict[str, float] = {}
+
+    def lap(step: str) -> None:
+        nonlocal clock
+        now = time.monotonic()
+        seconds[step] = seconds.get(step, 0.0) + now - clock
+        clock = now
+
     ds = _dataset(task.uri, task.version, task.storage_options)
     kind = ds.schema.field(task.key).type
-    upserts = _source(task.uri, task.storage_options, task.staged, task.upserts).cast(ds.schema)
+    upserts = _source(task.uri, task.storage_options, task.staged, task.upserts)  # zero-copy over the files
     ukeys = upserts.column(task.key).combine_chunks().cast(kind)
     keys = pa.concat_arrays([ukeys, task.deleted.cast(kind)])
+    lap("task_read")
     found = lookup_addresses(LookupTask(task.uri, task.version, task.storage_options, task.key, keys,
                                         list(task.fragment_ids)))
     found_keys = found.column(task.key).combine_chunks()
+    lap("task_scan")
     if _has_duplicates(found_keys):
         return ScanApplyResult(duplicates=True)
     offsets = _offsets_by_fragment(found.column(ADDRESS).to_numpy())
-    out = ScanApplyResult(fragments=len(offsets))
+    out = ScanApplyResult(fragments=len(offsets), seconds=seconds)
     _delete_rows(ds, sorted(offsets.items()), out)
-    replaced = pc.is_in(ukeys, value_set=found_keys)
-    rows = upserts.filter(replaced)
+    lap("task_delete")
+    rows = upserts.filter(pc.is_in(ukeys, value_set=found_keys))
     if rows.num_rows:
-        out.new = write_fragments(rows, ds, schema=ds.schema, max_rows_per_file=task.max_rows_per_file,
+        out.new = write_fragments(rows.cast(ds.schema), ds, schema=ds.schema, max_rows_per_file=task.max_rows_per_file,
                                   storage_options=lance_storage_options(task.storage_options))
-    out.found_upserts = rows.num_rows
-    out.found_deleted = len(found_keys) - rows.num_rows
-    if rows.num_rows:
         _write_ipc(ObjectStore(task.uri, task.storage_options), task.found_path, rows.select([task.key]))
         out.found_path = task.found_path
+    out.found_upserts = rows.num_rows
+    out.found_deleted = len(found_keys) - rows.num_rows
+    out.found_fingerprint = _fingerprint(rows.column(task.key).combine_chunks().cast(kind))
+    out.upserts_fingerprint = _fingerprint(ukeys)
+    lap("task_write")
     return out
 
 
@@ -394,16 +462,9 @@ def plan_apply(table: MemWalTable, upserts: pa.Table, deleted_keys: pa.Table, ru
     keys = pa.concat_arrays([upserts.column(key).combine_chunks().cast(kind),
                              deleted_keys.column(key).combine_chunks().cast(kind)])
     keys = keys.take(pc.array_sort_indices(keys))  # each task's slice then touches few index pages
-    if not len(keys):
-        tasks = []
-    elif _use_index(ds, len(keys)):
-        per_task = max(1, min(LOOKUP_TASK_KEYS, -(-len(keys) // max(1, parallelism))))
-        tasks = [LookupTask(table.uri, ds.version, table.storage_options, key, keys.slice(i, per_task))
-                 for i in range(0, len(keys), per_task)]
-    else:
-        sizes = {f.fragment_id: f.metadata.physical_rows for f in ds.get_fragments()}
-        tasks = [LookupTask(table.uri, ds.version, table.storage_options, key, keys, group)
-                 for group in _balanced(sizes, parallelism)]
+    per_task = max(1, min(LOOKUP_TASK_KEYS, -(-len(keys) // max(1, parallelism))))
+    tasks = [LookupTask(table.uri, ds.version, table.storage_options, key, keys.slice(i, per_task))
+             for i in range(0, len(keys), per_task)]
     found = pa.concat_tables(_run(runner, lookup_addresses, tasks, "lookup")) if tasks else pa.table(
         {key: keys, ADDRESS: pa.array([], pa.uint64())})
     addresses = found.column(ADDRESS).to_numpy()
@@ -424,6 +485,22 @@ def plan_apply(table: MemWalTable, upserts: pa.Table, deleted_keys: pa.Table, ru
     deleted_found = int(pc.sum(pc.is_in(found.column(key), value_set=deleted_keys.column(key).combine_chunks()
                                         .cast(found.schema.field(key).type))).as_py() or 0)
     return ApplyPlan(ds.version, by_fragment, replacements, replacement_fragments, fresh, deleted_found)
+
+
+def _contiguous(rows: Mapping[int, int], parallelism: int) -> list[list[int]]:
+    """Fragment ids in order, cut into at most `parallelism` runs of about equal rows: a base written in
+    key order gives each task a key range of its own (the scan then matches each chunk against the keys
+    within its range only)."""
+    ids = sorted(rows)
+    total = sum(rows.values())
+    runs: list[list[int]] = [[]]
+    done = 0
+    for f in ids:
+        if runs[-1] and done >= total * len(runs) / max(1, parallelism) and len(runs) < parallelism:
+            runs.append([])
+        runs[-1].append(f)
+        done += rows[f]
+    return [r for r in runs if r]
 
 
 def _balanced(weights: Mapping[int, int], parallelism: int) -> list[list[int]]:
@@ -495,6 +572,7 @@ class _Attempt:
     deleted: int
     fresh_rows: int
     fresh: Callable[[lance.LanceDataset], pa.Table | pa.RecordBatchReader]
+    task_seconds: dict[str, float] = field(default_factory=dict)  # summed over the tasks, per step
 
 
 def _apply_by_lookup(table: MemWalTable, data: MergeData, runner: TaskRunner, parallelism: int,
@@ -535,20 +613,27 @@ def _apply_by_scan(table: MemWalTable, data: MergeData, runner: TaskRunner, para
     sizes = {f.fragment_id: f.metadata.physical_rows for f in ds.get_fragments()}
     tasks = [ScanApplyTask(table.uri, ds.version, table.storage_options, key, tuple(sorted(group)), staged, inline,
                            deleted, max_rows_per_file, f"{scratch}/found-{i}.arrow")
-             for i, group in enumerate(_balanced(sizes, parallelism))]
+             for i, group in enumerate(_contiguous(sizes, parallelism))]
     results: list[ScanApplyResult] = _run(runner, scan_apply, tasks, "apply")
     if any(r.duplicates for r in results):
         raise _refuse_duplicates(table.uri, key)
     found_paths = tuple(r.found_path for r in results if r.found_path)
     upserts = data.staged_rows if staged else inline.num_rows
     found_upserts = sum(r.found_upserts for r in results)
+    fingerprints = [r.found_fingerprint for r in results]
+    once = (bool(results) and found_upserts == upserts and None not in fingerprints
+            and results[0].upserts_fingerprint is not None
+            and sum(fingerprints) % 2**64 == results[0].upserts_fingerprint)  # every upsert found, each once
     sources: list[tuple[tuple[str, ...], pa.Table | None]] = []
-    if found_upserts and upserts:  # which upserts are fresh, and no key found twice
+    if found_upserts and not once:  # which upserts are fresh, and no key found twice
         sources = [(tuple(staged[i::parallelism]), None) for i in range(min(parallelism, len(staged)))] if staged \
             else [((), inline)]
     fresh_tasks = [FreshTask(table.uri, table.storage_options, key, files, rows, found_paths,
                              f"{scratch}/fresh-{i}.arrow") for i, (files, rows) in enumerate(sources)]
+    started = time.monotonic()
     counts = _run(runner, fresh_upserts, fresh_tasks, "apply")
+    seconds = {k: sum(r.seconds.get(k, 0.0) for r in results) for k in results[0].seconds} if results else {}
+    seconds["fresh_round"] = time.monotonic() - started
     if None in counts:
         raise _refuse_duplicates(table.uri, key)
     fresh_paths = tuple(t.fresh_path for t, n in zip(fresh_tasks, counts, strict=True) if n)
@@ -562,7 +647,7 @@ def _apply_by_scan(table: MemWalTable, data: MergeData, runner: TaskRunner, para
         return _staged_reader(table.uri, table.storage_options, fresh_paths, ds.schema, key, None, False)
 
     return _Attempt(ds.version, list(results), sum(r.fragments for r in results), found_upserts,
-                    sum(r.found_deleted for r in results), sum(counts) if found_upserts else upserts, fresh)
+                    sum(r.found_deleted for r in results), sum(counts) if found_upserts else upserts, fresh, seconds)
 
 
 def apply_commit(table: MemWalTable, markers: Sequence[tuple[str, int]], since: Mapping[str, int],
@@ -591,6 +676,8 @@ def apply_commit(table: MemWalTable, markers: Sequence[tuple[str, int]], since: 
             else:
                 done = _apply_by_scan(table, data, runner, parallelism, max_rows_per_file, f"{scratch}/a{attempt}")
             out.timings_s["apply_tasks"] = out.timings_s.get("apply_tasks", 0.0) + time.monotonic() - started
+            for step, seconds in done.task_seconds.items():  # summed over tasks: where the tasks' time went
+                out.timings_s[step] = out.timings_s.get(step, 0.0) + seconds
             if not done.fragments:
                 break
             fault_point("merge.apply_before_commit")

@@ -105,7 +105,11 @@ def _check_progress(table: MemWalTable, since: Mapping[str, int]) -> None:
 
 
 def _use_index(ds: lance.LanceDataset, keys: int) -> bool:
-    """Join through the key's index (else scan the key column): the cheaper one by the measured costs."""
+    """Join through the key's index (else scan the key column): the cheaper one by the measured costs. No
+    keys (a marker commit with no fresh rows): no index, Lance's join then ends at once (measured at 4.5M
+    rows, 2M of them not indexed yet: 0.015 s and +2 MiB, against 0.30 s and +199 MiB through the index)."""
+    if keys == 0:
+        return False
     fragments = ds.get_fragments()
     deletions = any(f.metadata.deletion_file is not None for f in fragments)
     rows_per_key = ROWS_PER_INDEXED_KEY_WITH_DELETIONS if deletions else ROWS_PER_INDEXED_KEY
