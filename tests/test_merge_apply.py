@@ -389,21 +389,39 @@ def test_a_large_backlog_is_applied_without_the_driver_reading_a_staged_file(loc
     assert not [p for p in loc.store().list("_mem_wal/_staging") if "/apply-" in p.path], "scratch files left"
 
 
-def test_a_key_with_rows_in_two_fragments_is_refused_before_anything_is_committed(local_location, monkeypatch):
-    """A base table whose primary key is not unique, the two rows of key 5 in fragments that different scan
-    tasks own: neither task sees both, the fresh-upsert round finds the key twice and the merge refuses it,
-    naming the table and the key; no table version is written."""
+@pytest.mark.parametrize("parallelism", [1, 5])
+def test_an_upserted_key_with_rows_in_two_fragments_is_refused_before_anything_is_committed(
+        local_location, monkeypatch, parallelism):
+    """A base table whose primary key is not unique: key 5 in two fragments, found by one scan task or by
+    two (one fragment each) that never see each other's rows. The driver sees the key counted twice and
+    refuses the merge, naming the table and the key; no table version is written."""
     from memwal.merge import merge_table
 
     loc = local_location
     monkeypatch.setattr(merge_apply, "_use_index", lambda ds, keys: False)
     _table(loc, [([5, 30], "g1", [])], fragment_rows=3)  # fragments [0..2] [3..5] [6..8] [9]
     lance.write_dataset(rows([5], "dup"), loc.uri, mode="append")  # a fifth fragment: key 5 again
-    use_fragment_apply(monkeypatch, parallelism=5)  # one fragment per task
+    use_fragment_apply(monkeypatch, parallelism=parallelism)
     before = open_base(loc).version
     with pytest.raises(ValueError, match=rf"table {loc.uri}: .*several rows in the base table \(primary key 'id'\)"):
         merge_table(loc.uri, config=MergeConfig(apply="fragments"))
     assert open_base(loc).version == before, "a refused apply committed something"
+
+
+def test_a_deleted_key_with_rows_in_two_fragments_loses_both_rows(local_location, monkeypatch):
+    """The scan path: a deleted key found at two base rows (a primary key that is not unique) deletes both,
+    as a delete of that key must."""
+    from memwal.merge import merge_table
+
+    loc = local_location
+    monkeypatch.setattr(merge_apply, "_use_index", lambda ds, keys: False)
+    _table(loc, [([1], "g1", [5])], fragment_rows=3)
+    lance.write_dataset(rows([5], "dup"), loc.uri, mode="append")
+    use_fragment_apply(monkeypatch, parallelism=2)
+    summary = merge_table(loc.uri, config=MergeConfig(apply="fragments"))
+    assert not summary.failed_regions, summary
+    got = view(open_base(loc).to_table())
+    assert 5 not in got and got[1] == view(rows([1], "g1"))[1] and len(got) == 9, got
 
 
 @pytest.mark.parametrize(("gens", "fresh_round"), [

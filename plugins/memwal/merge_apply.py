@@ -182,7 +182,7 @@ def _scan_addresses(ds: lance.LanceDataset, task: LookupTask) -> pa.Table:
             lo, hi = within()
             keys = pa.array(ordered[lo:hi], task.keys.type) if hi > lo else None
         if keys is not None:
-            parts.append(chunk.filter(pc.is_in(column, value_set=keys)))
+            parts.append(chunk.filter(_member(column, keys)))
         pending.clear()
         rows, bounds[0], bounds[1] = 0, None, None
 
@@ -227,7 +227,8 @@ def _offsets_by_fragment(addresses: np.ndarray) -> dict[int, np.ndarray]:
     """Row addresses (fragment id << 32 | offset) as sorted offsets per fragment id."""
     out: dict[int, np.ndarray] = {}
     if len(addresses):
-        addresses = np.sort(addresses, kind="stable")
+        if not (addresses[1:] > addresses[:-1]).all():  # a scan in fragment order returns them sorted
+            addresses = np.sort(addresses, kind="stable")
         fragments, offsets = addresses >> np.uint64(32), addresses & np.uint64(0xFFFFFFFF)
         cuts = np.flatnonzero(np.diff(fragments)) + 1
         for f, o in zip(np.split(fragments, cuts), np.split(offsets, cuts), strict=True):
@@ -236,8 +237,14 @@ def _offsets_by_fragment(addresses: np.ndarray) -> dict[int, np.ndarray]:
 
 
 def _has_duplicates(found: pa.ChunkedArray | pa.Array) -> bool:
-    """Whether a backlog key was found at more than one base row (the primary key is not unique)."""
-    return bool(len(found)) and pc.count_distinct(found).as_py() != len(found)
+    """Whether a backlog key was found at more than one base row (the primary key is not unique). Integer
+    keys are sorted with numpy (Arrow's count_distinct took 4.1 s on 4.4M keys, the sort 0.3 s)."""
+    if not len(found):
+        return False
+    if pa.types.is_integer(found.type) and not found.null_count:
+        ordered = np.sort(found.to_numpy())
+        return bool((ordered[1:] == ordered[:-1]).any())
+    return pc.count_distinct(found).as_py() != len(found)
 
 
 def _refuse_duplicates(uri: str, key: str) -> ValueError:
@@ -259,6 +266,18 @@ def _fingerprint(keys: pa.Array) -> int | None:
         z = (z ^ (z >> np.uint64(30))) * _MIX[1]
         z = (z ^ (z >> np.uint64(27))) * _MIX[2]
         return int(np.add.reduce(z ^ (z >> np.uint64(31)), dtype=np.uint64))
+
+
+def _member(keys: pa.Array, values: pa.Array) -> pa.Array:
+    """`pc.is_in(keys, value_set=values)`. Integer keys without nulls whose values span a range at most a few
+    times their count go through numpy's lookup table (`np.isin(kind="table")`): about 10x faster than Arrow's
+    hash set at millions of keys (measured: 8M keys against 4M values, 0.14 s against 1.44 s)."""
+    if (keys.type == values.type and pa.types.is_integer(keys.type) and len(values) and len(keys)
+            and not keys.null_count and not values.null_count):
+        v = values.to_numpy()
+        if int(v.max()) - int(v.min()) <= max(1 << 24, 4 * (len(keys) + len(values))):
+            return pa.array(np.isin(keys.to_numpy(), v, kind="table"))
+    return pc.is_in(keys, value_set=values)
 
 
 def _delete_rows(ds: lance.LanceDataset, deletions: Sequence[tuple[int, np.ndarray]], out: ApplyResult) -> None:
@@ -287,7 +306,7 @@ def apply_fragments(task: ApplyTask) -> ApplyResult:
 
 def read_staged(uri: str, storage_options: dict[str, str] | None, path: str) -> pa.Table:
     """One staged upsert file (Arrow IPC, the base schema) of the table's store."""
-    return pa.ipc.open_file(pa.py_buffer(ObjectStore(uri, storage_options).get(path))).read_all()
+    return pa.ipc.open_file(pa.py_buffer(ObjectStore(uri, storage_options).get_buffer(path))).read_all()
 
 
 def _staged_reader(uri: str, storage_options: dict[str, str] | None, paths: Sequence[str], schema: pa.Schema,
@@ -332,7 +351,6 @@ class ScanApplyResult(ApplyResult):
     found_upserts: int = 0
     found_deleted: int = 0
     found_path: str | None = None
-    duplicates: bool = False  # a key found at two rows of these fragments: nothing was written
     found_fingerprint: int | None = None  # `_fingerprint` of the upsert keys found here
     upserts_fingerprint: int | None = None  # of every upsert key of the commit
     seconds: dict[str, float] = field(default_factory=dict)  # the task's time per step
@@ -377,21 +395,22 @@ def scan_apply(task: ScanApplyTask) -> ScanApplyResult:
                                         list(task.fragment_ids)))
     found_keys = found.column(task.key).combine_chunks()
     lap("task_scan")
-    if _has_duplicates(found_keys):
-        return ScanApplyResult(duplicates=True)
+    # A key at two base rows: a deleted key's rows all go; an upserted key's rows are counted here and the
+    # driver refuses the commit (its fingerprints, then the fresh-upsert round, see the key twice).
     offsets = _offsets_by_fragment(found.column(ADDRESS).to_numpy())
     out = ScanApplyResult(fragments=len(offsets), seconds=seconds)
     _delete_rows(ds, sorted(offsets.items()), out)
     lap("task_delete")
-    rows = upserts.filter(pc.is_in(ukeys, value_set=found_keys))
+    upserted = found_keys.filter(pc.invert(_member(found_keys, task.deleted.cast(kind))))
+    rows = upserts.filter(_member(ukeys, upserted))
     if rows.num_rows:
         out.new = write_fragments(rows.cast(ds.schema), ds, schema=ds.schema, max_rows_per_file=task.max_rows_per_file,
                                   storage_options=lance_storage_options(task.storage_options))
-        _write_ipc(ObjectStore(task.uri, task.storage_options), task.found_path, rows.select([task.key]))
+        _write_ipc(ObjectStore(task.uri, task.storage_options), task.found_path, pa.table({task.key: upserted}))
         out.found_path = task.found_path
-    out.found_upserts = rows.num_rows
-    out.found_deleted = len(found_keys) - rows.num_rows
-    out.found_fingerprint = _fingerprint(rows.column(task.key).combine_chunks().cast(kind))
+    out.found_upserts = len(upserted)  # base rows of upserted keys (a key counted twice if at two rows)
+    out.found_deleted = len(found_keys) - len(upserted)
+    out.found_fingerprint = _fingerprint(upserted)
     out.upserts_fingerprint = _fingerprint(ukeys)
     lap("task_write")
     return out
@@ -418,11 +437,11 @@ def fresh_upserts(task: FreshTask) -> int | None:
     ukeys = upserts.column(task.key).combine_chunks()
     found = [read_staged(task.uri, task.storage_options, p).column(task.key).cast(ukeys.type)
              for p in task.found_paths]
-    found_all = pa.chunked_array([c for f in found for c in f.chunks], ukeys.type)
-    mine = found_all.filter(pc.is_in(found_all, value_set=ukeys))
+    found_all = pa.chunked_array([c for f in found for c in f.chunks], ukeys.type).combine_chunks()
+    mine = found_all.filter(_member(found_all, ukeys))
     if _has_duplicates(mine):
         return None
-    fresh = upserts.filter(pc.invert(pc.is_in(ukeys, value_set=mine.combine_chunks())))
+    fresh = upserts.filter(pc.invert(_member(ukeys, mine)))
     if fresh.num_rows:
         _write_ipc(ObjectStore(task.uri, task.storage_options), task.fresh_path, fresh)
     return fresh.num_rows
@@ -615,8 +634,6 @@ def _apply_by_scan(table: MemWalTable, data: MergeData, runner: TaskRunner, para
                            deleted, max_rows_per_file, f"{scratch}/found-{i}.arrow")
              for i, group in enumerate(_contiguous(sizes, parallelism))]
     results: list[ScanApplyResult] = _run(runner, scan_apply, tasks, "apply")
-    if any(r.duplicates for r in results):
-        raise _refuse_duplicates(table.uri, key)
     found_paths = tuple(r.found_path for r in results if r.found_path)
     upserts = data.staged_rows if staged else inline.num_rows
     found_upserts = sum(r.found_upserts for r in results)

@@ -163,7 +163,11 @@ class ObjectStore:
 
     def get(self, path: str) -> bytes:
         """The object's bytes; FileNotFoundError if it does not exist."""
-        return bytes(obstore.get(self._s, path).bytes())
+        return bytes(self.get_buffer(path))
+
+    def get_buffer(self, path: str) -> Any:
+        """The object's bytes as a buffer (the buffer protocol), not copied again into a `bytes`."""
+        return obstore.get(self._s, path).bytes()
 
     def head(self, path: str) -> ObjectMeta | None:
         """The object's metadata, or None if it does not exist."""
