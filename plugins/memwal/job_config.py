@@ -14,7 +14,8 @@ from typing import Any
 from memwal.maintenance_config import CompactionConfig, IndexPolicy, RetentionConfig
 from memwal.option_values import check_fields, count, optional, seconds
 
-__all__ = ["DEFAULT_INLINE_THRESHOLD", "GcConfig", "JobOptions", "MergeConfig", "is_true"]
+__all__ = ["APPLY_MODES", "DEFAULT_INLINE_THRESHOLD", "GcConfig", "JobOptions", "MergeConfig", "apply_mode",
+           "is_true"]
 
 APPLY_MODES = ("auto", "passes", "fragments")  # MergeConfig.apply
 DEFAULT_INLINE_THRESHOLD = 100  # regions up to which snapshots are stored inline in the MemWAL index
@@ -43,10 +44,11 @@ class MergeConfig:
     def __post_init__(self) -> None:
         check_fields(self, "merge", {"max_generations_per_commit": count, "max_bytes_per_commit": count,
                                      "max_attempts": count, "max_commits_per_round": count,
-                                     "planning_threads": count, "apply": _apply_mode})
+                                     "planning_threads": count, "apply": apply_mode})
 
 
-def _apply_mode(value: Any) -> str:
+def apply_mode(value: Any) -> str:
+    """An `apply` value checked (MergeConfig.apply, the tables file's `apply`)."""
     if value not in APPLY_MODES:
         raise ValueError(f"must be one of {', '.join(APPLY_MODES)}, not {value!r}")
     return value
@@ -103,6 +105,7 @@ class JobOptions:
             flag("--max-generations-per-commit", self.merge.max_generations_per_commit,
                  default.merge.max_generations_per_commit)
             flag("--max-bytes-per-commit", self.merge.max_bytes_per_commit, default.merge.max_bytes_per_commit)
+            flag("--apply", self.merge.apply, default.merge.apply)
             flag("--up-to-generation", self.up_to_generation, None)
         elif job == "catchup":
             for name in self.indexes or ():

@@ -47,6 +47,7 @@ def test_env_file_and_variable_override(tmp_path, monkeypatch):
     ({"uri": "/t", "engine": "sparky"}, "engine", "'sparky' is not one of spark, spark_connect, auto, in_process"),
     ({"uri": "/t", "schedule": "every minute"}, "schedule", "not a cron expression"),
     ({"uri": "/t", "max_bytes_per_commit": "lots"}, "max_bytes_per_commit", "is not a size"),
+    ({"uri": "/t", "apply": "rows"}, "apply", "must be one of auto, passes, fragments, not 'rows'"),
     ({"uri": "/t", "thresholds": {"max_unmerged_gens": 3}}, "thresholds.max_unmerged_gens", "unknown key"),
     ({"uri": "/t", "gc": {"enabled": "yes"}}, "gc.enabled", "not true or false"),
     ({"uri": "/t", "spark_conf": {"executor.memory": "4g"}}, "spark_conf", "not a Spark property"),
@@ -238,3 +239,21 @@ def test_the_tables_index_policy_reaches_the_catchup_operator():
     assert options.index_policy == IndexPolicy(max_segments=2)
     assert options.compaction.max_small_fragments == 3, "catch-up folds for compaction by the table's rules"
     assert options.argv("catchup") == ["--max-segments", "2"], "the spark engine passes it to spark-submit"
+
+
+def test_the_tables_apply_reaches_the_merge_job():
+    """`apply` in the tables file: the merge operator's options carry it, and the spark engine passes it to
+    spark-submit, which parses it back (`memwal.jobs`)."""
+    import argparse
+
+    from memwal.airflow.operators.memwal import MemWalMergeOperator
+    from memwal.jobs import add_common_arguments, add_job_arguments, job_options
+
+    good, _ = parse_tables({"tables": {"m": {"uri": "/t", "apply": "fragments"}, "d": {"uri": "/t"}}}, "tables.yaml")
+    options = MemWalMergeOperator(task_id="m", table="m").job_options(good["m"])
+    assert options.merge.apply == "fragments" and options.argv("merge") == ["--apply", "fragments"]
+    parser = argparse.ArgumentParser()
+    add_common_arguments(parser, "merge")
+    add_job_arguments(parser, "merge")
+    assert job_options("merge", parser.parse_args(["/t", *options.argv("merge")])).merge.apply == "fragments"
+    assert MemWalMergeOperator(task_id="d", table="d").job_options(good["d"]).argv("merge") == [], "auto: no flag"

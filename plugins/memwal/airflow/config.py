@@ -15,6 +15,7 @@
         spark_conf: {spark.executor.memory: 4g}
         max_generations_per_commit: 8
         max_bytes_per_commit: 512MiB
+        apply: auto                     # a merge commit's apply: auto | fragments | passes (memwal.merge_apply)
         max_merge_applications: 4       # Spark applications per maintenance run (regions are batched)
         thresholds: {max_unmerged_generations: 20, max_oldest_unmerged_age_s: 900}
         gc: {enabled: true, keep_manifest_versions: 10, grace_period_s: 3600}
@@ -47,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from memwal import option_values
-from memwal.job_config import DEFAULT_INLINE_THRESHOLD, GcConfig, MergeConfig
+from memwal.job_config import DEFAULT_INLINE_THRESHOLD, GcConfig, MergeConfig, apply_mode
 from memwal.lag import THRESHOLD_KEYS, threshold_checks
 from memwal.maintenance_config import CompactionConfig, IndexPolicy, RetentionConfig
 
@@ -132,6 +133,7 @@ class TableConfig:
     spark_conf: Mapping[str, str] = field(default_factory=dict)
     max_generations_per_commit: int = MergeConfig.max_generations_per_commit
     max_bytes_per_commit: int = MergeConfig.max_bytes_per_commit
+    apply: str = MergeConfig.apply
     max_merge_applications: int = 4
     snapshot_inline_threshold: int = DEFAULT_INLINE_THRESHOLD
     gc: GcSettings = field(default_factory=GcSettings)
@@ -272,6 +274,7 @@ _TABLE = {
     "spark_conf": _spark_conf,
     "max_generations_per_commit": _int,
     "max_bytes_per_commit": _size,
+    "apply": apply_mode,
     "max_merge_applications": _int,
     "snapshot_inline_threshold": lambda v: _int(v, 0),
     "lag_poll_interval_s": _opt(_positive_number),

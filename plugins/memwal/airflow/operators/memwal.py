@@ -206,7 +206,7 @@ class MemWalMergeOperator(MemWalJobOperator):
             max_generations_per_commit=optional_int("max_generations_per_commit", self.max_generations_per_commit)
             or cfg.max_generations_per_commit,
             max_bytes_per_commit=optional_int("max_bytes_per_commit", self.max_bytes_per_commit)
-            or cfg.max_bytes_per_commit)
+            or cfg.max_bytes_per_commit, apply=cfg.apply)
         return JobOptions(merge=budgets, up_to_generation=optional_int("up_to_generation", self.up_to_generation))
 
     def execute(self, context: Context) -> dict[str, Any]:
