@@ -1,23 +1,29 @@
 """One merge commit applied fragment by fragment: locate the base rows of the backlog's keys, write
 deletion vectors and new fragments in tasks (`memwal.task_runner.TaskRunner`), commit once on the driver.
 
-The three steps (STYLE: plan on the driver, tasks own disjoint work and return metadata, one commit):
+The three steps (STYLE: plan on the driver, tasks own disjoint work and return metadata, one commit), on
+one of two paths, by the two passes' measured rule (`merge_commit._use_index`: the backlog's keys against
+the table's rows):
 
-1. **plan**: the backlog's keys (upserts and deleted keys), sorted, are cut into slices; a task per slice
-   looks their `_rowaddr` up at the planned version v with batched `key IN (...)` scans (the key's scalar
-   index serves them) and returns (key, address) pairs. Address = fragment id << 32 | offset. A backlog
-   large against the table (`merge_commit._use_index`: the same measured rule as the two passes' join) is
-   looked up by fragment instead: each task scans the key column of its fragments and keeps the backlog's.
-2. **apply**: the touched fragments are dealt to tasks (balanced by rows); each task writes its
-   fragments' deletion vectors (`LanceFragment.delete_rows`, no rescan) and its share of the replacement
-   rows (upserts whose key was found) as new fragments (`lance.fragment.write_fragments`), and returns
-   fragment metadata only. Upserts staged as files (`MergeInput.staged`, the Spark dedup's) are read by
-   the tasks; the driver keeps their keys only and the marker commit streams the fresh rows from them.
-3. **commit**: one `LanceOperation.Update` (removed, updated and new fragments) with read_version = v,
-   then the **marker commit**: a merge-insert of the backlog's fresh keys (upserts found nowhere in the
-   base) carrying every region's `merged_generations` marker (`merge_commit`'s upsert pass). pylance 14's
-   `Update` cannot carry the marker (LANCE-MAINTENANCE-NOTES), so the marker follows the data, as the
-   two-pass merge's upsert pass follows its delete pass.
+- **lookup path** (a backlog small against the table): the backlog's keys (upserts and deleted keys),
+  sorted, are cut into slices; a task per slice looks their `_rowaddr` up at the planned version v with
+  batched `key IN (...)` scans (the key's scalar index serves them) and returns (key, address) pairs
+  (address = fragment id << 32 | offset); the driver deals the touched fragments to tasks (balanced by
+  rows), each writing its fragments' deletion vectors (`LanceFragment.delete_rows`, no rescan) and its share
+  of the replacement rows as new fragments (`lance.fragment.write_fragments`). Upserts staged as files
+  (`MergeInput.staged`, the Spark dedup's) are read by the tasks; the driver keeps their keys only.
+- **scan path** (a large backlog): the fragments are cut into runs in fragment order, a task each
+  (`scan_apply`): it reads the commit's upserts (staged files, or inline) and deleted keys, scans its
+  fragments' key column once for them, writes the deletion vectors and the replacement rows of what it
+  found there, and the found keys to a scratch file; the driver holds no upsert and no upsert key. Counts and
+  key fingerprints tell whether every upsert was found exactly once; if not, a second round
+  (`fresh_upserts`) writes the fresh upserts for the marker commit and refuses a key found twice.
+
+**commit**: one `LanceOperation.Update` (removed, updated and new fragments) with read_version = v, then the
+**marker commit**: a merge-insert of the backlog's fresh keys (upserts found nowhere in the base) carrying
+every region's `merged_generations` marker (`merge_commit`'s upsert pass). pylance 14's `Update` cannot
+carry the marker (LANCE-MAINTENANCE-NOTES), so the marker follows the data, as the two-pass merge's upsert
+pass follows its delete pass.
 
 Why it is safe (tests/test_merge_apply.py, tests/crash/, tests/concurrency/):
 - Before the Update, progress is checked at the latest version (`Overtaken` unless every region is still
@@ -340,7 +346,7 @@ class ScanApplyTask:
     fragment_ids: tuple[int, ...]
     staged: tuple[str, ...]
     upserts: pa.Table | None  # when not staged
-    deleted: pa.Array
+    deleted_path: str | None  # the commit's deleted keys (a scratch file the driver wrote once), if any
     max_rows_per_file: int
     found_path: str  # where the upsert keys found here are written (scratch, in the table's store)
 
@@ -389,7 +395,9 @@ def scan_apply(task: ScanApplyTask) -> ScanApplyResult:
     kind = ds.schema.field(task.key).type
     upserts = _source(task.uri, task.storage_options, task.staged, task.upserts)  # zero-copy over the files
     ukeys = upserts.column(task.key).combine_chunks().cast(kind)
-    keys = pa.concat_arrays([ukeys, task.deleted.cast(kind)])
+    deleted = (read_staged(task.uri, task.storage_options, task.deleted_path).column(task.key).combine_chunks()
+               .cast(kind) if task.deleted_path else pa.array([], kind))
+    keys = pa.concat_arrays([ukeys, deleted])
     lap("task_read")
     found = lookup_addresses(LookupTask(task.uri, task.version, task.storage_options, task.key, keys,
                                         list(task.fragment_ids)))
@@ -401,7 +409,7 @@ def scan_apply(task: ScanApplyTask) -> ScanApplyResult:
     out = ScanApplyResult(fragments=len(offsets), seconds=seconds)
     _delete_rows(ds, sorted(offsets.items()), out)
     lap("task_delete")
-    upserted = found_keys.filter(pc.invert(_member(found_keys, task.deleted.cast(kind))))
+    upserted = found_keys.filter(pc.invert(_member(found_keys, deleted)))
     rows = upserts.filter(_member(ukeys, upserted))
     if rows.num_rows:
         out.new = write_fragments(rows.cast(ds.schema), ds, schema=ds.schema, max_rows_per_file=task.max_rows_per_file,
@@ -627,8 +635,10 @@ def _apply_by_scan(table: MemWalTable, data: MergeData, runner: TaskRunner, para
     ds = table.dataset
     staged = tuple(data.staged)
     inline = None if staged else data.open_upserts()
-    deleted = data.deleted_keys.column(key).combine_chunks() if data.deleted_keys.num_rows else pa.array(
-        [], ds.schema.field(key).type)
+    deleted = None
+    if data.deleted_keys.num_rows:  # written once for every task (not carried by each task's pickle)
+        deleted = f"{scratch}/deleted.arrow"
+        _write_ipc(ObjectStore(table.uri, table.storage_options), deleted, data.deleted_keys.select([key]))
     sizes = {f.fragment_id: f.metadata.physical_rows for f in ds.get_fragments()}
     tasks = [ScanApplyTask(table.uri, ds.version, table.storage_options, key, tuple(sorted(group)), staged, inline,
                            deleted, max_rows_per_file, f"{scratch}/found-{i}.arrow")
@@ -722,9 +732,10 @@ def apply_commit(table: MemWalTable, markers: Sequence[tuple[str, int]], since: 
             raise AssertionError("unreachable")
 
         def marker(ds: lance.LanceDataset) -> dict:
+            rows = done.fresh(ds)  # a table (its keys decide the join) or a stream of the fresh rows' files
+            join = _use_index(ds, rows, pk) if isinstance(rows, pa.Table) else _use_index(ds, done.fresh_rows)
             return (ds.merge_insert(pk).when_matched_update_all().when_not_matched_insert_all()
-                    .mark_sstables_as_compacted(compacted)
-                    .use_index(_use_index(ds, done.fresh_rows)).conflict_retries(0).execute(done.fresh(ds)))
+                    .mark_sstables_as_compacted(compacted).use_index(join).conflict_retries(0).execute(rows))
 
         t3 = time.monotonic()
         _run_pass(table, since, marker, "marker")

@@ -104,16 +104,36 @@ def _check_progress(table: MemWalTable, since: Mapping[str, int]) -> None:
                         + ", ".join(f"{r} {since[r]} -> {g}" for r, g in moved.items()) + ")")
 
 
-def _use_index(ds: lance.LanceDataset, keys: int) -> bool:
-    """Join through the key's index (else scan the key column): the cheaper one by the measured costs. No
-    keys (a marker commit with no fresh rows): no index, Lance's join then ends at once (measured at 4.5M
-    rows, 2M of them not indexed yet: 0.015 s and +2 MiB, against 0.30 s and +199 MiB through the index)."""
-    if keys == 0:
-        return False
+def _use_index(ds: lance.LanceDataset, keys: int | pa.Table, pk: Sequence[str] = ()) -> bool:
+    """Join through the key's index (else scan the key column): the cheaper one by the measured costs.
+    `keys`: a count, or the source table (then, for a one-column integer key, only the keys within the key
+    index's [min, max] count: a key outside it costs the index nothing, as the fresh keys of an append
+    stream; measured at 32M rows, 200,000 such inserts 0.49 s scanning, 0.09 s through the index). No keys
+    (a marker commit with no fresh rows): no index, Lance's join then ends at once (measured at 4.5M rows,
+    2M of them not indexed yet: 0.015 s and +2 MiB, against 0.30 s and +199 MiB through the index)."""
+    n = keys if isinstance(keys, int) else _keys_in_index_range(ds, keys, pk)
+    if n == 0:
+        return isinstance(keys, pa.Table) and keys.num_rows > 0
     fragments = ds.get_fragments()
     deletions = any(f.metadata.deletion_file is not None for f in fragments)
     rows_per_key = ROWS_PER_INDEXED_KEY_WITH_DELETIONS if deletions else ROWS_PER_INDEXED_KEY
-    return keys * rows_per_key <= sum(f.metadata.physical_rows for f in fragments)
+    return n * rows_per_key <= sum(f.metadata.physical_rows for f in fragments)
+
+
+def _keys_in_index_range(ds: lance.LanceDataset, source: pa.Table, pk: Sequence[str]) -> int:
+    """Rows of `source` whose key lies within the [min, max] Lance reports for the key's index (all of them
+    when the key is not one integer column with such an index)."""
+    if len(pk) != 1 or not pa.types.is_integer(source.schema.field(pk[0]).type) or not source.num_rows:
+        return source.num_rows
+    name = next((d.name for d in ds.describe_indices() if list(d.field_names) == list(pk)), None)
+    try:
+        segments = ds.stats.index_stats(name).get("segments") or [] if name else []
+        lo = min(int(s["min"]) for s in segments)
+        hi = max(int(s["max"]) for s in segments)
+    except (KeyError, TypeError, ValueError, OSError):  # no index, or no range Lance reports for it
+        return source.num_rows
+    column = source.column(pk[0])
+    return int(pc.sum(pc.and_(pc.greater_equal(column, lo), pc.less_equal(column, hi))).as_py() or 0)
 
 
 Pass = Callable[[lance.LanceDataset], dict]
@@ -158,7 +178,7 @@ def _delete_pass(pk: list[str], keys: pa.Table, marker: list[CompactedSsTable] |
         b = ds.merge_insert(pk).when_matched_delete()
         if marker is not None:
             b = b.mark_sstables_as_compacted(marker)
-        return b.use_index(_use_index(ds, keys.num_rows)).conflict_retries(0).execute(keys)
+        return b.use_index(_use_index(ds, keys, pk)).conflict_retries(0).execute(keys)
 
     return execute
 
@@ -190,7 +210,7 @@ def commit_passes(table: MemWalTable, markers: Sequence[tuple[str, int]], since:
     def upsert(ds: lance.LanceDataset) -> dict:
         return (ds.merge_insert(pk).when_matched_update_all().when_not_matched_insert_all()
                 .mark_sstables_as_compacted(compacted)
-                .use_index(_use_index(ds, upserts.num_rows)).conflict_retries(0).execute(upserts))
+                .use_index(_use_index(ds, upserts, pk)).conflict_retries(0).execute(upserts))
 
     started = time.monotonic()
     _, _, out.upsert_before_delete_pass = _run_pass(table, since, upsert, "upsert", pinned)
