@@ -31,7 +31,7 @@ class Crash(BaseException):
 def lookup_path(request, monkeypatch) -> str:
     """Every case on both lookup paths (keys through the index, fragments' key column scanned) and both
     join paths of the marker commit (tiny tables would always scan)."""
-    monkeypatch.setattr(merge_apply, "_use_index", lambda ds, keys: request.param == "index")
+    monkeypatch.setattr(merge_apply, "_use_index", lambda ds, keys, pk=(): request.param == "index")
     return request.param
 
 
@@ -368,7 +368,7 @@ def test_a_large_backlog_is_applied_without_the_driver_reading_a_staged_file(loc
     from memwal.merge import merge_table
 
     loc = local_location
-    monkeypatch.setattr(merge_apply, "_use_index", lambda ds, keys: False)
+    monkeypatch.setattr(merge_apply, "_use_index", lambda ds, keys, pk=(): False)
     _table(loc, GENS, fragment_rows=3)
     model, v0 = _lsm(loc), open_base(loc).version
     in_task, driver_reads, opened = [], [], []
@@ -398,7 +398,7 @@ def test_an_upserted_key_with_rows_in_two_fragments_is_refused_before_anything_i
     from memwal.merge import merge_table
 
     loc = local_location
-    monkeypatch.setattr(merge_apply, "_use_index", lambda ds, keys: False)
+    monkeypatch.setattr(merge_apply, "_use_index", lambda ds, keys, pk=(): False)
     _table(loc, [([5, 30], "g1", [])], fragment_rows=3)  # fragments [0..2] [3..5] [6..8] [9]
     lance.write_dataset(rows([5], "dup"), loc.uri, mode="append")  # a fifth fragment: key 5 again
     use_fragment_apply(monkeypatch, parallelism=parallelism)
@@ -414,7 +414,7 @@ def test_a_deleted_key_with_rows_in_two_fragments_loses_both_rows(local_location
     from memwal.merge import merge_table
 
     loc = local_location
-    monkeypatch.setattr(merge_apply, "_use_index", lambda ds, keys: False)
+    monkeypatch.setattr(merge_apply, "_use_index", lambda ds, keys, pk=(): False)
     _table(loc, [([1], "g1", [5])], fragment_rows=3)
     lance.write_dataset(rows([5], "dup"), loc.uri, mode="append")
     use_fragment_apply(monkeypatch, parallelism=2)
@@ -435,7 +435,7 @@ def test_the_fresh_upsert_round_runs_only_when_an_upsert_may_be_fresh(local_loca
     from memwal.merge import merge_table
 
     loc = local_location
-    monkeypatch.setattr(merge_apply, "_use_index", lambda ds, keys: False)
+    monkeypatch.setattr(merge_apply, "_use_index", lambda ds, keys, pk=(): False)
     _table(loc, gens, fragment_rows=3)
     model, v0 = _lsm(loc), open_base(loc).version
     use_fragment_apply(monkeypatch, parallelism=3)
