@@ -168,6 +168,7 @@ def contest(template: str, work: str, engine: str) -> dict:
     path = os.path.join(work, engine.replace("/", "_").replace(":", "_").replace("[", "_").replace("]", ""))
     shutil.rmtree(path, ignore_errors=True)
     shutil.copytree(template, path)
+    os.sync()  # the copy's write-back is done before the timed catch-up, not during it
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.join(REPO, "plugins"), REPO])}
     done = subprocess.run([sys.executable, __file__, "--child", path, "--engine", engine], capture_output=True,
                           text=True, env=env)
