@@ -47,10 +47,12 @@ __all__ = ["DISTRIBUTED_MIN_ROWS", "MIN_GROUP_ROWS", "SEGMENT_TYPES", "BuildPlan
 log = logging.getLogger(__name__)
 
 # Catch-up takes the distributed path for an index with at least this many rows to index, by kind
-# (bench/index.py --threshold on two cores, local[2] against in process: the FTS build paid from about a
-# million rows; the vector build, which Lance already runs on every core in process, not up to 1.5 million).
-# A cluster with more cores than the driver lowers them: spark.memwal.indexBuildMinRows (spark_jobs.catchup).
-DISTRIBUTED_MIN_ROWS = {"vector": 2_000_000, "scalar": 1_000_000}
+# (bench/index.py --threshold on a quiet 2-core machine, Spark local[2] against in process, counting the ~8 s
+# a catch-up job pays to start its Spark application and executors' Python workers: the vector build repaid
+# it at about 1.5M rows (in process 9.9-20 s, Spark 5.9 + 8 s); the FTS build, 1.6-2x faster on local[2] at
+# every size measured, repays it from about 7M rows by the measured slope; the default sits lower as a
+# cluster brings more than two cores). spark.memwal.indexBuildMinRows sets one for every kind (spark_jobs.catchup).
+DISTRIBUTED_MIN_ROWS = {"vector": 1_500_000, "scalar": 4_000_000}
 # A group (one task, one segment) gets at least this many rows, so small work is not spread thin.
 MIN_GROUP_ROWS = 20_000
 
