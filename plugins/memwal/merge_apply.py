@@ -311,8 +311,13 @@ def apply_fragments(task: ApplyTask) -> ApplyResult:
 
 
 def read_staged(uri: str, storage_options: dict[str, str] | None, path: str) -> pa.Table:
-    """One staged upsert file (Arrow IPC, the base schema) of the table's store."""
-    return pa.ipc.open_file(pa.py_buffer(ObjectStore(uri, storage_options).get_buffer(path))).read_all()
+    """One staged upsert file (Arrow IPC, the base schema) of the table's store; a local file is memory-mapped
+    (every scan task reads every staged upsert's key, few of its other columns)."""
+    store = ObjectStore(uri, storage_options)
+    local = store.local_path(path)
+    if local is not None:
+        return pa.ipc.open_file(pa.memory_map(local)).read_all()
+    return pa.ipc.open_file(pa.py_buffer(store.get_buffer(path))).read_all()
 
 
 def _staged_reader(uri: str, storage_options: dict[str, str] | None, paths: Sequence[str], schema: pa.Schema,

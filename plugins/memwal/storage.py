@@ -165,6 +165,10 @@ class ObjectStore:
         """The object's bytes; FileNotFoundError if it does not exist."""
         return bytes(self.get_buffer(path))
 
+    def local_path(self, path: str) -> str | None:
+        """The file of object `path` when the table is on a local filesystem (None on S3)."""
+        return None if self.uri.startswith("s3://") else os.path.join(self.uri, path)
+
     def get_buffer(self, path: str) -> Any:
         """The object's bytes as a buffer (the buffer protocol), not copied again into a `bytes`."""
         return obstore.get(self._s, path).bytes()
