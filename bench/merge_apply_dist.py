@@ -157,6 +157,7 @@ def distributed(path: str, version: int, base_rows: int, masters: list[str], upd
             res = {"cores": cores}
             for label, region in (("small", small), ("big", big)):
                 lance.dataset(path, version=version).restore()
+                os.sync()  # the previous run's written fragments reach the disk before this run, not during it
                 log(f"distributed apply on {master}: {label} backlog")
                 with _PeakRss() as rss:
                     t = time.perf_counter()
