@@ -310,10 +310,12 @@ def apply_fragments(task: ApplyTask) -> ApplyResult:
     return out
 
 
-def read_staged(uri: str, storage_options: dict[str, str] | None, path: str) -> pa.Table:
-    """One staged upsert file (Arrow IPC, the base schema) of the table's store; a local file is memory-mapped
-    (every scan task reads every staged upsert's key, few of its other columns)."""
-    store = ObjectStore(uri, storage_options)
+def read_staged(uri: str, storage_options: dict[str, str] | None, path: str,
+                store: ObjectStore | None = None) -> pa.Table:
+    """One staged upsert file (Arrow IPC, the base schema) of the table's store (`store`: the driver's, open
+    already); a local file is memory-mapped (every scan task reads every staged upsert's key, few of its
+    other columns)."""
+    store = store or ObjectStore(uri, storage_options)
     local = store.local_path(path)
     if local is not None:
         return pa.ipc.open_file(pa.memory_map(local)).read_all()
@@ -321,12 +323,13 @@ def read_staged(uri: str, storage_options: dict[str, str] | None, path: str) -> 
 
 
 def _staged_reader(uri: str, storage_options: dict[str, str] | None, paths: Sequence[str], schema: pa.Schema,
-                   key: str, found: pa.Array | None, keep_found: bool) -> pa.RecordBatchReader:
+                   key: str, found: pa.Array | None, keep_found: bool,
+                   store: ObjectStore | None = None) -> pa.RecordBatchReader:
     """The staged upserts whose key is in `found` (keep_found) or not, one file in memory at a time."""
 
     def batches():
         for path in paths:
-            t = read_staged(uri, storage_options, path)
+            t = read_staged(uri, storage_options, path, store)
             empty = pa.array([], t.schema.field(key).type)
             hit = pc.is_in(t.column(key), value_set=found if found is not None else empty)
             t = t.filter(hit if keep_found else pc.invert(hit))
@@ -575,7 +578,8 @@ def staged_keys(table: MemWalTable, staged: Sequence[str]) -> pa.Table:
     (key,) = table.primary_key
     kind = table.schema.field(key).type
     # copied out of each file (a zero-copy column would keep the whole file's buffer alive)
-    parts = [pa.concat_arrays(read_staged(table.uri, table.storage_options, path).column(key).chunks).cast(kind)
+    parts = [pa.concat_arrays(read_staged(table.uri, table.storage_options, path, table.store).column(key).chunks)
+             .cast(kind)
              for path in staged]
     return pa.table({key: pa.concat_arrays(parts) if parts else pa.array([], kind)})
 
@@ -624,7 +628,7 @@ def _apply_by_lookup(table: MemWalTable, data: MergeData, runner: TaskRunner, pa
             return plan.fresh
         if not plan.fresh.num_rows:
             return ds.schema.empty_table()
-        return _staged_reader(table.uri, table.storage_options, staged, ds.schema, key, found, False)
+        return _staged_reader(table.uri, table.storage_options, staged, ds.schema, key, found, False, table.store)
 
     return _Attempt(plan.version, results, len(plan.offsets), plan.replacements.num_rows, plan.deleted_found,
                     plan.fresh.num_rows, fresh)
@@ -643,7 +647,7 @@ def _apply_by_scan(table: MemWalTable, data: MergeData, runner: TaskRunner, para
     deleted = None
     if data.deleted_keys.num_rows:  # written once for every task (not carried by each task's pickle)
         deleted = f"{scratch}/deleted.arrow"
-        _write_ipc(ObjectStore(table.uri, table.storage_options), deleted, data.deleted_keys.select([key]))
+        _write_ipc(table.store, deleted, data.deleted_keys.select([key]))
     sizes = {f.fragment_id: f.metadata.physical_rows for f in ds.get_fragments()}
     tasks = [ScanApplyTask(table.uri, ds.version, table.storage_options, key, tuple(sorted(group)), staged, inline,
                            deleted, max_rows_per_file, f"{scratch}/found-{i}.arrow")
@@ -673,10 +677,11 @@ def _apply_by_scan(table: MemWalTable, data: MergeData, runner: TaskRunner, para
     def fresh(ds: lance.LanceDataset) -> pa.Table | pa.RecordBatchReader:
         if not found_upserts:  # every upsert is fresh
             return inline if inline is not None else _staged_reader(table.uri, table.storage_options, staged,
-                                                                    ds.schema, key, None, False)
+                                                                    ds.schema, key, None, False, table.store)
         if not fresh_paths:
             return ds.schema.empty_table()
-        return _staged_reader(table.uri, table.storage_options, fresh_paths, ds.schema, key, None, False)
+        return _staged_reader(table.uri, table.storage_options, fresh_paths, ds.schema, key, None, False,
+                              table.store)
 
     return _Attempt(ds.version, list(results), sum(r.fragments for r in results), found_upserts,
                     sum(r.found_deleted for r in results), sum(counts) if found_upserts else upserts, fresh, seconds)
@@ -696,7 +701,7 @@ def apply_commit(table: MemWalTable, markers: Sequence[tuple[str, int]], since: 
     keys = upserted + data.deleted_keys.num_rows
     out = CommitPasses()
     compacted = [CompactedSsTable(r, g) for r, g in markers]
-    store = ObjectStore(table.uri, table.storage_options)
+    store = table.store
     scratch = f"{naming.STAGING_DIR}/apply-{uuid.uuid4().hex}"
     try:
         for attempt in range(1, APPLY_ATTEMPTS + 1):
