@@ -140,16 +140,13 @@ class LookupTask:
     storage_options: dict[str, str] | None
     key: str
     keys: pa.Array  # sorted
-    fragment_ids: list[int] | None = None  # scan these fragments' key column (else look the keys up)
 
 
 def lookup_addresses(task: LookupTask) -> pa.Table:
-    """(key, _rowaddr) of the task's keys present in the base table at the version: through the key's
-    index, or by scanning the key column of the task's fragments."""
+    """(key, _rowaddr) of the task's keys present in the base table at the version, through the key's
+    index."""
     ds = _dataset(task.uri, task.version, task.storage_options)
     parts = []
-    if task.fragment_ids is not None:
-        return _scan_addresses(ds, task)
     for start in range(0, len(task.keys), LOOKUP_KEYS):
         chunk = task.keys.slice(start, LOOKUP_KEYS)
         parts.append(ds.to_table(columns=[task.key], filter=pc.field(task.key).isin(chunk),
@@ -159,16 +156,14 @@ def lookup_addresses(task: LookupTask) -> pa.Table:
     return pa.concat_tables(parts).select([task.key, ADDRESS])
 
 
-def _scan_addresses(ds: lance.LanceDataset, task: LookupTask) -> pa.Table:
-    """(key, _rowaddr) of the task's keys found by scanning its fragments' key column, matched a chunk of
+def _scan_addresses(ds: lance.LanceDataset, key: str, keys: pa.Array, fragment_ids: Sequence[int]) -> pa.Table:
+    """(key, _rowaddr) of `keys` found by scanning the key column of `fragment_ids`, matched a chunk of
     rows at a time against one hash set of the keys. Integer keys are matched against the keys within the
     chunk's [min, max] only, and a chunk ends once it holds twice as many rows as keys in its range (at
     least SCAN_MIN_CHUNK_ROWS): on a base written in key order the sets stay small enough for the CPU's
     cache and chunks without a key are skipped; on a base in random order a chunk has SCAN_CHUNK_ROWS rows."""
-    scanner = ds.scanner(columns=[task.key], with_row_address=True,
-                         fragments=[ds.get_fragment(f) for f in task.fragment_ids or []])
-    ordered = np.sort(task.keys.to_numpy()) if pa.types.is_integer(task.keys.type) and not task.keys.null_count \
-        else None
+    scanner = ds.scanner(columns=[key], with_row_address=True, fragments=[ds.get_fragment(f) for f in fragment_ids])
+    ordered = np.sort(keys.to_numpy()) if pa.types.is_integer(keys.type) and not keys.null_count else None
     parts: list[pa.Table] = []
     pending: list[pa.RecordBatch] = []
     rows, bounds = 0, [None, None]
@@ -182,13 +177,13 @@ def _scan_addresses(ds: lance.LanceDataset, task: LookupTask) -> pa.Table:
     def flush() -> None:
         nonlocal rows
         chunk = pa.Table.from_batches(pending)
-        column = chunk.column(task.key).combine_chunks()
-        keys = task.keys
+        column = chunk.column(key).combine_chunks()
+        values: pa.Array | None = keys
         if ordered is not None:
             lo, hi = within()
-            keys = pa.array(ordered[lo:hi], task.keys.type) if hi > lo else None
-        if keys is not None:
-            parts.append(chunk.filter(_member(column, keys)))
+            values = pa.array(ordered[lo:hi], keys.type) if hi > lo else None
+        if values is not None:
+            parts.append(chunk.filter(_member(column, values)))
         pending.clear()
         rows, bounds[0], bounds[1] = 0, None, None
 
@@ -196,18 +191,22 @@ def _scan_addresses(ds: lance.LanceDataset, task: LookupTask) -> pa.Table:
         pending.append(batch)
         rows += batch.num_rows
         if ordered is not None:
-            mm = pc.min_max(batch.column(task.key)).as_py()
+            mm = pc.min_max(batch.column(key)).as_py()
             if mm["min"] is not None:
                 bounds[0] = mm["min"] if bounds[0] is None else min(bounds[0], mm["min"])
                 bounds[1] = mm["max"] if bounds[1] is None else max(bounds[1], mm["max"])
-        if rows >= SCAN_CHUNK_ROWS or (ordered is not None and rows >= SCAN_MIN_CHUNK_ROWS
-                                       and rows >= 2 * (within()[1] - within()[0])):
+        if rows >= SCAN_CHUNK_ROWS:
             flush()
+        elif ordered is not None and rows >= SCAN_MIN_CHUNK_ROWS:
+            lo, hi = within()
+            if rows >= 2 * (hi - lo):
+                flush()
     if pending:
         flush()
     if not parts:  # no key of the backlog in these fragments
-        return pa.table({task.key: task.keys.slice(0, 0), ADDRESS: pa.array([], pa.uint64())})
-    return pa.concat_tables(parts).select([task.key, ADDRESS])
+        return pa.table({key: keys.slice(0, 0), ADDRESS: pa.array([], pa.uint64())})
+    return pa.concat_tables(parts).select([key, ADDRESS])
+
 
 @dataclass(frozen=True)
 class ApplyTask:
@@ -303,7 +302,8 @@ def apply_fragments(task: ApplyTask) -> ApplyResult:
     _delete_rows(ds, task.deletions, out)
     rows: pa.Table | pa.RecordBatchReader | None = task.rows
     if task.staged:
-        rows = _staged_reader(task.uri, task.storage_options, task.staged, ds.schema, task.key, task.replaced, True)
+        rows = _staged_reader(task.uri, task.storage_options, task.staged, ds.schema, task.key, task.replaced, True,
+                              ObjectStore(task.uri, task.storage_options))
     if rows is not None and (not isinstance(rows, pa.Table) or rows.num_rows):
         out.new = write_fragments(rows, ds, schema=ds.schema, max_rows_per_file=task.max_rows_per_file,
                                   storage_options=lance_storage_options(task.storage_options))
@@ -312,7 +312,7 @@ def apply_fragments(task: ApplyTask) -> ApplyResult:
 
 def read_staged(uri: str, storage_options: dict[str, str] | None, path: str,
                 store: ObjectStore | None = None) -> pa.Table:
-    """One staged upsert file (Arrow IPC, the base schema) of the table's store (`store`: the driver's, open
+    """One staged upsert file (Arrow IPC, the base schema) of the table's store (`store`: that store, open
     already); a local file is memory-mapped (every scan task reads every staged upsert's key, few of its
     other columns)."""
     store = store or ObjectStore(uri, storage_options)
@@ -370,11 +370,10 @@ class ScanApplyResult(ApplyResult):
     seconds: dict[str, float] = field(default_factory=dict)  # the task's time per step
 
 
-def _source(uri: str, storage_options: dict[str, str] | None, staged: Sequence[str],
-            upserts: pa.Table | None) -> pa.Table:
+def _source(store: ObjectStore, staged: Sequence[str], upserts: pa.Table | None) -> pa.Table:
     """The upserts of a task: its staged files read, or the inline table."""
     if staged:
-        return pa.concat_tables([read_staged(uri, storage_options, p) for p in staged])
+        return pa.concat_tables([read_staged(store.uri, store.storage_options, p, store) for p in staged])
     assert upserts is not None, "a task has staged files or inline upserts"
     return upserts
 
@@ -400,15 +399,14 @@ def scan_apply(task: ScanApplyTask) -> ScanApplyResult:
         clock = now
 
     ds = _dataset(task.uri, task.version, task.storage_options)
+    store = ObjectStore(task.uri, task.storage_options)
     kind = ds.schema.field(task.key).type
-    upserts = _source(task.uri, task.storage_options, task.staged, task.upserts)  # zero-copy over the files
+    upserts = _source(store, task.staged, task.upserts)  # zero-copy over the files
     ukeys = upserts.column(task.key).combine_chunks().cast(kind)
-    deleted = (read_staged(task.uri, task.storage_options, task.deleted_path).column(task.key).combine_chunks()
-               .cast(kind) if task.deleted_path else pa.array([], kind))
-    keys = pa.concat_arrays([ukeys, deleted])
+    deleted = (read_staged(task.uri, task.storage_options, task.deleted_path, store).column(task.key)
+               .combine_chunks().cast(kind) if task.deleted_path else pa.array([], kind))
     lap("task_read")
-    found = lookup_addresses(LookupTask(task.uri, task.version, task.storage_options, task.key, keys,
-                                        list(task.fragment_ids)))
+    found = _scan_addresses(ds, task.key, pa.concat_arrays([ukeys, deleted]), task.fragment_ids)
     found_keys = found.column(task.key).combine_chunks()
     lap("task_scan")
     # A key at two base rows: a deleted key's rows all go; an upserted key's rows are counted here and the
@@ -422,7 +420,7 @@ def scan_apply(task: ScanApplyTask) -> ScanApplyResult:
     if rows.num_rows:
         out.new = write_fragments(rows.cast(ds.schema), ds, schema=ds.schema, max_rows_per_file=task.max_rows_per_file,
                                   storage_options=lance_storage_options(task.storage_options))
-        _write_ipc(ObjectStore(task.uri, task.storage_options), task.found_path, pa.table({task.key: upserted}))
+        _write_ipc(store, task.found_path, pa.table({task.key: upserted}))
         out.found_path = task.found_path
     out.found_upserts = len(upserted)  # base rows of upserted keys (a key counted twice if at two rows)
     out.found_deleted = len(found_keys) - len(upserted)
@@ -449,9 +447,10 @@ class FreshTask:
 def fresh_upserts(task: FreshTask) -> int | None:
     """The task: its fresh upserts written to `fresh_path` (base schema); returns their count, or None when
     one of its keys was found at two base rows (by two tasks)."""
-    upserts = _source(task.uri, task.storage_options, task.staged, task.upserts)
+    store = ObjectStore(task.uri, task.storage_options)
+    upserts = _source(store, task.staged, task.upserts)
     ukeys = upserts.column(task.key).combine_chunks()
-    found = [read_staged(task.uri, task.storage_options, p).column(task.key).cast(ukeys.type)
+    found = [read_staged(task.uri, task.storage_options, p, store).column(task.key).cast(ukeys.type)
              for p in task.found_paths]
     found_all = pa.chunked_array([c for f in found for c in f.chunks], ukeys.type).combine_chunks()
     mine = found_all.filter(_member(found_all, ukeys))
@@ -459,7 +458,7 @@ def fresh_upserts(task: FreshTask) -> int | None:
         return None
     fresh = upserts.filter(pc.invert(_member(ukeys, mine)))
     if fresh.num_rows:
-        _write_ipc(ObjectStore(task.uri, task.storage_options), task.fresh_path, fresh)
+        _write_ipc(store, task.fresh_path, fresh)
     return fresh.num_rows
 
 
@@ -701,8 +700,8 @@ def apply_commit(table: MemWalTable, markers: Sequence[tuple[str, int]], since: 
     keys = upserted + data.deleted_keys.num_rows
     out = CommitPasses()
     compacted = [CompactedSsTable(r, g) for r, g in markers]
-    store = table.store
     scratch = f"{naming.STAGING_DIR}/apply-{uuid.uuid4().hex}"
+    scanned = False  # the scan path writes scratch files (the lookup path none: nothing to list and delete)
     try:
         for attempt in range(1, APPLY_ATTEMPTS + 1):
             started = time.monotonic()
@@ -711,6 +710,7 @@ def apply_commit(table: MemWalTable, markers: Sequence[tuple[str, int]], since: 
             if _use_index(table.dataset, keys):
                 done = _apply_by_lookup(table, data, runner, parallelism, max_rows_per_file)
             else:
+                scanned = True
                 done = _apply_by_scan(table, data, runner, parallelism, max_rows_per_file, f"{scratch}/a{attempt}")
             out.timings_s["apply_tasks"] = out.timings_s.get("apply_tasks", 0.0) + time.monotonic() - started
             for step, seconds in done.task_seconds.items():  # summed over tasks: where the tasks' time went
@@ -743,7 +743,7 @@ def apply_commit(table: MemWalTable, markers: Sequence[tuple[str, int]], since: 
 
         def marker(ds: lance.LanceDataset) -> dict:
             rows = done.fresh(ds)  # a table (its keys decide the join) or a stream of the fresh rows' files
-            join = _use_index(ds, rows, pk) if isinstance(rows, pa.Table) else _use_index(ds, done.fresh_rows)
+            join = _use_index(ds, rows if isinstance(rows, pa.Table) else done.fresh_rows, pk)
             return (ds.merge_insert(pk).when_matched_update_all().when_not_matched_insert_all()
                     .mark_sstables_as_compacted(compacted).use_index(join).conflict_retries(0).execute(rows))
 
@@ -754,7 +754,8 @@ def apply_commit(table: MemWalTable, markers: Sequence[tuple[str, int]], since: 
         out.upserted = upserted
         return out
     finally:
-        store.delete_prefix(scratch)
+        if scanned:
+            table.store.delete_prefix(scratch)
 
 
 # --- which apply a merge uses ------------------------------------------------------------------------
