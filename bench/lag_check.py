@@ -37,6 +37,8 @@ import tempfile
 import time
 import urllib.request
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pyarrow as pa
 
@@ -198,6 +200,23 @@ def pad_s3(endpoint: str, bucket: str, prefix: str, names: list[str], threads: i
             pass
 
 
+@contextmanager
+def local_and_s3(prefix: str) -> Iterator[tuple[str, str, str]]:
+    """A moto server with bucket `bench`: (its endpoint, a local table path, the S3 table URI); both gone
+    afterwards."""
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    moto, endpoint = start_moto()
+    try:
+        import boto3
+
+        boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
+                     region_name="us-east-1").create_bucket(Bucket="bench")
+        yield endpoint, os.path.join(tmp, "t.lance"), "s3://bench/t.lance"
+    finally:
+        stop_moto(moto)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def add_index(uri: str, options: dict | None) -> None:
     import lance
 
@@ -208,14 +227,7 @@ def run_files(args: argparse.Namespace, counts: list[int]) -> list[dict]:
     """--files: the table padded to each object count in turn; the lag check (and once, the full reading)
     timed and counted at each."""
     results: list[dict] = []
-    tmp = tempfile.mkdtemp(prefix="memwal-lagfiles-")
-    moto, endpoint = start_moto()
-    try:
-        import boto3
-
-        boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
-                     region_name="us-east-1").create_bucket(Bucket="bench")
-        local_uri, s3_uri = os.path.join(tmp, "t.lance"), "s3://bench/t.lance"
+    with local_and_s3("memwal-lagfiles-") as (endpoint, local_uri, s3_uri):
         for uri, opts in ((local_uri, None), (s3_uri, s3_options(endpoint))):
             build(uri, opts)
             add_index(uri, opts)
@@ -259,9 +271,6 @@ def run_files(args: argparse.Namespace, counts: list[int]) -> list[dict]:
                     row[f"{name}_s3_requests"] = dict(sorted(proxy.counts.items()))
                 results.append(row)
                 print(json.dumps(row), flush=True)
-    finally:
-        stop_moto(moto)
-        shutil.rmtree(tmp, ignore_errors=True)
     print()
     print(f"{'files':>7}  {'check':>11}  {'local s':>8}  {'s3 s':>7}  {'GET':>5}  {'LIST':>5}  {'HEAD':>5}  indexes")
     for row in results:
@@ -298,14 +307,7 @@ def main() -> None:
         return
     counts = [int(v) for v in args.versions.split(",")]
     results: list[dict] = []
-    tmp = tempfile.mkdtemp(prefix="memwal-lagcheck-")
-    moto, endpoint = start_moto()
-    try:
-        import boto3
-
-        boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
-                     region_name="us-east-1").create_bucket(Bucket="bench")
-        local_uri, s3_uri = os.path.join(tmp, "t.lance"), "s3://bench/t.lance"
+    with local_and_s3("memwal-lagcheck-") as (endpoint, local_uri, s3_uri):
         build(local_uri, None)
         build(s3_uri, s3_options(endpoint))
         with counting_proxy(endpoint) as proxy:
@@ -325,9 +327,6 @@ def main() -> None:
                                                        and "/_versions/" in path)
                 results.append(row)
                 print(json.dumps(row), flush=True)
-    finally:
-        stop_moto(moto)
-        shutil.rmtree(tmp, ignore_errors=True)
     print()
     print(f"{'versions':>8}  {'check':>11}  {'local s':>8}  {'s3 s':>7}  {'s3 GET':>6}  {'of manifests':>12}  "
           f"{'LIST':>5}  {'HEAD':>5}")
