@@ -152,28 +152,36 @@ def maintain(path: str, on: bool, measure: bool, policy: IndexPolicy | None = No
     return out
 
 
-def run_cycles(work: str, on: bool, cycles: int, measure_at: set[int], base_rows: int, regions: int, rows: int,
-               seed: int) -> dict:
-    path = os.path.join(work, f"cycles-{'on' if on else 'off'}")
-    ids = build(path, base_rows, regions)
+def _cycles(path: str, ids: list[str], label: str, on: bool, policy: IndexPolicy | None, cycles: int,
+            measure_at: set[int], base_rows: int, rows: int, seed: int, make_rows, point) -> dict:
+    """`cycles` rounds of writes and the maintenance jobs on the table at `path`; at each cycle of measure_at
+    the merge time (median of the last five), the table's health and `point(path, health)`."""
     rng = np.random.default_rng(seed)
     points: dict[int, dict] = {}
     merge_times: list[float] = []
     started = time.perf_counter()
     for c in range(1, cycles + 1):
-        write_cycle(path, ids, base_rows, rows, rng, c)
-        m = maintain(path, on, c in measure_at)
+        write_cycle(path, ids, base_rows, rows, rng, c, make_rows)
+        m = maintain(path, on, c in measure_at, policy)
         merge_times.append(m["merge_s"])
         if c in measure_at:
             h = table_health(path)
             window = sorted(merge_times[-5:])  # one merge is too short to time alone on a shared machine
             m["merge_s_this_cycle"], m["merge_s"] = m["merge_s"], window[len(window) // 2]
-            points[c] = {**m, "fragments": h.fragments, "table_versions": h.table_versions, "base_bytes": h.base_bytes,
-                         "mem_wal_bytes": h.mem_wal_bytes, "generation_dirs": h.generation_dirs,
+            points[c] = {**m, **point(path, h), "fragments": h.fragments, "base_bytes": h.base_bytes,
                          "rows": lance.dataset(path).count_rows()}
-            log(f"{'on ' if on else 'off'} cycle {c}: {json.dumps(points[c])}")
+            log(f"{label} cycle {c}: {json.dumps(points[c])}")
     shutil.rmtree(path)
     return {"points": points, "total_s": time.perf_counter() - started}
+
+
+def run_cycles(work: str, on: bool, cycles: int, measure_at: set[int], base_rows: int, regions: int, rows: int,
+               seed: int) -> dict:
+    path = os.path.join(work, f"cycles-{'on' if on else 'off'}")
+    ids = build(path, base_rows, regions)
+    return _cycles(path, ids, "on " if on else "off", on, None, cycles, measure_at, base_rows, rows, seed, _rows,
+                   lambda _path, h: {"table_versions": h.table_versions, "mem_wal_bytes": h.mem_wal_bytes,
+                                     "generation_dirs": h.generation_dirs})
 
 
 def query_times(path: str, n: int = 20) -> dict:
@@ -199,25 +207,13 @@ def run_vector_cycles(work: str, policy: str, cycles: int, measure_at: set[int],
     """The cycles (retention and compaction on) on the vector table, catch-up under POLICIES[policy]."""
     path = os.path.join(work, f"vector-{policy}")
     ids = build_vector(path, base_rows, regions)
-    rng = np.random.default_rng(seed)
-    points: dict[int, dict] = {}
-    merge_times: list[float] = []
-    started = time.perf_counter()
-    for c in range(1, cycles + 1):
-        write_cycle(path, ids, base_rows, rows, rng, c, vector_rows)
-        m = maintain(path, True, c in measure_at, POLICIES[policy])
-        merge_times.append(m["merge_s"])
-        if c in measure_at:
-            h = table_health(path)
-            window = sorted(merge_times[-5:])
-            m["merge_s_this_cycle"], m["merge_s"] = m["merge_s"], window[len(window) // 2]
-            segments = segment_counts(lance.dataset(path))
-            points[c] = {**m, **query_times(path), "fragments": h.fragments, "base_bytes": h.base_bytes,
-                         "vec_segments": segments["vec_idx"], "text_segments": segments["text_idx"],
-                         "rows": lance.dataset(path).count_rows()}
-            log(f"vector {policy} cycle {c}: {json.dumps(points[c])}")
-    shutil.rmtree(path)
-    return {"points": points, "total_s": time.perf_counter() - started}
+
+    def point(path: str, _h) -> dict:
+        segments = segment_counts(lance.dataset(path))
+        return {**query_times(path), "vec_segments": segments["vec_idx"], "text_segments": segments["text_idx"]}
+
+    return _cycles(path, ids, f"vector {policy}", True, POLICIES[policy], cycles, measure_at, base_rows, rows, seed,
+                   vector_rows, point)
 
 
 def fragmented_table(path: str, fragments: int, rows_per_fragment: int) -> None:
