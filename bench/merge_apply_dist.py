@@ -160,16 +160,29 @@ def distributed(path: str, version: int, base_rows: int, masters: list[str], upd
                 os.sync()  # the previous run's written fragments reach the disk before this run, not during it
                 log(f"distributed apply on {master}: {label} backlog")
                 with _PeakRss() as rss:
+                    dedup, after_dedup = spark_dedup(spark), []
+
+                    def timed(call, after_dedup=after_dedup, rss=rss):
+                        def run(*args):
+                            out = call(*args)
+                            after_dedup.append(rss.peak)  # the driver's peak growth up to the dedup's result
+                            return out
+                        return run
+
+                    timed_dedup = timed(dedup)
+                    timed_dedup.batch = timed(dedup.batch)  # the round's one Spark job, as the merge calls it
+
                     t = time.perf_counter()
                     summary = memwal_merge.merge_table(
                         path, regions=[region], config=memwal_merge.MergeConfig(apply="fragments"),
-                        dedup=spark_dedup(spark), runner=runner, parallelism=cores)
+                        dedup=timed_dedup, runner=runner, parallelism=cores)
                     wall = time.perf_counter() - t
                 if summary.failed_regions:
                     raise SystemExit(f"merge failed on {master}: {summary.to_dict()}")
                 timings = dict(summary.timings_s)
                 res[label] = {"s": wall, "apply_s": sum(timings.get(k, 0.0) for k in APPLY_KEYS),
-                              "timings": timings, "rss_growth_mb": rss.peak, "checksum": _checksum(path)}
+                              "timings": timings, "rss_growth_mb": rss.peak,
+                              "rss_dedup_mb": max(after_dedup, default=0.0), "checksum": _checksum(path)}
             out["masters"][master] = res
         finally:
             spark.stop()
@@ -190,7 +203,8 @@ def report(d: dict) -> None:
             sums.add(x["checksum"])
             parts = ", ".join(f"{k} {v:.2f}" for k, v in x["timings"].items())
             print(f"  {master:11s} {label:5s} ({r['cores']} cores): apply {x['apply_s']:7.2f} s, whole merge "
-                  f"{x['s']:7.2f} s ({parts}); driver RSS +{x['rss_growth_mb']:.0f} MiB")
+                  f"{x['s']:7.2f} s ({parts}); driver RSS +{x['rss_growth_mb']:.0f} MiB (+{x['rss_dedup_mb']:.0f} "
+                  f"by the dedup's result)")
     m = d["masters"]
     if "local[1]" in m and "local[2]" in m:
         print(f"  apply local[1] / local[2]: {m['local[1]']['big']['apply_s'] / m['local[2]']['big']['apply_s']:.2f}"

@@ -10,19 +10,21 @@ once, and gets back one `MergeInput` per batch:
    (`memwal.merge.dedup_generations`: the same pyarrow code as the in-process merge, so no value ever
    crosses Spark's type system), write the upserts, already in the base schema, as Arrow IPC files under
    the round's staging prefix (`_mem_wal/_staging/merge-<uuid4>/u<batch>/part-*.arrow`, through
-   `memwal.storage.ObjectStore`, so S3 works too), and return only file names, counts and the deleted
-   keys (an Arrow IPC blob); a small batch (`inline_bytes`) returns its upserts in the result instead of
-   staging them. A batch that fails returns its error instead: only that region fails;
+   `memwal.storage.ObjectStore`, so S3 works too), and the deleted keys as one more file beside them
+   (`part-deleted-*.arrow`), and return only file names and counts; a small batch (`inline_bytes`) returns
+   its upserts and deleted keys in the result (Arrow IPC blobs) instead of staging them. A batch that
+   fails returns its error instead: only that region fails;
 3. a region batch larger than `task_bytes` is spread over the cluster instead: one task per generation
    fragment, a window per key (`row_number()` over the primary key ordered by generation desc, row
    address desc: the rule of `memwal.dedup.newest_per_key`), and a second `mapInArrow` that stages the
-   winners; values cross Spark in a wider Spark type there (uint64 as DECIMAL(20,0), fixed-size lists as
-   arrays) and are cast back on the executors; a cast that would lose data fails the batch.
+   winners (upserts and deleted keys in files of their own); values cross Spark in a wider Spark type
+   there (uint64 as DECIMAL(20,0), fixed-size lists as arrays) and are cast back on the executors; a cast
+   that would lose data fails the batch.
 
 The driver holds no more than one commit's upserts: `open_upserts()` reads the region batch's staged files
 into one table when its commit is made (the commit's byte budget bounds it). The fragment apply
-(`memwal.merge_apply`) does not open them: `MergeInput.staged` names the files, its tasks read them and
-the driver keeps their keys only. A table, not a stream: with a
+(`memwal.merge_apply`) does not open them: `MergeInput.staged` and `staged_deleted` name the files, its
+tasks read them (on its lookup path the driver keeps their keys). A table, not a stream: with a
 by-source delete, Lance's merge-insert over a stream held more memory the bigger the base table (measured:
 its peak during the commit rose from 84 to 166 MiB over five 400,000-row commits into a table growing from
 0.2 to 1.2 million rows; over a table, 75 to 64 MiB). It can be called again for a retried commit;
@@ -40,7 +42,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from memwal import naming
 from memwal.dedup import GEN_COLUMN, ROWADDR_COLUMN
@@ -265,32 +266,29 @@ class _StagedFiles:
 
 def _writer(uri: str, storage_options: dict, prefix: str, schema: pa.Schema, pk: list[str], out: pa.Schema,
             file_bytes: int):
+    """Executor: the winners of one shuffle partition staged as files, upserts and deleted keys apart; one
+    row per file (path, rows, and whether it holds deleted keys)."""
+
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
         tag = f"{ctx.partitionId():05d}-{ctx.attemptNumber()}-{uuid.uuid4().hex[:8]}" if ctx else uuid.uuid4().hex
-        staged = _StagedFiles(ObjectStore(uri, storage_options), prefix, schema, file_bytes, tag)
-        key_fields = [out.field(c) for c in pk]
+        store = ObjectStore(uri, storage_options)
+        staged = _StagedFiles(store, prefix, schema, file_bytes, tag)
+        key_schema = pa.schema([schema.field(c) for c in pk])
+        deleted = _StagedFiles(store, prefix, key_schema, file_bytes, f"deleted-{tag}")
         for batch in batches:
             upserts, deletes = split_winners(pa.Table.from_batches([batch]), pk, schema)
             staged.write(upserts)
-            if deletes.num_rows:
-                n = deletes.num_rows
-                cols = [deletes.column(f.name).cast(f.type) for f in key_fields]
-                yield pa.RecordBatch.from_arrays(
-                    [c.combine_chunks() for c in cols] + [pa.nulls(n, out.field(_FILE).type), pa.nulls(n, pa.int64())],
-                    schema=out,
-                )
+            deleted.write(deletes.select(pk).cast(key_schema))
         staged.finish()
-        if staged.written:
-            paths, counts = zip(*staged.written, strict=True)
-            n = len(paths)
-            yield pa.RecordBatch.from_arrays(
-                [pa.nulls(n, f.type) for f in key_fields]
-                + [pa.array(paths, out.field(_FILE).type), pa.array(counts, pa.int64())],
-                schema=out,
-            )
+        deleted.finish()
+        files = [(p, n, False) for p, n in staged.written] + [(p, n, True) for p, n in deleted.written]
+        if files:
+            paths, counts, kinds = zip(*files, strict=True)
+            yield pa.RecordBatch.from_arrays([pa.array(paths, pa.string()), pa.array(counts, pa.int64()),
+                                              pa.array(kinds, pa.bool_())], schema=out)
 
     return write
 
@@ -308,7 +306,7 @@ def _dedup_shuffle(spark, refs: Sequence[GenerationRef], pk: list[str], schema: 
            file_bytes: int) -> MergeInput:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
-    from pyspark.sql.types import LongType, StringType
+    from pyspark.sql.types import BooleanType, LongType, StringType
 
     started = time.monotonic()
     tasks: list[_Task] = []
@@ -326,8 +324,7 @@ def _dedup_shuffle(spark, refs: Sequence[GenerationRef], pk: list[str], schema: 
 
     rows_struct = _rows_struct(schema)
     rows_arrow = _arrow_schema(spark, rows_struct)
-    key_types = {f.name: f.dataType for f in rows_struct.fields}
-    out_struct = _struct([(c, key_types[c]) for c in pk] + [(_FILE, StringType()), (_ROWS, LongType())])
+    out_struct = _struct([(_FILE, StringType()), (_ROWS, LongType()), (_IS_DELETED, BooleanType())])
     out_arrow = _arrow_schema(spark, out_struct)
     prefix = f"{STAGING_DIR}/merge-{uuid.uuid4()}"
     options = dict(store.storage_options)
@@ -345,12 +342,10 @@ def _dedup_shuffle(spark, refs: Sequence[GenerationRef], pk: list[str], schema: 
         result = winners.mapInArrow(
             _writer(store.uri, options, prefix, schema, pk, out_arrow, file_bytes), out_struct
         ).toArrow()
-        is_file = pc.is_valid(result.column(_FILE))
-        staged = result.filter(is_file)
-        files = sorted(zip(staged.column(_FILE).to_pylist(), staged.column(_ROWS).to_pylist(), strict=True))
-        deleted = result.filter(pc.invert(is_file)).select(pk).cast(pa.schema([schema.field(c) for c in pk]))
-        if deleted.num_rows:
-            deleted = deleted.sort_by([(c, "ascending") for c in pk])
+        rows = sorted(zip(result.column(_FILE).to_pylist(), result.column(_ROWS).to_pylist(),
+                          result.column(_IS_DELETED).to_pylist(), strict=True))
+        files = [(p, n) for p, n, gone in rows if not gone]
+        deleted_files = [(p, n) for p, n, gone in rows if gone]
     except BaseException as exc:
         _cleanup(store, prefix)
         if not isinstance(exc, Exception):
@@ -362,19 +357,22 @@ def _dedup_shuffle(spark, refs: Sequence[GenerationRef], pk: list[str], schema: 
         set_job_description(spark, None)
 
     paths = [p for p, _ in files]
+    deletes = sum(n for _, n in deleted_files)
     log.info(
         "region %s: Spark dedup of generations %d..%d: %d rows read from %d fragments, %d upserts staged in "
-        "%d files under %s, %d deletes (%.1fs)",
-        region, gens[0], gens[-1], rows_read, len(tasks), sum(n for _, n in files), len(files), prefix,
-        deleted.num_rows, time.monotonic() - started,
+        "%d files and %d deletes in %d under %s (%.1fs)",
+        region, gens[0], gens[-1], rows_read, len(tasks), sum(n for _, n in files), len(files), deletes,
+        len(deleted_files), prefix, time.monotonic() - started,
     )
     return MergeInput(
         open_upserts=lambda: _open_staged(store, paths, schema),
-        deleted_keys=deleted,
+        deleted_keys=pa.schema([schema.field(c) for c in pk]).empty_table(),
         rows_read=rows_read,
         cleanup=lambda: _cleanup(store, prefix),
         staged=tuple(paths),
         staged_rows=sum(n for _, n in files),
+        staged_deleted=tuple(p for p, _ in deleted_files),
+        staged_deleted_rows=deletes,
     )
 
 
@@ -383,6 +381,9 @@ def _dedup_shuffle(spark, refs: Sequence[GenerationRef], pk: list[str], schema: 
 _UNIT = "__memwal_unit"
 _READ = "__memwal_rows_read"
 _DELETED = "__memwal_deleted"
+_DELETED_FILE = "__memwal_deleted_file"  # a staged batch's deleted keys, staged beside its upserts
+_DELETED_ROWS = "__memwal_deleted_rows"
+_IS_DELETED = "__memwal_is_deleted"  # a shuffle partition's staged file holds deleted keys (else upserts)
 _UPSERTS = "__memwal_upserts"
 _ERROR = "__memwal_error"
 
@@ -394,7 +395,8 @@ def _units_struct():
     from pyspark.sql.types import BinaryType, DoubleType, LongType, StringType
 
     return _struct([(_UNIT, LongType()), (_FILE, StringType()), (_ROWS, LongType()), (_READ, LongType()),
-                    (_DELETED, BinaryType()), (_UPSERTS, BinaryType()), (_ERROR, StringType())]
+                    (_DELETED, BinaryType()), (_DELETED_FILE, StringType()), (_DELETED_ROWS, LongType()),
+                    (_UPSERTS, BinaryType()), (_ERROR, StringType())]
                    + [(t, DoubleType()) for t in _TIMES])
 
 
@@ -423,8 +425,10 @@ def _unit_runner(units: list[list[GenerationRef]], bins: list[list[int]], inline
 
         results: list[dict] = []  # one Arrow batch per task at the end: each batch costs a round trip
 
-        def row(unit, file=None, rows=0, read=0, deleted=None, error=None, times=(0.0, 0.0, 0.0), upserts=None):
+        def row(unit, file=None, rows=0, read=0, deleted=None, error=None, times=(0.0, 0.0, 0.0), upserts=None,
+                deleted_file=None, deleted_rows=0):
             results.append({_UNIT: unit, _FILE: file, _ROWS: rows, _READ: read, _DELETED: deleted,
+                            _DELETED_FILE: deleted_file, _DELETED_ROWS: deleted_rows,
                             _UPSERTS: upserts, _ERROR: error, **dict(zip(_TIMES, times, strict=True))})
 
         for ids in batches:
@@ -439,6 +443,7 @@ def _unit_runner(units: list[list[GenerationRef]], bins: list[list[int]], inline
                         del tables
                         t2 = time.perf_counter()
                         staged = _StagedFiles(store, _unit_prefix(prefix, unit), schema, file_bytes, attempt)
+                        deleted_file = None
                         if inline[unit]:
                             blob = _ipc_bytes(upserts) if upserts.num_rows else None
                         else:
@@ -446,14 +451,20 @@ def _unit_runner(units: list[list[GenerationRef]], bins: list[list[int]], inline
                             for chunk in upserts.to_batches(max_chunksize=batch_rows):
                                 staged.write(pa.Table.from_batches([chunk], schema))
                             staged.finish()
+                            if deletes.num_rows:  # staged too: the driver gets a path and a count
+                                keys = _StagedFiles(store, _unit_prefix(prefix, unit), deletes.schema, 0,
+                                                    f"deleted-{attempt}")
+                                keys.write(deletes)  # one file (rolled over at once)
+                                deleted_file = keys.written[0][0]
                         times = (t1 - t0, t2 - t1, time.perf_counter() - t2)
                     except Exception as exc:  # reported as this region's failure; the other batches go on
                         row(unit, error=one_line(exc))
                         continue
                     for path, rows in staged.written:
                         row(unit, file=path, rows=rows)
-                    row(unit, rows=upserts.num_rows, read=n,
-                        deleted=_ipc_bytes(deletes) if deletes.num_rows else None, times=times, upserts=blob)
+                    row(unit, rows=upserts.num_rows, read=n, times=times, upserts=blob,
+                        deleted=_ipc_bytes(deletes) if deletes.num_rows and deleted_file is None else None,
+                        deleted_file=deleted_file, deleted_rows=deletes.num_rows if deleted_file else 0)
         if results:
             yield pa.RecordBatch.from_pylist(results, schema=out)
 
@@ -589,6 +600,8 @@ def _dedup_units(spark, units: list[list[GenerationRef]], pk: list[str], schema:
             cleanup=(lambda u=u: staging.done(u)),
             staged=tuple(paths),
             staged_rows=info[_ROWS],
+            staged_deleted=(info[_DELETED_FILE],) if info[_DELETED_FILE] else (),
+            staged_deleted_rows=info[_DELETED_ROWS] or 0 if info[_DELETED_FILE] else 0,
         ))
     took = time.monotonic() - started
     stats["jobs"] = stats.get("jobs", 0) + 1

@@ -287,31 +287,42 @@ def test_the_apply_locates_rows_through_the_lookup_and_deletes_by_offset(local_l
     assert plan.fresh.column("id").to_pylist() == [30] and plan.deleted_found == 1
 
 
-def _staging_dedup(opened: list):
-    """A dedup hook that stages its upserts as Arrow IPC files in the table's store, as the Spark dedup does
-    (two files per batch), and records any driver-side open of them in `opened`."""
+def _staging_dedup(opened: list, order: str | None = None):
+    """A dedup hook that stages its upserts (two files per batch) and its deleted keys (one) as Arrow IPC
+    files in the table's store, as the Spark dedup does, and records any driver-side open of the upserts in
+    `opened`. order: the upsert files' rows sorted by key ("ascending", "descending"), or as the dedup
+    returned them (None)."""
     from memwal.merge import MergeInput, local_dedup
 
     def dedup(refs, pk, schema, store):
         done = local_dedup(refs, pk, schema, store)
         upserts = done.open_upserts()
+        if order:
+            upserts = upserts.sort_by([(pk[0], order)])
         prefix = f"_mem_wal/_staging/test-{uuid.uuid4()}"
         paths = []
+
+        def stage(name: str, part: pa.Table) -> str:
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_file(sink, part.schema) as w:
+                w.write_table(part)
+            store.put(f"{prefix}/{name}", sink.getvalue().to_pybytes())
+            return f"{prefix}/{name}"
+
         for i, part in enumerate((upserts.slice(0, upserts.num_rows // 2), upserts.slice(upserts.num_rows // 2))):
             if part.num_rows:
-                sink = pa.BufferOutputStream()
-                with pa.ipc.new_file(sink, part.schema) as w:
-                    w.write_table(part)
-                paths.append(f"{prefix}/part-{i}.arrow")
-                store.put(paths[-1], sink.getvalue().to_pybytes())
+                paths.append(stage(f"part-{i}.arrow", part))
+        deleted = done.deleted_keys
+        staged_deleted = (stage("deleted.arrow", deleted),) if deleted.num_rows else ()
 
         def open_upserts():
             opened.append(refs[0].region_id)
             return upserts
 
-        return MergeInput(open_upserts, done.deleted_keys, done.rows_read,
+        return MergeInput(open_upserts, deleted.slice(0, 0), done.rows_read,
                           cleanup=lambda: store.delete_prefix(prefix), staged=tuple(paths),
-                          staged_rows=upserts.num_rows)
+                          staged_rows=upserts.num_rows, staged_deleted=staged_deleted,
+                          staged_deleted_rows=deleted.num_rows)
 
     return dedup
 
@@ -363,8 +374,9 @@ def _task_aware_runner(in_task: list):
 
 def test_a_large_backlog_is_applied_without_the_driver_reading_a_staged_file(local_location, monkeypatch):
     """The scan path (a backlog large against the table): the fragments' tasks read the staged upserts and
-    find their keys; the driver reads no staged file, not even their keys, and keeps no upsert; the fresh
-    keys reach the marker commit through the tasks' scratch files, which are gone afterwards."""
+    deleted keys and find them; the driver reads no staged file, not even their keys, and keeps no upsert
+    and no deleted key; the fresh keys reach the marker commit through the tasks' scratch files, which are
+    gone afterwards."""
     from memwal.merge import merge_table
 
     loc = local_location
@@ -451,3 +463,70 @@ def test_the_fresh_upsert_round_runs_only_when_an_upsert_may_be_fresh(local_loca
     assert not summary.failed_regions, summary
     assert (("fresh_upserts", 1) in rounds) == fresh_round, rounds
     _exact_everywhere(loc, v0, model)
+
+
+@pytest.mark.parametrize("order", ["ascending", "descending"])
+@pytest.mark.parametrize("parallelism", [1, 2])
+def test_the_scan_goes_run_by_run_with_staged_files_in_or_out_of_key_order(local_location, monkeypatch, order,
+                                                                           parallelism):
+    """The scan path with runs of a few fragments per task: staged files in key order have each run's
+    replacement rows streamed from the files' slices within the run's key range; out of order, the task
+    matches them once at the end. Both give the exact view (fresh keys, updates and deletes in one batch)."""
+    from memwal.merge import merge_table
+
+    loc = local_location
+    monkeypatch.setattr(merge_apply, "_use_index", lambda ds, keys, pk=(): False)
+    monkeypatch.setattr(merge_apply, "SCAN_CHUNK_ROWS", 4)  # runs of one or two 3-row fragments
+    _table(loc, [([1, 4, 8, 12, 20, 21, 3, 0], "g1", [2, 9, 13]), ([4, 21, 5], "g2", [0])], fragment_rows=3)
+    model, v0 = _lsm(loc), open_base(loc).version
+    use_fragment_apply(monkeypatch, parallelism=parallelism)
+    streamed, real = [], merge_apply._replacements
+
+    def spy(parts, keys, ascending, upserted, schema):
+        streamed.append(all(ascending))
+        return real(parts, keys, ascending, upserted, schema)
+
+    monkeypatch.setattr(merge_apply, "_replacements", spy)
+    summary = merge_table(loc.uri, config=MergeConfig(max_generations_per_commit=8, apply="fragments"),
+                          dedup=_staging_dedup([], order))
+    assert not summary.failed_regions and summary.commits == 1, summary
+    _exact_everywhere(loc, v0, model)
+    if order == "ascending":
+        assert len(streamed) > parallelism and all(streamed), streamed  # one call per run, each streamed
+    else:
+        assert streamed == [False] * len(streamed) and len(streamed) == parallelism, streamed
+
+
+def test_offsets_deleted_through_the_binding_equal_lance_delete_rows(tmp_path):
+    """`_delete_offsets` (pylance's binding, handed an array.array) deletes exactly what the public
+    `LanceFragment.delete_rows` deletes, and empties a fragment the same way."""
+    import numpy as np
+
+    data = pa.table({"id": pa.array(range(10), pa.int64())})
+    results = []
+    for how in ("binding", "public"):
+        uri = str(tmp_path / how)
+        lance.write_dataset(data, uri, max_rows_per_file=5)
+        ds = lance.dataset(uri)
+        first, second = ds.get_fragments()
+        if how == "binding":
+            metas = [merge_apply._delete_offsets(first, np.array([0, 3], np.uint64)),
+                     merge_apply._delete_offsets(second, np.arange(5, dtype=np.uint64))]
+        else:
+            metas = [first.delete_rows([0, 3]), second.delete_rows(list(range(5)))]
+        assert metas[1] is None, "a fragment with every row deleted is removed"
+        op = lance.LanceOperation.Update(removed_fragment_ids=[second.fragment_id], updated_fragments=[metas[0]])
+        results.append(lance.LanceDataset.commit(uri, op, read_version=ds.version).to_table()["id"].to_pylist())
+    assert results[0] == results[1] == [1, 2, 4]
+
+
+@pytest.mark.parametrize("tasks", [1, 2, 3, 7])
+def test_the_tasks_shares_of_the_upsert_fingerprint_add_up_to_the_whole(tasks):
+    """Each scan task mixes its share of the upsert keys; over files of any sizes the shares sum to the
+    fingerprint of every key, so a key found twice in place of another still never adds up."""
+    files = [pa.array([5, 1, 9], pa.int64()), pa.array([], pa.int64()), pa.array([2, 8, 3, 4, 7], pa.int64())]
+    whole = merge_apply._fingerprint(pa.concat_arrays(files))
+    shares = [merge_apply._share_fingerprint(files, (i, tasks)) for i in range(tasks)]
+    assert sum(shares) % 2**64 == whole
+    twice = merge_apply._fingerprint(pa.array([5, 1, 9, 2, 8, 3, 4, 4], pa.int64()))
+    assert twice != whole

@@ -36,7 +36,7 @@ from memwal.generation import open_generation
 from memwal.job_config import MergeConfig
 from memwal.mem_wal_index import load_index
 from memwal.memory import release_unused
-from memwal.merge_apply import Apply, choose_apply, passes
+from memwal.merge_apply import Apply, choose_apply, passes, read_staged
 from memwal.merge_commit import CommitPasses, Overtaken
 from memwal.planning import leading_batch
 from memwal.region_manifest import load_latest_manifest, select_regions
@@ -88,6 +88,23 @@ class MergeInput:
     # they are: the fragment apply's tasks then read them there and the driver holds their keys only
     staged: tuple[str, ...] = ()
     staged_rows: int = 0
+    # deleted keys staged as Arrow IPC files as well (the Spark dedup's, beside its upserts; `deleted_keys`
+    # holds the others, often none): the scan path's tasks read them there, the other paths on the driver
+    staged_deleted: tuple[str, ...] = ()
+    staged_deleted_rows: int = 0
+
+    @property
+    def deleted_rows(self) -> int:
+        return self.deleted_keys.num_rows + self.staged_deleted_rows
+
+    def open_deleted(self, store: ObjectStore) -> pa.Table:
+        """Every deleted key as one table: `deleted_keys` and the staged files (read here)."""
+        if not self.staged_deleted:
+            return self.deleted_keys
+        schema = self.deleted_keys.schema
+        staged = [read_staged(store.uri, store.storage_options, p, store).select(schema.names).cast(schema)
+                  for p in self.staged_deleted]
+        return pa.concat_tables([self.deleted_keys, *staged])
 
 
 Dedup = Callable[[Sequence[GenerationRef], list[str], pa.Schema, ObjectStore], MergeInput]
@@ -300,7 +317,9 @@ class _Combined:
         self.input = MergeInput(self.open, pa.concat_tables(keys, promote_options="permissive") if keys
                                 else schema.empty_table().select(pk), sum(p.rows_read for p in self.parts),
                                 staged=tuple(f for p in self.parts for f in p.staged) if staged else (),
-                                staged_rows=sum(p.staged_rows for p in self.parts) if staged else 0)
+                                staged_rows=sum(p.staged_rows for p in self.parts) if staged else 0,
+                                staged_deleted=tuple(f for p in self.parts for f in p.staged_deleted),
+                                staged_deleted_rows=sum(p.staged_deleted_rows for p in self.parts))
 
     def open(self) -> pa.Table:
         opened = [p.open_upserts() for p in self.parts]
@@ -521,12 +540,12 @@ def _merge_regions(
                     res.generations += gens
                     res.rows_read += x.rows_read
                     res.rows_upserted += n
-                    res.rows_deleted += x.deleted_keys.num_rows
+                    res.rows_deleted += x.deleted_rows
                     res.bytes_read += sum(r.nbytes for r in refs)
                     res.commits += 1
                     res.merged_generation_after = gens[-1]
                     log.info("region %s: merged generations %d..%d (%d upserts, %d deletes)",
-                             res.region_id, gens[0], gens[-1], n, x.deleted_keys.num_rows)
+                             res.region_id, gens[0], gens[-1], n, x.deleted_rows)
                 inputs = data = combined = None  # this commit's upserts are not needed for the next one
                 release_unused()
         finally:

@@ -118,7 +118,10 @@ def test_column_types_survive_the_trip_through_spark(spark, tmp_path, task_bytes
     assert tb.column("id").to_pylist() == [0, 1, 2, 4, 8, 9]
 
 
-def test_staging_is_removed_after_failed_commits(spark, tmp_path, monkeypatch):
+@pytest.mark.parametrize("task_bytes", [merge_dedup.DEFAULT_TASK_BYTES, 0], ids=["one-task-per-batch", "shuffle"])
+def test_staging_is_removed_after_failed_commits(spark, tmp_path, monkeypatch, task_bytes):
+    """Upserts and deleted keys both staged (the driver gets paths and counts), re-readable for a retry,
+    and every attempt's staging removed."""
     loc = Loc(str(tmp_path / "t"))
     build_table(loc, n_regions=1)
     version = open_base(loc).version
@@ -127,14 +130,17 @@ def test_staging_is_removed_after_failed_commits(spark, tmp_path, monkeypatch):
     def failing_commit(table, markers, data, since=None, *apply):
         staged = loc.store().list(STAGING_DIR)
         first, again = data.open_upserts(), data.open_upserts()
-        attempts.append((len(staged), first.num_rows, data.deleted_keys.num_rows))
+        deleted = data.open_deleted(table.store)
+        attempts.append((len(staged), first.num_rows, data.deleted_rows, deleted.num_rows))
         assert staged and first.equals(again), "the staged upserts must be re-readable for a retry"
+        assert data.staged_deleted and data.deleted_keys.num_rows == 0, "staged batches stage their deletes too"
+        assert deleted.num_rows == data.deleted_rows > 0 and deleted.schema.names == list(table.primary_key)
         assert first.schema == table.schema
         raise OSError("injected commit failure")
 
     monkeypatch.setattr(merge_mod, "_commit", failing_commit)
     summary = merge_table(loc.uri, config=MergeConfig(max_attempts=2),
-                          dedup=spark_dedup(spark, inline_bytes=0))  # staged, not returned inline
+                          dedup=spark_dedup(spark, inline_bytes=0, task_bytes=task_bytes))  # staged, not inline
     assert len(attempts) == 2 and attempts[0] == attempts[1]
     assert "injected commit failure" in summary.regions[0].error
     assert loc.store().list(STAGING_DIR) == [], "every attempt's staging prefix must be deleted"
