@@ -381,9 +381,8 @@ def _dedup_shuffle(spark, refs: Sequence[GenerationRef], pk: list[str], schema: 
 _UNIT = "__memwal_unit"
 _READ = "__memwal_rows_read"
 _DELETED = "__memwal_deleted"
-_DELETED_FILE = "__memwal_deleted_file"  # a staged batch's deleted keys, staged beside its upserts
-_DELETED_ROWS = "__memwal_deleted_rows"
-_IS_DELETED = "__memwal_is_deleted"  # a shuffle partition's staged file holds deleted keys (else upserts)
+_DELETED_ROWS = "__memwal_deleted_rows"  # deleted keys a staged batch staged (its files' rows add up to it)
+_IS_DELETED = "__memwal_is_deleted"  # a staged file holds deleted keys (else upserts)
 _UPSERTS = "__memwal_upserts"
 _ERROR = "__memwal_error"
 
@@ -392,10 +391,10 @@ _TIMES = ("read_s", "dedup_s", "stage_s")
 
 
 def _units_struct():
-    from pyspark.sql.types import BinaryType, DoubleType, LongType, StringType
+    from pyspark.sql.types import BinaryType, BooleanType, DoubleType, LongType, StringType
 
     return _struct([(_UNIT, LongType()), (_FILE, StringType()), (_ROWS, LongType()), (_READ, LongType()),
-                    (_DELETED, BinaryType()), (_DELETED_FILE, StringType()), (_DELETED_ROWS, LongType()),
+                    (_IS_DELETED, BooleanType()), (_DELETED, BinaryType()), (_DELETED_ROWS, LongType()),
                     (_UPSERTS, BinaryType()), (_ERROR, StringType())]
                    + [(t, DoubleType()) for t in _TIMES])
 
@@ -426,9 +425,9 @@ def _unit_runner(units: list[list[GenerationRef]], bins: list[list[int]], inline
         results: list[dict] = []  # one Arrow batch per task at the end: each batch costs a round trip
 
         def row(unit, file=None, rows=0, read=0, deleted=None, error=None, times=(0.0, 0.0, 0.0), upserts=None,
-                deleted_file=None, deleted_rows=0):
-            results.append({_UNIT: unit, _FILE: file, _ROWS: rows, _READ: read, _DELETED: deleted,
-                            _DELETED_FILE: deleted_file, _DELETED_ROWS: deleted_rows,
+                is_deleted=False, deleted_rows=0):
+            results.append({_UNIT: unit, _FILE: file, _ROWS: rows, _READ: read, _IS_DELETED: is_deleted,
+                            _DELETED: deleted, _DELETED_ROWS: deleted_rows,
                             _UPSERTS: upserts, _ERROR: error, **dict(zip(_TIMES, times, strict=True))})
 
         for ids in batches:
@@ -443,7 +442,8 @@ def _unit_runner(units: list[list[GenerationRef]], bins: list[list[int]], inline
                         del tables
                         t2 = time.perf_counter()
                         staged = _StagedFiles(store, _unit_prefix(prefix, unit), schema, file_bytes, attempt)
-                        deleted_file = None
+                        keys = _StagedFiles(store, _unit_prefix(prefix, unit), deletes.schema, file_bytes,
+                                            f"deleted-{attempt}")
                         if inline[unit]:
                             blob = _ipc_bytes(upserts) if upserts.num_rows else None
                         else:
@@ -451,20 +451,19 @@ def _unit_runner(units: list[list[GenerationRef]], bins: list[list[int]], inline
                             for chunk in upserts.to_batches(max_chunksize=batch_rows):
                                 staged.write(pa.Table.from_batches([chunk], schema))
                             staged.finish()
-                            if deletes.num_rows:  # staged too: the driver gets a path and a count
-                                keys = _StagedFiles(store, _unit_prefix(prefix, unit), deletes.schema, 0,
-                                                    f"deleted-{attempt}")
-                                keys.write(deletes)  # one file (rolled over at once)
-                                deleted_file = keys.written[0][0]
+                            keys.write(deletes)  # staged too: the driver gets paths and counts
+                            keys.finish()
                         times = (t1 - t0, t2 - t1, time.perf_counter() - t2)
                     except Exception as exc:  # reported as this region's failure; the other batches go on
                         row(unit, error=one_line(exc))
                         continue
                     for path, rows in staged.written:
                         row(unit, file=path, rows=rows)
+                    for path, rows in keys.written:
+                        row(unit, file=path, rows=rows, is_deleted=True)
                     row(unit, rows=upserts.num_rows, read=n, times=times, upserts=blob,
-                        deleted=_ipc_bytes(deletes) if deletes.num_rows and deleted_file is None else None,
-                        deleted_file=deleted_file, deleted_rows=deletes.num_rows if deleted_file else 0)
+                        deleted=_ipc_bytes(deletes) if inline[unit] and deletes.num_rows else None,
+                        deleted_rows=0 if inline[unit] else deletes.num_rows)
         if results:
             yield pa.RecordBatch.from_pylist(results, schema=out)
 
@@ -555,6 +554,7 @@ def _dedup_units(spark, units: list[list[GenerationRef]], pk: list[str], schema:
 
     key_schema = pa.schema([schema.field(c) for c in pk])
     files: dict[int, list[tuple[str, int]]] = {i: [] for i in range(len(units))}
+    deleted_files: dict[int, list[tuple[str, int]]] = {i: [] for i in range(len(units))}
     done: dict[int, dict] = {}
     for r in result.to_pylist():
         u = r[_UNIT]
@@ -563,7 +563,7 @@ def _dedup_units(spark, units: list[list[GenerationRef]], pk: list[str], schema:
             for t in _TIMES:
                 stats[f"task_{t}"] = stats.get(f"task_{t}", 0.0) + (r[t] or 0.0)
         else:
-            files[u].append((r[_FILE], r[_ROWS]))
+            (deleted_files if r[_IS_DELETED] else files)[u].append((r[_FILE], r[_ROWS]))
     inputs: list[MergeInput | Exception] = []
     staged_rows = 0
     staging = _RoundStaging(store, prefix, len(units))
@@ -585,23 +585,23 @@ def _dedup_units(spark, units: list[list[GenerationRef]], pk: list[str], schema:
             stats["inline_batches"] = stats.get("inline_batches", 0) + 1
             continue
         paths = [p for p, _ in sorted(files[u])]
-        if sum(n for _, n in files[u]) != info[_ROWS]:
+        staged_deletes = sum(n for _, n in deleted_files[u])
+        if sum(n for _, n in files[u]) != info[_ROWS] or staged_deletes != info[_DELETED_ROWS]:
             staging.done(u)
             inputs.append(MemWalError(f"region {region}: Spark dedup of generations {gens} staged "
-                                      f"{sum(n for _, n in files[u])} of {info[_ROWS]} rows"))
+                                      f"{sum(n for _, n in files[u])} of {info[_ROWS]} rows and {staged_deletes} of "
+                                      f"{info[_DELETED_ROWS]} deleted keys"))
             continue
-        deleted = (pa.ipc.open_stream(info[_DELETED]).read_all().cast(key_schema) if info[_DELETED]
-                   else key_schema.empty_table())
         staged_rows += info[_ROWS]
         inputs.append(MergeInput(
             open_upserts=(lambda paths=paths: _open_staged(store, paths, schema)),
-            deleted_keys=deleted,
+            deleted_keys=key_schema.empty_table(),
             rows_read=info[_READ],
             cleanup=(lambda u=u: staging.done(u)),
             staged=tuple(paths),
             staged_rows=info[_ROWS],
-            staged_deleted=(info[_DELETED_FILE],) if info[_DELETED_FILE] else (),
-            staged_deleted_rows=info[_DELETED_ROWS] or 0 if info[_DELETED_FILE] else 0,
+            staged_deleted=tuple(p for p, _ in sorted(deleted_files[u])),
+            staged_deleted_rows=staged_deletes,
         ))
     took = time.monotonic() - started
     stats["jobs"] = stats.get("jobs", 0) + 1

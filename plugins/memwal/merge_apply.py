@@ -429,17 +429,20 @@ def _sources(store: ObjectStore, staged: Sequence[str], upserts: pa.Table | None
 
 
 def _write_ipc(store: ObjectStore, path: str, table: pa.Table) -> None:
-    """An Arrow IPC file of the store: written in place on a local filesystem (no copy of it in memory)."""
+    """An Arrow IPC file of the store, whole or not at all: on a local filesystem written straight to a
+    temporary file renamed into place (no copy of it in memory), elsewhere put from a buffer."""
     local = store.local_path(path)
-    if local is not None:
-        os.makedirs(os.path.dirname(local), exist_ok=True)
-        with pa.OSFile(local, "wb") as f, pa.ipc.new_file(f, table.schema) as w:
+    if local is None:
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_file(sink, table.schema) as w:
             w.write_table(table)
+        store.put(path, sink.getvalue().to_pybytes())
         return
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_file(sink, table.schema) as w:
+    os.makedirs(os.path.dirname(local), exist_ok=True)
+    partial = f"{local}.tmp-{uuid.uuid4().hex}"
+    with pa.OSFile(partial, "wb") as f, pa.ipc.new_file(f, table.schema) as w:
         w.write_table(table)
-    store.put(path, sink.getvalue().to_pybytes())
+    os.replace(partial, local)
 
 
 def _share_fingerprint(keys: Sequence[pa.Array], share: tuple[int, int]) -> int | None:
