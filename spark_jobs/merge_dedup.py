@@ -59,6 +59,7 @@ log = logging.getLogger(__name__)
 
 STAGING_DIR = naming.STAGING_DIR
 DEFAULT_FILE_BYTES = 64 * 1024 * 1024
+MAX_FILE_BYTES = 1 << 30  # a staged file is one record batch: its string columns stay within 32-bit offsets
 DEFAULT_TASK_BYTES = 256 * 1024 * 1024
 DEFAULT_INLINE_BYTES = 1024 * 1024
 INLINE_ROUND_BYTES = 64 * 1024 * 1024
@@ -233,35 +234,39 @@ def _reader(tasks: list[_Task], uri: str, storage_options: dict, target: pa.Sche
 
 
 class _StagedFiles:
-    """Arrow IPC files of upserts, rolled over at about file_bytes, written with ObjectStore."""
+    """Arrow IPC files of upserts, rolled over at about file_bytes, written with ObjectStore. Each file is one
+    record batch: a reader's columns are then single arrays, zero-copy from a memory map (every scan task of
+    the fragment apply reads each file's key column; Spark hands the writer batches of 10,000 rows, and a file
+    of those made each task copy every key of the backlog)."""
 
     def __init__(self, store: ObjectStore, prefix: str, schema: pa.Schema, file_bytes: int, tag: str):
-        self.store, self.prefix, self.schema, self.file_bytes, self.tag = store, prefix, schema, file_bytes, tag
+        self.store, self.prefix, self.schema, self.tag = store, prefix, schema, tag
+        self.file_bytes = min(file_bytes, MAX_FILE_BYTES)
         self.written: list[tuple[str, int]] = []
-        self._sink: pa.BufferOutputStream | None = None
-        self._writer: pa.ipc.RecordBatchFileWriter | None = None
-        self._rows = 0
+        self._pending: list[pa.Table] = []
+        self._bytes = 0
 
     def write(self, table: pa.Table) -> None:
         if table.num_rows == 0:
             return
-        if self._writer is None:
-            self._sink = pa.BufferOutputStream()
-            self._writer = pa.ipc.new_file(self._sink, self.schema)
-            self._rows = 0
-        self._writer.write_table(table)
-        self._rows += table.num_rows
-        if self._sink.tell() >= self.file_bytes:
+        self._pending.append(table)
+        self._bytes += table.nbytes
+        if self._bytes >= self.file_bytes:
             self.finish()
 
     def finish(self) -> None:
-        if self._writer is None:
+        if not self._pending:
             return
-        self._writer.close()
+        table = pa.concat_tables(self._pending)
+        if table.nbytes <= MAX_FILE_BYTES:  # else (one caller's table alone that large) written as it came
+            table = table.combine_chunks()
+        self._pending, self._bytes = [], 0
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_file(sink, self.schema) as writer:
+            writer.write_table(table)
         path = f"{self.prefix}/part-{self.tag}-{len(self.written):04d}.arrow"
-        self.store.put(path, self._sink.getvalue().to_pybytes())
-        self.written.append((path, self._rows))
-        self._writer = self._sink = None
+        self.store.put(path, sink.getvalue().to_pybytes())
+        self.written.append((path, table.num_rows))
 
 
 def _writer(uri: str, storage_options: dict, prefix: str, schema: pa.Schema, pk: list[str], out: pa.Schema,

@@ -420,6 +420,12 @@ class ScanApplyResult(ApplyResult):
     seconds: dict[str, float] = field(default_factory=dict)  # the task's time per step
 
 
+def _array(column: pa.ChunkedArray) -> pa.Array:
+    """One array of a column: its only chunk as it is (a staged file's, zero-copy from the memory map: the
+    dedup writes each file as one record batch), else the chunks combined (a copy)."""
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+
+
 def _sources(store: ObjectStore, staged: Sequence[str], upserts: pa.Table | None) -> list[pa.Table]:
     """The upserts of a task: each staged file read (zero-copy where local), or the inline table."""
     if staged:
@@ -533,9 +539,9 @@ def scan_apply(task: ScanApplyTask) -> ScanApplyResult:
     store = ObjectStore(task.uri, task.storage_options)
     kind = ds.schema.field(task.key).type
     parts = _sources(store, task.staged, task.upserts)
-    keys = [p.column(task.key).combine_chunks().cast(kind) for p in parts]  # the key column of each file only
+    keys = [_array(p.column(task.key)).cast(kind) for p in parts]  # the key column of each file only
     deleted = pa.concat_arrays([pa.array([], kind)] + [
-        read_staged(task.uri, task.storage_options, p, store).column(task.key).combine_chunks().cast(kind)
+        _array(read_staged(task.uri, task.storage_options, p, store).column(task.key)).cast(kind)
         for p in task.deleted_paths])
     integer = pa.types.is_integer(kind) and not deleted.null_count and not any(k.null_count for k in keys)
     ascending = [integer and _ascending(k.to_numpy()) for k in keys]

@@ -147,6 +147,31 @@ def test_staging_is_removed_after_failed_commits(spark, tmp_path, monkeypatch, t
     assert open_base(loc).version == version, "nothing was committed"
 
 
+@pytest.mark.parametrize("task_bytes", [merge_dedup.DEFAULT_TASK_BYTES, 0], ids=["one-task-per-batch", "shuffle"])
+def test_each_staged_file_is_one_record_batch(spark, tmp_path, monkeypatch, task_bytes):
+    """Spark hands the writer a few rows at a time; a staged file is still one record batch, so a scan task of
+    the fragment apply reads its key column zero-copy instead of copying every key of the backlog."""
+    loc = Loc(str(tmp_path / "t"))
+    build_table(loc, n_regions=1)
+    files = []
+
+    def inspecting_commit(table, markers, data, since=None, *apply):
+        for path in (*data.staged, *data.staged_deleted):
+            f = pa.ipc.open_file(pa.py_buffer(table.store.get(path)))
+            files.append((path, f.num_record_batches, f.read_all().num_rows))
+        raise OSError("inspected")
+
+    monkeypatch.setattr(merge_mod, "_commit", inspecting_commit)
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "2")
+    try:
+        merge_table(loc.uri, config=MergeConfig(max_attempts=1),
+                    dedup=spark_dedup(spark, inline_bytes=0, task_bytes=task_bytes))
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    assert files and all(batches == 1 for _, batches, _ in files), files
+    assert max(rows for *_, rows in files) > 2, "a file holds rows of several of Spark's batches"
+
+
 def test_a_failed_spark_job_removes_its_staging_and_fails_only_that_region(spark, tmp_path):
     loc = Loc(str(tmp_path / "t"))
     good, bad = build_table(loc, n_regions=2)
