@@ -332,15 +332,15 @@ def test_plan_commits_packs_whole_region_batches_in_order():
 def test_a_pass_joins_through_the_index_only_for_a_source_small_against_the_table(local_location):
     import lance
 
-    from memwal.merge_commit import _use_index
+    from memwal.merge_commit import use_index
 
     loc = local_location
     lance.write_dataset(rows(range(30_000)), loc.uri, max_rows_per_file=10_000)
     ds = open_base(loc)
-    assert _use_index(ds, 3) and not _use_index(ds, 4), "3 keys x 10,000 <= 30,000 rows < 4 x 10,000"
+    assert use_index(ds, 3) and not use_index(ds, 4), "3 keys x 10,000 <= 30,000 rows < 4 x 10,000"
     ds.delete("id = 7")  # a deletion file: the key scan costs more per row
     ds = open_base(loc)
-    assert _use_index(ds, 20) and not _use_index(ds, 21), "20 keys x 1,500 <= 30,000 < 21 x 1,500"
+    assert use_index(ds, 20) and not use_index(ds, 21), "20 keys x 1,500 <= 30,000 < 21 x 1,500"
 
 
 def test_keys_beyond_the_key_index_range_cost_the_index_nothing(local_location):
@@ -348,17 +348,17 @@ def test_keys_beyond_the_key_index_range_cost_the_index_nothing(local_location):
     however many there are; keys within it count as before; no key index: every key counts; no rows: scan."""
     import lance
 
-    from memwal.merge_commit import _use_index
+    from memwal.merge_commit import use_index
 
     loc = local_location
     lance.write_dataset(rows(range(30_000)), loc.uri, max_rows_per_file=10_000)
-    assert not _use_index(open_base(loc), rows(range(30_000, 30_100)), ["id"]), "no index: 100 keys count"
+    assert not use_index(open_base(loc), rows(range(30_000, 30_100)), ["id"]), "no index: 100 keys count"
     open_base(loc).create_scalar_index("id", "BTREE")
     ds = open_base(loc)
-    assert _use_index(ds, rows(range(30_000, 130_000)), ["id"]), "100,000 keys, all beyond the index's max"
-    assert _use_index(ds, rows([*range(3), *range(40_000, 50_000)]), ["id"]), "3 keys within: 3 x 10,000 <= 30,000"
-    assert not _use_index(ds, rows(range(0, 30_000, 1000)), ["id"]), "30 keys within: 300,000 > 30,000 rows"
-    assert not _use_index(ds, rows([]), ["id"]) and not _use_index(ds, 0), "nothing to join: no index"
+    assert use_index(ds, rows(range(30_000, 130_000)), ["id"]), "100,000 keys, all beyond the index's max"
+    assert use_index(ds, rows([*range(3), *range(40_000, 50_000)]), ["id"]), "3 keys within: 3 x 10,000 <= 30,000"
+    assert not use_index(ds, rows(range(0, 30_000, 1000)), ["id"]), "30 keys within: 300,000 > 30,000 rows"
+    assert not use_index(ds, rows([]), ["id"]) and not use_index(ds, 0), "nothing to join: no index"
 
 
 def test_a_lock_timeout_keeps_what_was_merged_and_names_the_lock(local_location):

@@ -31,7 +31,7 @@ class Crash(BaseException):
 def lookup_path(request, monkeypatch) -> str:
     """Every case on both lookup paths (keys through the index, fragments' key column scanned) and both
     join paths of the marker commit (tiny tables would always scan)."""
-    monkeypatch.setattr(merge_apply, "_use_index", lambda ds, keys, pk=(): request.param == "index")
+    monkeypatch.setattr(merge_apply, "use_index", lambda ds, keys, pk=(): request.param == "index")
     return request.param
 
 
@@ -167,7 +167,7 @@ def test_a_row_delete_on_a_planned_fragment_makes_the_update_replan(local_locati
 
 def _after_final_check(monkeypatch, action) -> None:
     """Run action() right after the progress check just before our first Update commit."""
-    real, calls = merge_apply._check_progress, []
+    real, calls = merge_apply.check_progress, []
 
     def hooked(table, since):
         real(table, since)
@@ -175,7 +175,7 @@ def _after_final_check(monkeypatch, action) -> None:
         if len(calls) == 2:  # the apply's first check, then the one right before its Update
             action()
 
-    monkeypatch.setattr(merge_apply, "_check_progress", hooked)
+    monkeypatch.setattr(merge_apply, "check_progress", hooked)
 
 
 def test_a_merger_without_our_lock_updating_our_keys_after_our_check_is_refused(local_location, monkeypatch):
@@ -380,7 +380,7 @@ def test_a_large_backlog_is_applied_without_the_driver_reading_a_staged_file(loc
     from memwal.merge import merge_table
 
     loc = local_location
-    monkeypatch.setattr(merge_apply, "_use_index", lambda ds, keys, pk=(): False)
+    monkeypatch.setattr(merge_apply, "use_index", lambda ds, keys, pk=(): False)
     _table(loc, GENS, fragment_rows=3)
     model, v0 = _lsm(loc), open_base(loc).version
     in_task, driver_reads, opened = [], [], []
@@ -410,7 +410,7 @@ def test_an_upserted_key_with_rows_in_two_fragments_is_refused_before_anything_i
     from memwal.merge import merge_table
 
     loc = local_location
-    monkeypatch.setattr(merge_apply, "_use_index", lambda ds, keys, pk=(): False)
+    monkeypatch.setattr(merge_apply, "use_index", lambda ds, keys, pk=(): False)
     _table(loc, [([5, 30], "g1", [])], fragment_rows=3)  # fragments [0..2] [3..5] [6..8] [9]
     lance.write_dataset(rows([5], "dup"), loc.uri, mode="append")  # a fifth fragment: key 5 again
     use_fragment_apply(monkeypatch, parallelism=parallelism)
@@ -426,7 +426,7 @@ def test_a_deleted_key_with_rows_in_two_fragments_loses_both_rows(local_location
     from memwal.merge import merge_table
 
     loc = local_location
-    monkeypatch.setattr(merge_apply, "_use_index", lambda ds, keys, pk=(): False)
+    monkeypatch.setattr(merge_apply, "use_index", lambda ds, keys, pk=(): False)
     _table(loc, [([1], "g1", [5])], fragment_rows=3)
     lance.write_dataset(rows([5], "dup"), loc.uri, mode="append")
     use_fragment_apply(monkeypatch, parallelism=2)
@@ -447,7 +447,7 @@ def test_the_fresh_upsert_round_runs_only_when_an_upsert_may_be_fresh(local_loca
     from memwal.merge import merge_table
 
     loc = local_location
-    monkeypatch.setattr(merge_apply, "_use_index", lambda ds, keys, pk=(): False)
+    monkeypatch.setattr(merge_apply, "use_index", lambda ds, keys, pk=(): False)
     _table(loc, gens, fragment_rows=3)
     model, v0 = _lsm(loc), open_base(loc).version
     use_fragment_apply(monkeypatch, parallelism=3)
@@ -475,7 +475,7 @@ def test_the_scan_goes_run_by_run_with_staged_files_in_or_out_of_key_order(local
     from memwal.merge import merge_table
 
     loc = local_location
-    monkeypatch.setattr(merge_apply, "_use_index", lambda ds, keys, pk=(): False)
+    monkeypatch.setattr(merge_apply, "use_index", lambda ds, keys, pk=(): False)
     monkeypatch.setattr(merge_apply, "SCAN_CHUNK_ROWS", 4)  # runs of one or two 3-row fragments
     _table(loc, [([1, 4, 8, 12, 20, 21, 3, 0], "g1", [2, 9, 13]), ([4, 21, 5], "g2", [0])], fragment_rows=3)
     model, v0 = _lsm(loc), open_base(loc).version

@@ -29,7 +29,7 @@ GENS = [([20, 21], "g1", [3, 4]), ([3], "g2", [20]), ([21], "g3", [])]
 @pytest.fixture(autouse=True, params=["index", "scan"])
 def join_path(request, monkeypatch) -> str:
     """Every interleaving on both of the passes' join paths (tiny tables would always scan)."""
-    monkeypatch.setattr(merge_commit, "_use_index", lambda ds, keys, pk=(): request.param == "index")
+    monkeypatch.setattr(merge_commit, "use_index", lambda ds, keys, pk=(): request.param == "index")
     return request.param
 
 
@@ -81,14 +81,14 @@ def _between_passes(monkeypatch, action) -> None:
 def _after_check(monkeypatch, action) -> list[int]:
     """Run action(n) right after the n-th progress check of a pass (before the pass executes); returns
     the table versions the checks saw."""
-    real, seen = merge_commit._check_progress, []
+    real, seen = merge_commit.check_progress, []
 
     def hooked(table, since):
         real(table, since)
         seen.append(table.version)
         action(len(seen))
 
-    monkeypatch.setattr(merge_commit, "_check_progress", hooked)
+    monkeypatch.setattr(merge_commit, "check_progress", hooked)
     return seen
 
 
@@ -243,7 +243,7 @@ def test_a_compaction_planned_before_the_passes_and_committed_between_them_is_re
 def _passes(monkeypatch) -> list[tuple[str, int, bool, str]]:
     """Record every pass that ran: (what, the version it read (-1 if it raised), whether it read (if it
     raised: was offered) the version before our delete pass, 'ok' or the error it raised)."""
-    real, ran = merge_commit._run_pass, []
+    real, ran = merge_commit.run_pass, []
 
     def spy(table, since, execute, what, pinned=None):
         try:
@@ -254,7 +254,7 @@ def _passes(monkeypatch) -> list[tuple[str, int, bool, str]]:
         ran.append((what, read, before, "ok"))
         return stats, read, before
 
-    monkeypatch.setattr(merge_commit, "_run_pass", spy)
+    monkeypatch.setattr(merge_commit, "run_pass", spy)
     return ran
 
 

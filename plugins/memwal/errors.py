@@ -62,6 +62,17 @@ class LockTimeoutError(CommitConflictError):
         self.waited_s = waited_s
 
 
+class LeaseLostError(CommitConflictError):
+    """This job's lease on a lock was taken over (it stalled past the lease and another job took the lock):
+    the commit it was about to make was not made. What it committed before stays; rerun the job."""
+
+    def __init__(self, lock: str, owner: str, why: str):
+        super().__init__(f"lock {lock}: our lease ({owner}) {why}; stopped before the next commit (nothing more "
+                         "was committed by this job); rerun it")
+        self.lock = lock
+        self.owner = owner
+
+
 class FencedError(MemWalError):
     """This writer's epoch is older than the region's: another writer owns the region. Stop writing."""
 

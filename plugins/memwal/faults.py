@@ -16,6 +16,7 @@ FAULT_POINTS = (
     "merge.between_passes",  # a commit's delete pass committed, its upsert pass (with the marker) not yet
     "merge.apply_before_commit",  # fragment apply: deletion vectors and new fragments written, Update not committed
     "merge.between_update_and_marker",  # fragment apply: Update committed, the marker commit not yet
+    "merge.between_marker_steps",  # data and marker step k committed, marker-only step k+1 not yet
     "merge.after_commit",  # data + marker committed, not yet reported
     "details.after_commit",  # MemWAL index rewrite committed, not yet checked for a rebase
     "gc.after_manifest_prune",  # manifest without the generations committed, nothing deleted yet

@@ -12,6 +12,12 @@ create seq+1 when the newest is released or its lease expired; otherwise wait. W
 renews the lease by creating the next object (same owner); release creates the next one as released.
 An expired lease may be taken over, so a crashed holder blocks others for one lease (default 60 s,
 MEMWAL_LOCK_LEASE_S) at most, while a slow but live holder keeps the lock.
+
+Fencing: a holder that stalled past its lease may have lost the lock without knowing it. Every commit made
+under the lock calls `check()` first (through `MemWalTable.check_lease`): the newest lock object must still
+be ours, held and unexpired by the lock's clock, else `LeaseLostError` and no commit. The check narrows the
+window to one object-store round trip; it is not what keeps merge progress safe (a merger that takes no
+lock at all is refused by Lance's marker check: memwal.merge_commit).
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from memwal import naming
-from memwal.errors import AlreadyExistsError, LockTimeoutError
+from memwal.errors import AlreadyExistsError, LeaseLostError, LockTimeoutError
 from memwal.storage import ObjectStore
 
 __all__ = ["LOCK_DIR", "TableLock", "index_lock"]
@@ -127,6 +133,21 @@ class TableLock:
             except OSError as exc:  # a transient store error: the next beat retries
                 log.warning("lock %s: could not renew the lease: %s", self.dir, exc)
             return True
+
+    def check(self) -> None:
+        """Raise LeaseLostError unless this lock is held by us right now: our sequence is the newest lock
+        object, held, and its lease has not expired (a commit must not follow a lease that was lost)."""
+        with self._mutex:
+            seq = self.seq
+        where = f"{self.store.uri}/{self.dir}"
+        if seq is None:
+            raise LeaseLostError(where, self.owner, "is not held")
+        latest = self._latest()
+        if latest is None or latest.seq != seq or latest.owner != self.owner or latest.released:
+            taker = latest.owner if latest is not None else "nobody"
+            raise LeaseLostError(where, self.owner, f"was taken over (newest lock object: {taker})")
+        if latest.expires_at < self.clock():
+            raise LeaseLostError(where, self.owner, "expired before it was renewed")
 
     def release(self) -> None:
         self._stop.set()

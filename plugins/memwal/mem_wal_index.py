@@ -433,6 +433,7 @@ def _commit_details_locked(table: MemWalTable, mutate, prepare) -> MemWalIndex:
         entry_uuid = str(uuid.uuid4())
         if prepare is not None:
             prepare(entry_uuid)
+        table.check_lease()
         ds = lance.LanceDataset.commit(
             table.uri,
             _create_index_op(current, proposed, current.table_version, entry_uuid),

@@ -2,7 +2,7 @@
 deletion vectors and new fragments in tasks (`memwal.task_runner.TaskRunner`), commit once on the driver.
 
 The three steps (STYLE: plan on the driver, tasks own disjoint work and return metadata, one commit), on
-one of two paths, by the two passes' measured rule (`merge_commit._use_index`: the backlog's keys against
+one of two paths, by the two passes' measured rule (`merge_commit.use_index`: the backlog's keys against
 the table's rows):
 
 - **lookup path** (a backlog small against the table): the backlog's keys (upserts and deleted keys),
@@ -21,29 +21,31 @@ the table's rows):
 
 **commit**: one `LanceOperation.Update` (removed, updated and new fragments) with read_version = v, then the
 **marker commit**: a merge-insert of the backlog's fresh keys (upserts found nowhere in the base) carrying
-every region's `merged_generations` marker (`merge_commit`'s upsert pass). pylance 14's `Update` cannot
-carry the marker (LANCE-MAINTENANCE-NOTES), so the marker follows the data, as the two-pass merge's upsert
-pass follows its delete pass.
+the first marker step of every region (`merge_commit.marker_steps`: since+1), then a marker-only commit per
+further generation of the batch (`merge_commit.advance_markers`). pylance 14's `Update` cannot carry the
+marker (LANCE-MAINTENANCE-NOTES), so the marker follows the data, as the two-pass merge's upsert pass
+follows its delete pass; stepping one generation at a time is what makes that safe (merge_commit).
 
-Why it is safe (tests/test_merge_apply.py, tests/crash/, tests/concurrency/):
+Why it is safe (tests/test_merge_apply.py, tests/test_merge_window.py, tests/crash/, tests/concurrency/):
 - Before the Update, progress is checked at the latest version (`Overtaken` unless every region is still
-  at `since`); Lance's own retry is not involved: a concurrent commit that touched any fragment we
-  update (a compaction's Rewrite, a retention Delete, another merge's Update) makes Lance refuse the
-  Update (fragment-level conflict, measured on pylance 14); nothing of ours is visible, we replan from
-  the latest version (`APPLY_ATTEMPTS`).
-- A merger that does not take our lock and commits after our check: it merged generations since+1..G'.
-  Every key of its batch is in ours; a key present at v has its base row in a fragment both commits
-  update, so Lance refuses our Update; a fresh key is not in our Update but in the marker commit, whose
-  progress check or stale marker refuses it (`Overtaken`: replan). What our Update did commit then holds
-  only keys whose newest version is above G', still shadowed by unmerged generations: exact. The marker
-  commit is the two passes' upsert pass and keeps its guarantee and its one limit (README: a merger
-  without our lock inserting the same fresh key between that pass's check and its commit).
-- Between the Update and the marker commit, the base holds the batch's replacement rows and deletions
-  while its generations are still unmerged and shadow those keys with the same newest values: every
-  reader's LSM view is exact (fresh keys are still read from the generations).
-- A crash between them leaves that state; the rerun plans the same batch, finds the replaced keys at their
-  new addresses and replaces them again with the same values, finds the deleted keys nowhere, and its
-  marker commit inserts the fresh keys: the same table content, the marker moves once.
+  at `since`) and our lease on the MemWAL index lock (`LeaseLostError`); Lance's own retry is not
+  involved: a concurrent commit that touched any fragment we update (a compaction's Rewrite, a retention
+  Delete, another merge's Update) makes Lance refuse the Update (fragment-level conflict, measured on
+  pylance 14); nothing of ours is visible, we replan from the latest version (`APPLY_ATTEMPTS`).
+- A merger that does not take our lock (or lost it) and commits after our check, before the Update or
+  between any two of our commits: it merged generations since+1..G', so it moved the region to G' >=
+  since+1 and our next marker step (since+1, or the step after the one it overtook) is refused by Lance
+  as stale, or by our progress check (`Overtaken`): we replan from G', and the generations above G' are
+  applied again, their newest rows over whatever older rows that merger wrote over ours. A key it wrote
+  that our Update also replaced conflicts at the fragment level; a key our batch deleted and it
+  re-inserted, or a fresh key both insert, are caught by the marker step. merged_generations never claims
+  a generation whose newest rows the base does not hold.
+- Between the Update and the last marker step, the base holds the batch's replacement rows and deletions
+  while its generations above the recorded marker are still unmerged and shadow those keys with the same
+  newest values: every reader's LSM view is exact (fresh keys are still read from the generations).
+- A crash between them leaves that state; the rerun plans the remaining generations, finds the replaced
+  keys at their new addresses and replaces them again with the same values, finds the deleted keys
+  nowhere, and its marker commit inserts the fresh keys: the same table content, each step made once.
 - A task that fails leaves only unreferenced files (Lance's cleanup removes them); the attempt raises
   `ApplyTaskError` (an OSError), which the merge loop retries like any failed commit.
 
@@ -72,7 +74,7 @@ from lance.mem_wal import CompactedSsTable
 
 from memwal import naming
 from memwal.faults import fault_point
-from memwal.merge_commit import CommitPasses, _check_progress, _run_pass, _use_index, commit_passes
+from memwal.merge_commit import CommitPasses, advance_markers, check_progress, commit_passes, marker_steps, run_pass, use_index
 from memwal.storage import ObjectStore, lance_storage_options
 from memwal.table import MemWalTable
 from memwal.task_runner import TaskRunner, in_process
@@ -793,7 +795,7 @@ class _Attempt:
 def _apply_by_lookup(table: MemWalTable, data: MergeData, runner: TaskRunner, parallelism: int,
                      max_rows_per_file: int) -> _Attempt:
     """A backlog small against the table: the driver plans (the keys through the index, in tasks), the
-    fragments' tasks apply. The driver holds the keys and their addresses (few: `_use_index`)."""
+    fragments' tasks apply. The driver holds the keys and their addresses (few: `use_index`)."""
     (key,) = table.primary_key
     staged = tuple(data.staged)
     upserts = staged_keys(table, staged) if staged else data.open_upserts()
@@ -881,15 +883,16 @@ def apply_commit(table: MemWalTable, markers: Sequence[tuple[str, int]], since: 
     upserted = data.staged_rows if staged else data.open_upserts().num_rows
     keys = upserted + data.deleted_rows
     out = CommitPasses()
-    compacted = [CompactedSsTable(r, g) for r, g in markers]
+    first, *rest = marker_steps(markers, since)
+    compacted = [CompactedSsTable(r, g) for r, g in first]
     scratch = f"{naming.STAGING_DIR}/apply-{uuid.uuid4().hex}"
     scanned = False  # the scan path writes scratch files (the lookup path none: nothing to list and delete)
     try:
         for attempt in range(1, APPLY_ATTEMPTS + 1):
             started = time.monotonic()
             table.refresh()
-            _check_progress(table, since)
-            if _use_index(table.dataset, keys):
+            check_progress(table, since)
+            if use_index(table.dataset, keys):
                 done = _apply_by_lookup(table, data, runner, parallelism, max_rows_per_file)
             else:
                 scanned = True
@@ -902,7 +905,8 @@ def apply_commit(table: MemWalTable, markers: Sequence[tuple[str, int]], since: 
             fault_point("merge.apply_before_commit")
             t2 = time.monotonic()
             table.refresh()
-            _check_progress(table, since)  # a merger without our lock that got here first: replan, nothing ours
+            check_progress(table, since)  # a merger without our lock that got here first: replan, nothing ours
+            table.check_lease()
             try:
                 table.adopt(_commit_update(table, done.version, done.results))
             except OSError as exc:
@@ -925,14 +929,14 @@ def apply_commit(table: MemWalTable, markers: Sequence[tuple[str, int]], since: 
 
         def marker(ds: lance.LanceDataset) -> dict:
             rows = done.fresh(ds)  # a table (its keys decide the join) or a stream of the fresh rows' files
-            join = _use_index(ds, rows if isinstance(rows, pa.Table) else done.fresh_rows, pk)
+            join = use_index(ds, rows if isinstance(rows, pa.Table) else done.fresh_rows, pk)
             return (ds.merge_insert(pk).when_matched_update_all().when_not_matched_insert_all()
                     .mark_sstables_as_compacted(compacted).use_index(join).conflict_retries(0).execute(rows))
 
         t3 = time.monotonic()
-        _run_pass(table, since, marker, "marker")
+        run_pass(table, since, marker, "marker")
+        out.table_commits += 1 + advance_markers(table, rest)
         out.timings_s["marker_commit"] = time.monotonic() - t3
-        out.table_commits += 1
         out.upserted = upserted
         return out
     finally:

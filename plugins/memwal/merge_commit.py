@@ -38,7 +38,22 @@ Why it is safe (each case is a test in tests/test_merge_passes.py and tests/cras
   after its check makes Lance refuse it (a stale marker, or a conflict; then we check again and replan),
   so the rebase never lays older upserts over newer ones. It reads the old version only when our delete
   is the only commit since; after a compaction or any other commit it reads the latest.
-- Our mergers hold the MemWAL index lock across both passes, so none of them commits in between.
+- Our mergers hold the MemWAL index lock across both passes, so none of them commits in between; every
+  commit first checks that our lease on it was not lost (`MemWalTable.check_lease`, `LeaseLostError`).
+
+Progress moves one generation at a time (`marker_steps`), which is what makes it atomic with the data.
+Lance checks a marker at commit time, against the latest version, as "proposed > recorded": a marker of
+G over a batch since+1..G passes even when another merger committed since+1..G' (G' < G) after our data
+and wrote older rows over ours (the lost update of issue 32). A marker of since+1 passes exactly when
+nothing advanced the region since our plan. So the last data commit carries since+1 for every region of the
+commit, and marker-only commits (an empty merge-insert) follow with since+2, ..., G, each region advancing
+one generation per commit. Any merger (ours, one that lost its lease, Lance core's, another tool's) that
+commits between two of our commits has advanced the region to some G' >= since+1: our next step is refused
+as stale and the merge replans from G', re-applying every generation above G' (whose newest rows win
+again). Between steps the base holds rows as new as or newer than merged_generations claims, and the
+generations above it still shadow them with the same newest rows: every reader's view stays exact; a crash
+between steps leaves that state and the rerun converges. A batch of one generation per region (the
+streaming case) costs no extra commit; each extra generation costs one marker-only commit.
 """
 
 from __future__ import annotations
@@ -56,7 +71,8 @@ from lance.mem_wal import CompactedSsTable
 from memwal.faults import fault_point
 from memwal.table import MemWalTable
 
-__all__ = ["CommitPasses", "Overtaken", "commit_passes", "is_conflict"]
+__all__ = ["CommitPasses", "Overtaken", "advance_markers", "check_progress", "commit_passes", "is_conflict",
+           "marker_steps", "run_pass", "use_index"]
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +110,7 @@ def is_conflict(exc: BaseException) -> bool:
     return "Too many concurrent writers" in str(exc)
 
 
-def _check_progress(table: MemWalTable, since: Mapping[str, int]) -> None:
+def check_progress(table: MemWalTable, since: Mapping[str, int]) -> None:
     """Raise Overtaken unless every region's merged generation at the handle's version is as planned."""
     version = table.version
     details = table.details
@@ -104,7 +120,7 @@ def _check_progress(table: MemWalTable, since: Mapping[str, int]) -> None:
                         + ", ".join(f"{r} {since[r]} -> {g}" for r, g in moved.items()) + ")")
 
 
-def _use_index(ds: lance.LanceDataset, keys: int | pa.Table, pk: Sequence[str] = ()) -> bool:
+def use_index(ds: lance.LanceDataset, keys: int | pa.Table, pk: Sequence[str] = ()) -> bool:
     """Join through the key's index (else scan the key column): the cheaper one by the measured costs.
     `keys`: a count, or the source table (then, for a one-column integer key, only the keys within the key
     index's [min, max] count: a key outside it costs the index nothing, as the fresh keys of an append
@@ -139,7 +155,7 @@ def _keys_in_index_range(ds: lance.LanceDataset, source: pa.Table, pk: Sequence[
 Pass = Callable[[lance.LanceDataset], dict]
 
 
-def _run_pass(table: MemWalTable, since: Mapping[str, int], execute: Pass, what: str,
+def run_pass(table: MemWalTable, since: Mapping[str, int], execute: Pass, what: str,
               pinned: tuple[int, int] | None = None) -> tuple[dict, int, bool]:
     """One pass after the progress check, without Lance's retry; a conflict refreshes, checks again and
     reruns (at most PASS_ATTEMPTS times). The pass reads the latest version, or, on its first attempt,
@@ -148,7 +164,8 @@ def _run_pass(table: MemWalTable, since: Mapping[str, int], execute: Pass, what:
     handle ends at the pass's commit."""
     for attempt in range(1, PASS_ATTEMPTS + 1):
         ds = table.refresh().dataset
-        _check_progress(table, since)
+        check_progress(table, since)
+        table.check_lease()
         use_pinned = attempt == 1 and pinned is not None and ds.version == pinned[1]
         if use_pinned:
             ds = ds.checkout_version(pinned[0])
@@ -178,28 +195,61 @@ def _delete_pass(pk: list[str], keys: pa.Table, marker: list[CompactedSsTable] |
         b = ds.merge_insert(pk).when_matched_delete()
         if marker is not None:
             b = b.mark_sstables_as_compacted(marker)
-        return b.use_index(_use_index(ds, keys, pk)).conflict_retries(0).execute(keys)
+        return b.use_index(use_index(ds, keys, pk)).conflict_retries(0).execute(keys)
 
     return execute
 
 
+def marker_steps(markers: Sequence[tuple[str, int]], since: Mapping[str, int]) -> list[list[tuple[str, int]]]:
+    """A commit's markers (region, last generation) as steps of one generation per region: step k moves
+    every region whose batch reaches since+k to since+k (module docstring: why one at a time)."""
+    steps: list[list[tuple[str, int]]] = []
+    k = 1
+    while step := [(r, since[r] + k) for r, g in markers if since[r] + k <= g]:
+        steps.append(step)
+        k += 1
+    return steps
+
+
+def advance_markers(table: MemWalTable, steps: Sequence[Sequence[tuple[str, int]]]) -> int:
+    """The marker-only commits after the first step (committed with the last data): each an empty
+    merge-insert carrying one step, made only while every region of it is still where the step before left
+    it (else `Overtaken`, or Lance's stale-marker refusal: replan). Returns the commits made."""
+    made = 0
+    for step in steps:
+        fault_point("merge.between_marker_steps")
+        at = {r: g - 1 for r, g in step}
+        compacted = [CompactedSsTable(r, g) for r, g in step]
+
+        def execute(ds: lance.LanceDataset, compacted=compacted) -> dict:
+            return (ds.merge_insert(list(table.primary_key)).when_matched_update_all().when_not_matched_insert_all()
+                    .mark_sstables_as_compacted(compacted).use_index(False).conflict_retries(0)
+                    .execute(ds.schema.empty_table()))
+
+        run_pass(table, at, execute, "marker step")
+        made += 1
+    return made
+
+
 def commit_passes(table: MemWalTable, markers: Sequence[tuple[str, int]], since: Mapping[str, int],
                   upserts: pa.Table, deleted_keys: pa.Table) -> CommitPasses:
-    """Apply one commit's deletes, then its upserts with one marker per region (see module docstring), on
-    the table's key. Call under the MemWAL index lock. `since`: merged generation per region the plan
-    started from."""
+    """Apply one commit's deletes, then its upserts with the first marker step of every region, then the
+    other steps (see module docstring), on the table's key. Call under the MemWAL index lock. `since`:
+    merged generation per region the plan started from."""
     out = CommitPasses()
-    compacted = [CompactedSsTable(r, g) for r, g in markers]
+    first, *rest = marker_steps(markers, since)
+    compacted = [CompactedSsTable(r, g) for r, g in first]
     pk = list(table.primary_key)
     pinned = None
     if deleted_keys.num_rows:
         only = upserts.num_rows == 0
         started = time.monotonic()
-        stats, read, _ = _run_pass(table, since, _delete_pass(pk, deleted_keys, compacted if only else None),
+        stats, read, _ = run_pass(table, since, _delete_pass(pk, deleted_keys, compacted if only else None),
                                    "delete")
         out.timings_s["delete_pass"] = time.monotonic() - started
         out.deleted, out.table_commits = stats.get("num_deleted_rows", 0), 1
         if only:
+            out.table_commits += advance_markers(table, rest)
             return out
         if len(pk) == 1:
             # a Delete operation, which Lance rebases an upsert onto; the delete moved the handle's dataset
@@ -210,11 +260,11 @@ def commit_passes(table: MemWalTable, markers: Sequence[tuple[str, int]], since:
     def upsert(ds: lance.LanceDataset) -> dict:
         return (ds.merge_insert(pk).when_matched_update_all().when_not_matched_insert_all()
                 .mark_sstables_as_compacted(compacted)
-                .use_index(_use_index(ds, upserts, pk)).conflict_retries(0).execute(upserts))
+                .use_index(use_index(ds, upserts, pk)).conflict_retries(0).execute(upserts))
 
     started = time.monotonic()
-    _, _, out.upsert_before_delete_pass = _run_pass(table, since, upsert, "upsert", pinned)
+    _, _, out.upsert_before_delete_pass = run_pass(table, since, upsert, "upsert", pinned)
     out.timings_s["upsert_pass"] = time.monotonic() - started
     out.upserted = upserts.num_rows
-    out.table_commits += 1
+    out.table_commits += 1 + advance_markers(table, rest)
     return out

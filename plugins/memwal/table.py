@@ -9,7 +9,8 @@ needs to open the table again), never to open handles.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import cached_property
 from typing import Any
 
@@ -36,6 +37,7 @@ class MemWalTable:
         self._version = version
         self._dataset: lance.LanceDataset | None = None
         self._index: MemWalIndex | None = None
+        self._lease: TableLock | None = None
 
     @classmethod
     def open(cls, uri: str, storage_options: dict[str, str] | None = None, version: int | None = None) -> MemWalTable:
@@ -114,7 +116,7 @@ class MemWalTable:
     def checkout(self, version: int) -> MemWalTable:
         """Another handle on the same store at `version` (this one stays where it is)."""
         other = MemWalTable.__new__(MemWalTable)
-        other.store, other._version, other._index = self.store, version, None
+        other.store, other._version, other._index, other._lease = self.store, version, None, None
         other._dataset = self.dataset.checkout_version(version)
         return other
 
@@ -127,9 +129,22 @@ class MemWalTable:
         """The region's latest manifest."""
         return load_latest_manifest(self.store, region_id)
 
-    def index_lock(self) -> TableLock:
-        """The lock around every commit that changes the MemWAL index (merges and rewrites)."""
-        return index_lock(self.store)
+    @contextmanager
+    def index_lock(self) -> Iterator[TableLock]:
+        """Hold the lock around every commit that changes the MemWAL index (merges and rewrites); while held,
+        `check_lease` fences this handle's commits."""
+        with index_lock(self.store) as lock:
+            outer, self._lease = self._lease, lock
+            try:
+                yield lock
+            finally:
+                self._lease = outer
+
+    def check_lease(self) -> None:
+        """Right before a commit: LeaseLostError if the MemWAL index lock this handle holds was lost (taken
+        over after a stall). A no-op outside the lock."""
+        if self._lease is not None:
+            self._lease.check()
 
     def commit_details(self, mutate: Callable[[MemWalIndexDetails], MemWalIndexDetails],
                        prepare: Callable[[str], None] | None = None) -> MemWalIndex:

@@ -60,7 +60,8 @@ def run(spec: dict) -> None:
             from spark_helpers import staging_spark_dedup
 
             dedup = staging_spark_dedup("crash-merge")
-        config = MergeConfig(max_generations_per_commit=1, apply=spec.get("apply", "auto"))
+        config = MergeConfig(max_generations_per_commit=spec.get("generations_per_commit", 1),
+                             apply=spec.get("apply", "auto"))
         summary = merge_table(MemWalTable(uri, so), config=config, dedup=dedup, parallelism=spec.get("parallelism", 1))
         emit({"merge": summary.to_dict()["failed_regions"]})
     elif scenario == "snapshot":

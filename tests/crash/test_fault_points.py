@@ -279,6 +279,37 @@ def crash_between_update_and_marker(loc) -> None:
     _merge_crash(loc, "merge.between_update_and_marker", apply="fragments")
 
 
+def _crash_between_marker_steps(loc, apply: str) -> None:
+    """Region 0's generations 1..3 in one commit: its data and first marker step (generation 1) committed,
+    killed before the marker-only step to 2: merged_generations says 1 while the base already holds the
+    newest rows of 1..3, which generations 2 and 3 still shadow: the view is exact; the rerun merges 2 and 3
+    (the same rows again) and region 1 from 1."""
+    regions = new_table(loc, 2)
+    model = three_generations(loc, regions)
+    run_child(loc, {"scenario": "merge", "apply": apply, "parallelism": 2, "generations_per_commit": 3},
+              "merge.between_marker_steps")
+    merged = load_index(loc.uri).merged_generations
+    assert merged.get(regions[0], 0) == 1 and merged.get(regions[1], 0) == 0, merged
+    assert view(open_base(loc).to_table())[102] == ("g3b", 3.5), "the data of generations 1..3 was committed"
+    merged_history(loc)
+    assert lsm(loc) == model, "a merge stopped between its marker steps changed the LSM view"
+    assert view(lance_core_scan(loc)) == model
+    rerun = merge_table(loc.uri, config=MergeConfig(max_generations_per_commit=1, apply=apply))
+    assert not rerun.failed_regions
+    got = {r.region_id: r.generations for r in rerun.regions}
+    assert got == {regions[0]: [2, 3], regions[1]: [1, 2, 3]}, "the rerun merges exactly what is not marked"
+    assert view(open_base(loc).to_table()) == model
+    final_check(loc, model)
+
+
+def crash_between_marker_steps(loc) -> None:
+    _crash_between_marker_steps(loc, "passes")
+
+
+def crash_between_marker_steps_fragments(loc) -> None:
+    _crash_between_marker_steps(loc, "fragments")
+
+
 def crash_between_apply_and_update_spark(loc) -> None:
     """Fragment apply of upserts staged by the Spark dedup (the scan path: the tasks read the staged files
     and write scratch files of the keys they found), killed before the Update: nothing visible, the rerun
@@ -468,6 +499,7 @@ SCENARIOS: dict[str, list[Callable]] = {
     "merge.between_passes": [crash_between_merge_passes],
     "merge.apply_before_commit": [crash_between_apply_and_update, crash_between_apply_and_update_spark],
     "merge.between_update_and_marker": [crash_between_update_and_marker],
+    "merge.between_marker_steps": [crash_between_marker_steps, crash_between_marker_steps_fragments],
     "merge.after_commit": [crash_after_merge_commit, crash_after_merge_commit_spark,
                            crash_after_merge_commit_fragments],
     "details.after_commit": [crash_after_snapshot_details_commit, crash_after_catchup_details_commit],
