@@ -67,9 +67,29 @@ def _once_at(monkeypatch, points: tuple[str, ...], action) -> list[str]:
     return hits
 
 
+def _after_check(monkeypatch, nth: int, action) -> list[int]:
+    """Run action() right after the nth progress check of a marker-carrying pass (`merge_commit.run_pass`:
+    the two passes' delete and upsert passes, the fragment apply's marker commit, each marker-only step),
+    i.e. after our last look at merged_generations and before that pass commits: the tightest window."""
+    calls: list[int] = []
+    real = merge_commit.check_progress
+
+    def hooked(table, since) -> None:
+        real(table, since)
+        calls.append(table.version)
+        if len(calls) == nth:
+            action()
+
+    monkeypatch.setattr(merge_commit, "check_progress", hooked)
+    return calls
+
+
 # the point between our first data commit and the commit that carries the first marker step, per path
 BETWEEN_DATA_AND_MARKER = {"passes": "merge.between_passes", "lookup": "merge.between_update_and_marker",
                            "scan": "merge.between_update_and_marker"}
+# which check of `run_pass` precedes the commit with the first marker step: the two passes check before
+# their delete pass, then before the upsert pass; the fragment apply's marker commit is its first pass
+FIRST_MARKER_CHECK = {"passes": 2, "lookup": 1, "scan": 1}
 
 
 def _lance_core_merges(loc, region: str, generation: int, upserts) -> None:
@@ -94,9 +114,10 @@ def test_an_older_generation_merged_between_our_data_and_our_marker_is_merged_ov
         local_location, monkeypatch, path, case, merger):
     """
     base 0..9 | gen 1 and gen 2 of one region, merged by us in one commit | after our first data commit
-    (the delete pass, or the fragment apply's Update), another merger merges gen 1 alone, writing gen 1's
-    rows over our gen 2 rows and recording merged generation 1 | our marker must not then claim gen 2: it
-    is refused, we replan from 1 and merge gen 2 again: the base ends with gen 2's rows.
+    (the delete pass, or the fragment apply's Update) AND after the progress check of our marker commit,
+    another merger merges gen 1 alone, writing gen 1's rows over our gen 2 rows and recording merged
+    generation 1 | our marker must not then claim gen 2: Lance refuses it as stale, we replan from 1 and
+    merge gen 2 again: the base ends with gen 2's rows.
     """
     loc = local_location
     gens = CASES[case]
@@ -109,9 +130,9 @@ def test_an_older_generation_merged_between_our_data_and_our_marker_is_merged_ov
         else:
             merge_without_our_lock(loc.uri, None, region, config=MergeConfig(apply="passes"), up_to_generation=1)
 
-    hits = _once_at(monkeypatch, (BETWEEN_DATA_AND_MARKER[path],), other)
+    checks = _after_check(monkeypatch, FIRST_MARKER_CHECK[path], other)
     ours = merge_region(loc.uri, None, region, MergeConfig(max_generations_per_commit=BATCH))
-    assert hits, "the other merger never ran between our commits"
+    assert len(checks) >= FIRST_MARKER_CHECK[path], "the other merger never ran between our commits"
     assert ours.conflicts == 1 and ours.generations == [2], (
         "our first marker must be refused once the other merger recorded generation 1, and gen 2 merged again")
     assert load_index(loc.uri).merged_generations[region] == 2
@@ -123,8 +144,9 @@ def test_an_older_generation_merged_between_our_data_and_our_marker_is_merged_ov
 def test_a_merger_between_two_marker_steps_makes_the_next_step_stale(local_location, monkeypatch, path, merger):
     """
     base 0..9 | gens 1, 2, 3 update key 5 (and gen 3 inserts fresh 50000) | our commit of 1..3: data, then
-    marker 1 | another merger merges gen 2 alone (gen 2's key 5 over our gen 3 row), recording 2 | our step
-    to 2 is stale: we replan from 2 and merge gen 3 again, whose key 5 wins.
+    marker 1 | after our step 2's progress check, another merger merges gen 2 alone (gen 2's key 5 over our
+    gen 3 row), recording 2 | our step to 2 is stale: we replan from 2 and merge gen 3 again, whose key 5
+    wins.
     """
     loc = local_location
     gens = [([5], "g1", []), ([5], "g2", []), ([5, 50000], "g3", [])]
@@ -137,9 +159,9 @@ def test_a_merger_between_two_marker_steps_makes_the_next_step_stale(local_locat
         else:
             merge_without_our_lock(loc.uri, None, region, config=MergeConfig(apply="passes"), up_to_generation=2)
 
-    hits = _once_at(monkeypatch, ("merge.between_marker_steps",), other)
+    checks = _after_check(monkeypatch, 2, other)  # the first data pass (with step 1), then step 2
     ours = merge_region(loc.uri, None, region, MergeConfig(max_generations_per_commit=BATCH))
-    assert hits, "our commit of three generations made no marker-only step"
+    assert len(checks) >= 2, "our commit of three generations made no marker-only step"
     # the refused commit is reported as a conflict as a whole (its first step is counted as merged by others)
     assert ours.conflicts == 1 and ours.generations == [3], "step 2 refused, gen 3 merged again after it"
     assert view(open_base(loc).to_table())[5] == ("g35", 2.5), "gen 3's row of key 5 must win"

@@ -74,7 +74,15 @@ from lance.mem_wal import CompactedSsTable
 
 from memwal import naming
 from memwal.faults import fault_point
-from memwal.merge_commit import CommitPasses, advance_markers, check_progress, commit_passes, marker_steps, run_pass, use_index
+from memwal.merge_commit import (
+    CommitPasses,
+    advance_markers,
+    check_progress,
+    commit_passes,
+    marker_steps,
+    run_pass,
+    use_index,
+)
 from memwal.storage import ObjectStore, lance_storage_options
 from memwal.table import MemWalTable
 from memwal.task_runner import TaskRunner, in_process
