@@ -31,7 +31,7 @@ def _merge_through(loc: Location) -> None:
 
 def test_normalize_uri_decodes_file_and_s3_uris_as_lance_does_and_keeps_plain_paths_literal(tmp_path):
     assert normalize_uri(f"file://{tmp_path}/a%20b") == f"{tmp_path}/a b"
-    assert normalize_uri(f"{tmp_path}/a%20b") == f"{tmp_path}/a%20b", "a plain path is a path: Lance takes it as written"
+    assert normalize_uri(f"{tmp_path}/a%20b") == f"{tmp_path}/a%20b", "Lance takes a plain path as written"
     assert normalize_uri("s3://bucket/a%20b/") == "s3://bucket/a b"
 
 
