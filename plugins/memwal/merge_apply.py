@@ -55,6 +55,7 @@ tuple of columns), and tables with stable row ids: Lance's merge-insert keeps an
 from __future__ import annotations
 
 import array
+import hashlib
 import logging
 import os
 import time
@@ -128,17 +129,42 @@ def supports_apply(ds: lance.LanceDataset, pk: Sequence[str]) -> bool:
 
 # --- tasks (run wherever the TaskRunner runs them; only metadata comes back) ---------------------------
 
-_open_cache: dict[tuple[str, int], lance.LanceDataset] = {}
+_open_cache: dict[tuple[str, int, int, str], lance.LanceDataset] = {}
+_CACHED = 4  # datasets a process keeps open (a long-lived worker serves many jobs)
 
 
-def _dataset(uri: str, version: int, storage_options: dict[str, str] | None) -> lance.LanceDataset:
-    """The base table at `version`, opened once per process (its index pages stay cached across tasks)."""
-    key = (uri, version)
+def content_id(ds: lance.LanceDataset) -> int:
+    """What tells this version of the table from any other at the same URI and version number: the commit
+    timestamp (ns) of its manifest (a table deleted and recreated gets new ones); 0 when pylance does not
+    say, and then a task's dataset is never reused."""
+    try:
+        return int(ds._ds.current_version()["timestamp"])
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return 0
+
+
+def options_digest(storage_options: Mapping[str, str] | None) -> str:
+    """A digest of the caller's storage options: datasets opened with other credentials are not shared."""
+    text = repr(sorted((str(k), str(v)) for k, v in (storage_options or {}).items()))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _dataset(uri: str, version: int, storage_options: dict[str, str] | None, content: int = 0) -> lance.LanceDataset:
+    """The base table at `version`, opened once per process for the same content (`content_id`, from the
+    driver) and storage options: its index pages stay cached across the tasks of a job (and of later jobs
+    on the same content)."""
+    if not content:
+        return MemWalTable(uri, storage_options, version=version).dataset
+    key = (uri, version, content, options_digest(storage_options))
     ds = _open_cache.get(key)
     if ds is None:
-        if len(_open_cache) >= 4:
+        opened = MemWalTable(uri, storage_options, version=version).dataset
+        if content_id(opened) != content:  # recreated since the driver planned: not what it planned
+            raise ApplyTaskError(f"table {uri}: version {version} is not the one the merge planned (the table "
+                                 "was recreated); retrying")
+        if len(_open_cache) >= _CACHED:
             _open_cache.pop(next(iter(_open_cache)))
-        ds = _open_cache[key] = MemWalTable(uri, storage_options, version=version).dataset
+        ds = _open_cache[key] = opened
     return ds
 
 
@@ -149,12 +175,13 @@ class LookupTask:
     storage_options: dict[str, str] | None
     key: str
     keys: pa.Array  # sorted
+    content: int = 0  # `content_id` of the version, from the driver
 
 
 def lookup_addresses(task: LookupTask) -> pa.Table:
     """(key, _rowaddr) of the task's keys present in the base table at the version, through the key's
     index."""
-    ds = _dataset(task.uri, task.version, task.storage_options)
+    ds = _dataset(task.uri, task.version, task.storage_options, task.content)
     parts = []
     for start in range(0, len(task.keys), LOOKUP_KEYS):
         chunk = task.keys.slice(start, LOOKUP_KEYS)
@@ -249,6 +276,7 @@ class ApplyTask:
     staged: tuple[str, ...] = ()  # or: staged upsert files to read, keeping the rows whose key is replaced
     replaced: pa.Array | None = None
     key: str = ""
+    content: int = 0  # `content_id` of the version, from the driver
 
 
 @dataclass
@@ -346,7 +374,7 @@ def _delete_rows(ds: lance.LanceDataset, deletions: Sequence[tuple[int, np.ndarr
 
 def apply_fragments(task: ApplyTask) -> ApplyResult:
     """Write the deletion vectors of the task's fragments and its replacement rows; commit nothing."""
-    ds = _dataset(task.uri, task.version, task.storage_options)
+    ds = _dataset(task.uri, task.version, task.storage_options, task.content)
     out = ApplyResult()
     _delete_rows(ds, task.deletions, out)
     rows: pa.Table | pa.RecordBatchReader | None = task.rows
@@ -407,6 +435,7 @@ class ScanApplyTask:
     max_rows_per_file: int
     found_path: str  # where the upsert keys found here are written (scratch, in the table's store)
     share: tuple[int, int] = (0, 1)  # (i, n): this task fingerprints the i-th of n equal parts of the upsert keys
+    content: int = 0  # `content_id` of the version, from the driver
 
 
 @dataclass
@@ -535,7 +564,7 @@ def scan_apply(task: ScanApplyTask) -> ScanApplyResult:
         seconds[step] = seconds.get(step, 0.0) + now - clock
         clock = now
 
-    ds = _dataset(task.uri, task.version, task.storage_options)
+    ds = _dataset(task.uri, task.version, task.storage_options, task.content)
     store = ObjectStore(task.uri, task.storage_options)
     kind = ds.schema.field(task.key).type
     parts = _sources(store, task.staged, task.upserts)
@@ -677,7 +706,8 @@ def plan_apply(table: MemWalTable, upserts: pa.Table, deleted_keys: pa.Table, ru
                              deleted_keys.column(key).combine_chunks().cast(kind)])
     keys = keys.take(pc.array_sort_indices(keys))  # each task's slice then touches few index pages
     per_task = max(1, min(LOOKUP_TASK_KEYS, -(-len(keys) // max(1, parallelism))))
-    tasks = [LookupTask(table.uri, ds.version, table.storage_options, key, keys.slice(i, per_task))
+    content = content_id(ds)
+    tasks = [LookupTask(table.uri, ds.version, table.storage_options, key, keys.slice(i, per_task), content)
              for i in range(0, len(keys), per_task)]
     found = pa.concat_tables(_run(runner, lookup_addresses, tasks, "lookup")) if tasks else pa.table(
         {key: keys, ADDRESS: pa.array([], pa.uint64())})
@@ -737,6 +767,7 @@ def apply_tasks(table: MemWalTable, plan: ApplyPlan, parallelism: int, max_rows_
     groups = _balanced({f: len(o) for f, o in plan.offsets.items()}, parallelism)
     (key,) = table.primary_key
     replaced = plan.replacements.column(key).combine_chunks() if staged else None
+    content = content_id(table.dataset)
     n = max(len(groups), min(parallelism, len(staged)) if staged and plan.replacements.num_rows else 0, 1)
     groups += [[] for _ in range(n - len(groups))]
     tasks = []
@@ -748,7 +779,7 @@ def apply_tasks(table: MemWalTable, plan: ApplyPlan, parallelism: int, max_rows_
         files = tuple(staged[i::n]) if replaced is not None and len(replaced) else ()
         tasks.append(ApplyTask(table.uri, plan.version, table.storage_options,
                                [(f, plan.offsets[f]) for f in sorted(fragment_ids)], rows,
-                               max_rows_per_file, files, replaced, key))
+                               max_rows_per_file, files, replaced, key, content))
     return [t for t in tasks if t.deletions or t.rows is not None or t.staged]
 
 
@@ -831,7 +862,8 @@ def _apply_by_scan(table: MemWalTable, data: MergeData, runner: TaskRunner, para
     sizes = {f.fragment_id: f.metadata.physical_rows for f in ds.get_fragments()}
     groups = _contiguous(sizes, parallelism)
     tasks = [ScanApplyTask(table.uri, ds.version, table.storage_options, key, tuple(sorted(group)), staged, inline,
-                           deleted, max_rows_per_file, f"{scratch}/found-{i}.arrow", (i, len(groups)))
+                           deleted, max_rows_per_file, f"{scratch}/found-{i}.arrow", (i, len(groups)),
+                           content_id(ds))
              for i, group in enumerate(groups)]
     results: list[ScanApplyResult] = _run(runner, scan_apply, tasks, "apply")
     found_paths = tuple(r.found_path for r in results if r.found_path)
