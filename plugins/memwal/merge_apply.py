@@ -13,7 +13,8 @@ the table's rows):
   of the replacement rows as new fragments (`lance.fragment.write_fragments`). Upserts staged as files
   (`MergeInput.staged`, the Spark dedup's) are read by the tasks; the driver keeps their keys only.
 - **scan path** (a large backlog): the fragments are cut into runs in fragment order, a task each
-  (`scan_apply`): it reads the commit's upserts (staged files, or inline) and deleted keys, scans its
+  (`scan_apply`): it reads the commit's upserts (staged files; inline ones are first written once to a
+  scratch file: a task's input is paths, never rows) and deleted keys, scans its
   fragments' key column once for them, writes the deletion vectors and the replacement rows of what it
   found there, and the found keys to a scratch file; the driver holds no upsert and no upsert key. Counts and
   key fingerprints tell whether every upsert was found exactly once; if not, a second round
@@ -480,6 +481,14 @@ def _write_ipc(store: ObjectStore, path: str, table: pa.Table) -> None:
     os.replace(partial, local)
 
 
+def stage_upserts(store: ObjectStore, upserts: pa.Table, prefix: str = naming.STAGING_DIR) -> str:
+    """Upserts written as one staged file under `prefix` (Arrow IPC, one record batch, as the Spark dedup
+    stages them); its path. The caller deletes it."""
+    path = f"{prefix}/upserts-{uuid.uuid4().hex}.arrow"
+    _write_ipc(store, path, upserts.combine_chunks())
+    return path
+
+
 def _share_fingerprint(keys: Sequence[pa.Array], share: tuple[int, int]) -> int | None:
     """`_fingerprint` of the `share[0]`-th of `share[1]` equal parts of the keys in file order: the tasks'
     shares sum to the fingerprint of every key, each task mixing a part only."""
@@ -707,7 +716,9 @@ def plan_apply(table: MemWalTable, upserts: pa.Table, deleted_keys: pa.Table, ru
     keys = keys.take(pc.array_sort_indices(keys))  # each task's slice then touches few index pages
     per_task = max(1, min(LOOKUP_TASK_KEYS, -(-len(keys) // max(1, parallelism))))
     content = content_id(ds)
-    tasks = [LookupTask(table.uri, ds.version, table.storage_options, key, keys.slice(i, per_task), content)
+    # each slice copied out: a pickled Arrow slice carries its whole parent buffer, every task's keys
+    tasks = [LookupTask(table.uri, ds.version, table.storage_options, key, pa.concat_arrays([keys.slice(i, per_task)]),
+                        content)
              for i in range(0, len(keys), per_task)]
     found = pa.concat_tables(_run(runner, lookup_addresses, tasks, "lookup")) if tasks else pa.table(
         {key: keys, ADDRESS: pa.array([], pa.uint64())})
@@ -849,25 +860,28 @@ def _apply_by_scan(table: MemWalTable, data: MergeData, runner: TaskRunner, para
     """A backlog large against the table: each task scans its fragments' key column for the backlog's keys
     and applies what it finds there (`scan_apply`); a second round writes the upserts no task found
     (`fresh_upserts`) for the marker commit. The driver holds file paths, counts and fragment metadata:
-    never the upserts or their keys, nor the deleted keys the dedup staged (those it returned in memory
-    are written once to a scratch file for the tasks)."""
+    never the upserts or their keys, nor the deleted keys the dedup staged; upserts and deleted keys it got in
+    memory are written once to scratch files, so each task's input is paths, never the rows."""
     (key,) = table.primary_key
     ds = table.dataset
     staged = tuple(data.staged)
     inline = None if staged else data.open_upserts()
+    if inline is not None and inline.num_rows:  # written once for every task, as the deleted keys below
+        staged = (stage_upserts(table.store, inline, scratch),)
     deleted = tuple(data.staged_deleted)  # the tasks read the staged deleted keys where they are
     if data.deleted_keys.num_rows:  # the others, written once for every task (not carried by each task's pickle)
         deleted += (f"{scratch}/deleted.arrow",)
         _write_ipc(table.store, deleted[-1], data.deleted_keys.select([key]))
     sizes = {f.fragment_id: f.metadata.physical_rows for f in ds.get_fragments()}
     groups = _contiguous(sizes, parallelism)
-    tasks = [ScanApplyTask(table.uri, ds.version, table.storage_options, key, tuple(sorted(group)), staged, inline,
+    tasks = [ScanApplyTask(table.uri, ds.version, table.storage_options, key, tuple(sorted(group)), staged,
+                           None if staged else inline,
                            deleted, max_rows_per_file, f"{scratch}/found-{i}.arrow", (i, len(groups)),
                            content_id(ds))
              for i, group in enumerate(groups)]
     results: list[ScanApplyResult] = _run(runner, scan_apply, tasks, "apply")
     found_paths = tuple(r.found_path for r in results if r.found_path)
-    upserts = data.staged_rows if staged else inline.num_rows
+    upserts = inline.num_rows if inline is not None else data.staged_rows
     found_upserts = sum(r.found_upserts for r in results)
     found_prints = [r.found_fingerprint for r in results]
     shares = [r.upserts_fingerprint for r in results]  # each task mixed its share of the upsert keys
@@ -875,8 +889,7 @@ def _apply_by_scan(table: MemWalTable, data: MergeData, runner: TaskRunner, para
             and sum(found_prints) % 2**64 == sum(shares) % 2**64)  # every upsert found, each once
     sources: list[tuple[tuple[str, ...], pa.Table | None]] = []
     if found_upserts and not once:  # which upserts are fresh, and no key found twice
-        sources = [(tuple(staged[i::parallelism]), None) for i in range(min(parallelism, len(staged)))] if staged \
-            else [((), inline)]
+        sources = [(tuple(staged[i::parallelism]), None) for i in range(min(parallelism, len(staged)))]
     fresh_tasks = [FreshTask(table.uri, table.storage_options, key, files, rows, found_paths,
                              f"{scratch}/fresh-{i}.arrow") for i, (files, rows) in enumerate(sources)]
     started = time.monotonic()
