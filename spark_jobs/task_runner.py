@@ -1,9 +1,10 @@
 """A `memwal.task_runner.TaskRunner` on Spark: one Spark task per task, through the DataFrame API only
 (`createDataFrame(...).mapInArrow`), so the same code runs on a classic session (spark-submit) and on a
 Spark Connect session, which has no RDD API. The function travels pickled in the closure; each task's pickle
-travels as a row of the DataFrame, so a Spark task receives its own tasks' inputs only (Spark cuts the rows
-into at most one partition per core, in order), never the whole list; each result comes back pickled, in task
-order. `stats` on the runner: the bytes of the last run's closure and of each task's pickle.
+travels as a row of the DataFrame, so a Spark task receives its own task's input only, never the whole list
+(one row a partition: Spark makes one per core at most, more tasks are range-partitioned one a partition);
+each result comes back pickled, in task order. `stats` on the runner: the bytes of the last run's closure
+and of each task's pickle.
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ def spark_runner(spark: Any, description: str | None = None) -> TaskRunner:
         n = len(tasks)
         inputs = spark.createDataFrame(pa.table({"i": pa.array(range(n), pa.int64()),
                                                  "task": pa.array(blobs, pa.binary())}))
+        if n > default_parallelism(spark):  # Spark cut the rows into one run per core: one task each again,
+            inputs = inputs.repartitionByRange(n, "i")  # scheduled as cores free up (tasks of uneven size)
         table = inputs.mapInArrow(body, _RESULT).toArrow()
         by_id = dict(zip(table.column("i").to_pylist(), table.column("result").to_pylist(), strict=True))
         return [pickle.loads(by_id[i]) for i in range(n)]
