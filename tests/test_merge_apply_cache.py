@@ -9,7 +9,6 @@ import uuid
 
 import pytest
 from apply_runner import use_fragment_apply
-from conftest import Location
 from maintenance import write_generations
 from open_counts import count_opens
 from tables import create_base, open_base, rows, view
@@ -31,7 +30,7 @@ def lookup_path(request, monkeypatch) -> str:
     return request.param
 
 
-def _build_and_merge(loc: Location, tag: str) -> dict:
+def _build_and_merge(loc, tag: str) -> dict:
     """Table: ids 0..9 ('base'), MemWAL initialized; one region upserts 1 and 2 ('<tag>') and deletes 3;
     merged through the fragment apply. Returns the base table's view."""
     create_base(loc, ids=range(10))

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import uuid
+from urllib.parse import urlparse
 
 import boto3
 import pytest
-from conftest import Location, new_bucket, s3_options
 from maintenance import write_generations
 from tables import create_base, open_base, sorted_rows
 
@@ -17,7 +18,7 @@ from memwal.storage import ObjectStore, normalize_uri
 from memwal.table import MemWalTable
 
 
-def _merge_through(loc: Location) -> None:
+def _merge_through(loc) -> None:
     """Table: ids 0..9 created by Lance at loc.uri; one region writes id 1 ('g11') and deletes id 3, then
     a merge, all through the same percent-encoded URI."""
     create_base(loc, ids=range(10))
@@ -35,17 +36,17 @@ def test_normalize_uri_decodes_file_and_s3_uris_as_lance_does_and_keeps_plain_pa
     assert normalize_uri("s3://bucket/a%20b/") == "s3://bucket/a b"
 
 
-def test_a_file_uri_with_an_escape_keeps_the_mem_wal_beside_the_base_table(tmp_path):
+def test_a_file_uri_with_an_escape_keeps_the_mem_wal_beside_the_base_table(local_location, tmp_path):
     """Table: created by Lance at file://<tmp>/a%20b, which Lance stores in the directory 'a b'."""
-    _merge_through(Location("local", f"file://{tmp_path}/a%20b", None))
+    _merge_through(dataclasses.replace(local_location, uri=f"file://{tmp_path}/a%20b"))
     assert sorted(os.listdir(tmp_path)) == ["a b"], "no second directory 'a%20b' for our own files"
     assert os.path.isdir(tmp_path / "a b" / "_mem_wal"), "the MemWAL must live in the table Lance wrote"
 
 
-def test_an_s3_uri_with_an_escape_keeps_the_mem_wal_beside_the_base_table(s3_endpoint):
+def test_an_s3_uri_with_an_escape_keeps_the_mem_wal_beside_the_base_table(s3_location, s3_endpoint):
     """Table: created by Lance at s3://<bucket>/a%20b, which Lance stores under the prefix 'a b/'."""
-    bucket = new_bucket(s3_endpoint)
-    _merge_through(Location("s3", f"s3://{bucket}/a%20b", s3_options(s3_endpoint)))
+    bucket = urlparse(s3_location.uri).netloc
+    _merge_through(dataclasses.replace(s3_location, uri=f"s3://{bucket}/a%20b"))
     client = boto3.client("s3", endpoint_url=s3_endpoint, aws_access_key_id="testing",
                           aws_secret_access_key="testing", region_name="us-east-1")
     keys = [o["Key"] for o in client.list_objects_v2(Bucket=bucket)["Contents"]]

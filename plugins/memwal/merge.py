@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -309,7 +310,8 @@ class _Combined:
 
     When any part is staged (the Spark dedup's), the commit stays staged: the inline parts' upserts (small
     batches the dedup returned in memory) are written beside them as one more staged file, so the fragment
-    apply's tasks read files and the driver never opens a staged part. `cleanup()` deletes that file."""
+    apply's tasks read files and the driver never opens a staged part. `cleanup()` deletes that file (a
+    crash's leftover is an abandoned staging directory for GC)."""
 
     def __init__(self, parts: Sequence[MergeInput], schema: pa.Schema, pk: list[str], store: ObjectStore | None = None):
         self.parts = list(parts)
@@ -325,8 +327,8 @@ class _Combined:
             rows = [t for t in inline.values() if t.num_rows]
             if rows:
                 together = pa.concat_tables([t.select(schema.names).cast(schema) for t in rows])
-                self.scratch = stage_upserts(store, together)
-                files += (self.scratch,)
+                self.scratch = f"{naming.STAGING_DIR}/merge-inline-{uuid.uuid4().hex}"
+                files += (stage_upserts(store, together, self.scratch),)
         self.input = MergeInput(self.open, pa.concat_tables(keys, promote_options="permissive") if keys
                                 else schema.empty_table().select(pk), sum(p.rows_read for p in self.parts),
                                 staged=files, staged_rows=sum(self.upserted) if staged else 0,
@@ -343,7 +345,7 @@ class _Combined:
         if self.scratch is not None:
             path, self.scratch = self.scratch, None
             try:
-                self.store.delete(path)
+                self.store.delete_prefix(path)
             except OSError as exc:  # a leftover staged file is garbage (GC of staging), not an error of the merge
                 log.warning("could not delete the staged upserts %s: %s", path, exc)
 

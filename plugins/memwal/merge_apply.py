@@ -481,10 +481,10 @@ def _write_ipc(store: ObjectStore, path: str, table: pa.Table) -> None:
     os.replace(partial, local)
 
 
-def stage_upserts(store: ObjectStore, upserts: pa.Table, prefix: str = naming.STAGING_DIR) -> str:
-    """Upserts written as one staged file under `prefix` (Arrow IPC, one record batch, as the Spark dedup
-    stages them); its path. The caller deletes it."""
-    path = f"{prefix}/upserts-{uuid.uuid4().hex}.arrow"
+def stage_upserts(store: ObjectStore, upserts: pa.Table, prefix: str) -> str:
+    """Upserts written as the staged file `<prefix>/upserts.arrow` (Arrow IPC, one record batch, as the
+    Spark dedup stages them); its path. The caller deletes the prefix (GC deletes an abandoned one)."""
+    path = f"{prefix}/upserts.arrow"
     _write_ipc(store, path, upserts.combine_chunks())
     return path
 

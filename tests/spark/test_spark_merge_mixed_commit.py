@@ -93,3 +93,5 @@ def test_a_mixed_inline_and_staged_commit_ships_each_task_only_its_own_metadata(
     want = {i: (f"base{i}", i / 2) for i in BASE} | {i: (f"a{i}", i / 2) for i in SMALL} | {
         i: (f"{TAG}{i}", i / 2) for i in LARGE}
     assert view(open_base(loc).to_table()) == want
+    left = [d for d in loc.store().list_dirs("_mem_wal/_staging") if d.startswith("merge-inline-")]
+    assert not left, f"the inline parts' staged file outlived its commit: {left}"
