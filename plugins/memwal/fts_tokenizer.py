@@ -26,21 +26,27 @@ from memwal.errors import BadInputError
 
 __all__ = ["Analyzed", "TokenizerConfig", "analyze", "query_terms"]
 
-# Snowball's English stop-word list (tantivy's StopWordFilter::new(English)).
-_ENGLISH_STOP_WORDS = frozenset("""
-i me my myself we our ours ourselves you your yours yourself yourselves he him his himself she her hers herself
-it its itself they them their theirs themselves what which who whom this that these those am is are was were be
-been being have has had having do does did doing would should could ought i'm you're he's she's it's we're
-they're i've you've we've they've i'd you'd he'd she'd we'd they'd i'll you'll he'll she'll we'll they'll isn't
-aren't wasn't weren't hasn't haven't hadn't doesn't don't didn't won't wouldn't shan't shouldn't can't cannot
-couldn't mustn't let's that's who's what's here's there's when's where's why's how's a an the and but if or
-because as until while of at by for with about against between into through during before after above below to
-from up down in out on off over under again further then once here there when where why how all any both each
-few more most other some such no nor not only own same so than too very
-""".split())
+# tantivy's English stop words (StopWordFilter::new(English)): Snowball's list without cannot, could, no, nor, not,
+# ought, would, with can, just, now, re, will (checked against Lance in tests/test_full_text_search.py).
+_ENGLISH_STOP_WORDS = frozenset((
+    "i", "me", "my", "myself", "we", "our", "ours", "ourselves", "you", "your", "yours", "yourself",
+    "yourselves", "he", "him", "his", "himself", "she", "her", "hers", "herself", "it", "its", "itself", "they",
+    "them", "their", "theirs", "themselves", "what", "which", "who", "whom", "this", "that", "these", "those",
+    "am", "is", "are", "was", "were", "be", "been", "being", "have", "has", "had", "having", "do", "does",
+    "did", "doing", "should", "i'm", "you're", "he's", "she's", "it's", "we're", "they're", "i've", "you've",
+    "we've", "they've", "i'd", "you'd", "he'd", "she'd", "we'd", "they'd", "i'll", "you'll", "he'll", "she'll",
+    "we'll", "they'll", "isn't", "aren't", "wasn't", "weren't", "hasn't", "haven't", "hadn't", "doesn't",
+    "don't", "didn't", "won't", "wouldn't", "shan't", "shouldn't", "can't", "couldn't", "mustn't", "let's",
+    "that's", "who's", "what's", "here's", "there's", "when's", "where's", "why's", "how's", "a", "an", "the",
+    "and", "but", "if", "or", "because", "as", "until", "while", "of", "at", "by", "for", "with", "about",
+    "against", "between", "into", "through", "during", "before", "after", "above", "below", "to", "from", "up",
+    "down", "in", "out", "on", "off", "over", "under", "again", "further", "then", "once", "here", "there",
+    "when", "where", "why", "how", "all", "any", "both", "each", "few", "more", "most", "other", "some", "such",
+    "only", "own", "same", "so", "than", "too", "very", "can", "just", "now", "re", "will",
+))
 # Letters NFKD does not reduce to ASCII, folded as Lucene's ASCIIFoldingFilter folds them.
 _FOLD = str.maketrans({"ß": "ss", "æ": "ae", "Æ": "AE", "ø": "o", "Ø": "O", "œ": "oe", "Œ": "OE", "đ": "d",
-                       "Đ": "D", "ł": "l", "Ł": "L", "þ": "th", "Þ": "TH", "ð": "d", "Ð": "D", "ı": "i"})
+                       "Đ": "D", "ł": "l", "Ł": "L", "þ": "th", "Þ": "TH", "ð": "d", "Ð": "D", "\u0131": "i"})
 _SPLIT = r"[^\p{L}\p{N}]+"
 
 
