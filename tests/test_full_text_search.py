@@ -225,3 +225,36 @@ def test_stop_words_and_stems_are_lances(local_location):
         hits = ds.to_table(full_text_query={"query": w, "columns": ["text"]}, columns=["id"]).column("id")
         assert (i in hits.to_pylist()) == bool(query_terms(w, config)), \
             f"{w!r}: Lance {'indexes' if len(hits) else 'drops'} it, our analysis gives {query_terms(w, config)}"
+
+
+def test_generations_lance_core_flushed_are_searched_through_their_fts_index(local_location):
+    """Lance core's ShardWriter flushes generations holding the maintained INVERTED index:
+
+    | level                      | rows                                                        |
+    | base                       | ids 0-199, 'zeta' common                                    |
+    | Lance core generations     | ids 0-39 updated, 200-259 new ('quartz' common), 5-9 deleted |
+    Our search asks those generations through their own index and still scores with one global BM25."""
+    loc = local_location
+    model = {i: base_text(i) for i in range(200)}
+    opts = lance_storage_options(loc.storage_options)
+    ds = lance.write_dataset(table_of(model), loc.uri, storage_options=opts)
+    ds.create_scalar_index("text", "INVERTED", name="text_idx")
+    ds = lance.dataset(loc.uri, storage_options=opts)
+    ds.initialize_mem_wal(maintained_indexes=["text_idx"], unsharded=True)
+    puts = [{i: new_text(i, 1) for i in range(0, 40)}, {i: new_text(i, 2) for i in range(200, 260)}]
+    with lance.dataset(loc.uri, storage_options=opts).mem_wal_writer(str(uuid.uuid4()), max_memtable_rows=70) as w:
+        for batch in puts:
+            w.put(table_of(batch))
+            model.update(batch)
+        w.delete(pa.table({"id": pa.array(range(5, 10), pa.int64())}))
+        for i in range(5, 10):
+            del model[i]
+    reader = LsmReader(loc.uri)
+    generations = reader.sources[1:]
+    assert len(generations) >= 2, "the scenario must span several Lance core generations"
+    assert all(any(str(d.index_type).upper() == "INVERTED" for d in g.dataset.describe_indices())
+               for g in generations), "Lance core flushed a generation without the maintained FTS index"
+    for query in ["zeta quartz", "quartz", "river café"]:
+        keys, scores = _ours(reader, query, 20)
+        assert_ranking(keys, scores, global_bm25(model, query), 20, f"query {query!r}")
+        assert reader.last_fts_plan.indexed_sources == len(reader.sources), reader.last_fts_plan.to_dict()
