@@ -258,3 +258,31 @@ def test_generations_lance_core_flushed_are_searched_through_their_fts_index(loc
         keys, scores = _ours(reader, query, 20)
         assert_ranking(keys, scores, global_bm25(model, query), 20, f"query {query!r}")
         assert reader.last_fts_plan.indexed_sources == len(reader.sources), reader.last_fts_plan.to_dict()
+
+
+def test_generations_lancedb_flushed_are_searched_with_global_bm25(local_location):
+    """LanceDB (its own Lance 13) flushes two rounds of generations with its FTS index maintained:
+
+    | level               | rows                                     |
+    | base                | ids 0-39 ('base-i')                      |
+    | LanceDB round 1     | ids 0-14 updated ('r1-i'), 40-59 new     |
+    | LanceDB round 2     | ids 10-24 updated ('r2-i')               |
+    Our search over its files equals global BM25 over the newest texts."""
+    from lancedb_peer import LanceDbTable
+    from lancedb_peer import rows as peer_rows
+    from vector_model import text_of
+
+    peer = LanceDbTable(local_location)
+    peer.create("unsharded", base_ids=range(40), vector=True)
+    peer.write_round([peer_rows([*range(15), *range(40, 60)], "r1", vector=True)])
+    peer.write_round([peer_rows(range(10, 25), "r2", vector=True)])
+    model = {k: text_of(r["val"]) for k, r in peer.model.items()}
+    reader = LsmReader(peer.table.uri)
+    assert len(reader.sources) >= 3, "the scenario must span LanceDB's generations"
+    words = sorted({w for t in model.values() for w in t.split() if "-" not in w})
+    assert words, "the texts hold no shared words"
+    for query in [words[0], " ".join(words[:3]), "r2"]:
+        keys, scores = _ours(reader, query, 15)
+        assert_ranking(keys, scores, global_bm25(model, query), 15, f"query {query!r}")
+        assert reader.last_fts_plan.indexed_sources == len(reader.sources), \
+            f"LanceDB's generations carry its FTS index and are searched through it: {reader.last_fts_plan}"
