@@ -32,9 +32,10 @@ K1 = 1.2
 B = 0.75
 SCORE_COLUMN = "_score"
 _ADDR, _ID = "_rowaddr", "_rowid"
-# Term counts per row of immutable datasets (base versions, generations): (uri, version, column, config) -> value.
-_LENGTHS: OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = OrderedDict()
-_LENGTHS_CACHED = 16
+# SourceTerms of immutable datasets (base versions, generations): (uri, version, column, config) -> value.
+_TERMS: OrderedDict[tuple, SourceTerms] = OrderedDict()
+_TERMS_CACHED = 16
+_TF_CACHED = 64  # per source: term -> frequencies per row
 
 
 @dataclass
@@ -102,22 +103,54 @@ def _live_addresses(reader: LsmReader, cache: dict) -> dict[int, np.ndarray]:
     return cache["live"]
 
 
-def _term_counts(source: Source, column: str, config: TokenizerConfig, cache: dict) -> tuple[np.ndarray, np.ndarray]:
-    """(row addresses, terms per row) of every row of the source, computed once per dataset version."""
+class SourceTerms:
+    """The terms of every row of one source, rows in address order: a forward index kept per snapshot (and
+    per immutable dataset version across snapshots), so a query reads term counts instead of re-analysing
+    text; the source's INVERTED index still says which rows match."""
+
+    def __init__(self, table: pa.Table, column: str, config: TokenizerConfig):
+        addrs = table.column(_ADDR).to_numpy().astype(np.uint64)
+        order = np.argsort(addrs, kind="stable")
+        self.addrs = addrs[order]
+        self.row_ids = table.column(_ID).to_numpy().astype(np.uint64)[order]
+        a = analyze(table.column(column).take(pa.array(order)), config)
+        self.lengths = a.lengths()
+        self.doc = a.doc.astype(np.int32)
+        self.term = a.term.astype(np.int32)
+        self.vocab = {t: i for i, t in enumerate(a.vocab)}
+        self._tf: OrderedDict[str, np.ndarray] = OrderedDict()
+
+    def positions(self, addrs: np.ndarray) -> np.ndarray:
+        """Positions of the given row addresses (rows of this source)."""
+        return np.searchsorted(self.addrs, addrs)
+
+    def tf(self, term: str) -> np.ndarray:
+        """How often `term` occurs in each row."""
+        if term not in self._tf:
+            tid = self.vocab.get(term)
+            self._tf[term] = np.zeros(len(self.addrs), np.int32) if tid is None else \
+                np.bincount(self.doc[self.term == tid], minlength=len(self.addrs)).astype(np.int32)
+            while len(self._tf) > _TF_CACHED:
+                self._tf.popitem(last=False)
+        self._tf.move_to_end(term)
+        return self._tf[term]
+
+
+def _source_terms(source: Source, column: str, config: TokenizerConfig, cache: dict) -> SourceTerms:
+    """The source's SourceTerms, analysed once per dataset version (MemTables once per snapshot)."""
     ds = source.dataset
     memory = ds.uri.startswith("memory://")
     key = (ds.uri, ds.version, column, config)
-    store: Any = cache if memory else _LENGTHS
+    store: Any = cache if memory else _TERMS
     if key in store:
         if not memory:
-            _LENGTHS.move_to_end(key)
+            _TERMS.move_to_end(key)
         return store[key]
-    t = ds.to_table(columns=[column], with_row_address=True)
-    value = (t.column(_ADDR).to_numpy().astype(np.uint64), analyze(t.column(column), config).lengths())
+    value = SourceTerms(ds.to_table(columns=[column], with_row_address=True, with_row_id=True), column, config)
     store[key] = value
     if not memory:
-        while len(_LENGTHS) > _LENGTHS_CACHED:
-            _LENGTHS.popitem(last=False)
+        while len(_TERMS) > _TERMS_CACHED:
+            _TERMS.popitem(last=False)
     return value
 
 
@@ -132,16 +165,11 @@ def _fts(column: str, query: str) -> dict[str, Any]:
     return {"query": query, "columns": [column]}
 
 
-def _candidates(source: Source, column: str, query: str, terms: list[str], config: TokenizerConfig,
-                index: Any | None) -> pa.Table:
-    """Rows of the source holding a query term (any version): _rowaddr, _rowid and the text."""
-    ds = source.dataset
-    if index is not None:
-        return ds.to_table(full_text_query=_fts(column, query), columns=[column], with_row_address=True,
-                           with_row_id=True, disable_scoring_autoprojection=True)
-    t = ds.to_table(columns=[column], with_row_address=True, with_row_id=True)
-    tf = analyze(t.column(column), config).frequencies(sorted(set(terms)))
-    return t.filter(pa.array(tf.sum(axis=0) > 0))
+def _matching(source: Source, column: str, query: str, index: Any | None) -> np.ndarray:
+    """Row addresses of the source's rows (any version) holding a query term, asked through its index."""
+    t = source.dataset.to_table(full_text_query=_fts(column, query), columns=[], with_row_address=True,
+                                disable_scoring_autoprojection=True)
+    return t.column(_ADDR).to_numpy().astype(np.uint64)
 
 
 def _allowed(source: Source, column: str, query: str, filter: Filter, index: Any | None, pk: Sequence[str]
@@ -182,13 +210,15 @@ def full_text_search(reader: LsmReader, query: str, *, column: str | None = None
         raise BadInputError(f"table {table}: full_text_search query must be a string, not {type(query).__name__}")
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise BadInputError(f"table {table}: full_text_search k must be a positive integer, not {k!r}")
-    column, config = _resolve_column(reader, column)
+    cache = reader._search_cache
+    if ("column", column) not in cache:
+        cache[("column", column)] = _resolve_column(reader, column)
+    column, config = cache[("column", column)]
     columns = list(columns) if columns is not None else [f.name for f in reader.base.schema]
     missing = [c for c in columns if c not in reader.base.schema.names]
     if missing:
         raise BadInputError(f"table {table}: full_text_search columns {missing} are not in the table")
     out_schema = reader._schema(columns).append(pa.field(SCORE_COLUMN, pa.float32()))
-    cache = reader._search_cache
     terms = query_terms(query, config)
     plan = FtsPlan(column, terms)
     reader.last_fts_plan = plan
@@ -200,26 +230,29 @@ def full_text_search(reader: LsmReader, query: str, *, column: str | None = None
     total_terms, live_docs = 0, 0
     found = []  # (source index, addresses, row ids, tf (unique terms x rows), doc lengths)
     for i, source in enumerate(reader.sources):
-        addrs, lengths = _term_counts(source, column, config, cache)
-        alive = lengths[_member(addrs, live[i])]
-        total_terms += int(alive.sum())
-        live_docs += int((alive > 0).sum())
+        terms_of = _source_terms(source, column, config, cache)
+        if ("totals", i, column, config) not in cache:
+            alive = terms_of.lengths[terms_of.positions(live[i])]
+            cache[("totals", i, column, config)] = int(alive.sum()), int((alive > 0).sum())
+        source_terms, source_docs = cache[("totals", i, column, config)]
+        total_terms += source_terms
+        live_docs += source_docs
         index = _inverted_index(source, column, cache)
+        tf_all = np.stack([terms_of.tf(t) for t in unique])
         if index is None:
             plan.flat_sources += 1
-            plan.rows_served_flat += len(addrs)
+            plan.rows_served_flat += len(terms_of.addrs)
+            pos = np.nonzero(tf_all.any(axis=0))[0]
         else:
             plan.indexed_sources += 1
             plan.rows_served_flat += _unindexed_rows(source, index, cache)
-        cand = _candidates(source, column, query, terms, config, index)
-        plan.candidates += cand.num_rows
-        keep = _member(cand.column(_ADDR).to_numpy().astype(np.uint64), live[i])
+            pos = np.sort(terms_of.positions(_matching(source, column, query, index)))
+        plan.candidates += len(pos)
+        keep = _member(terms_of.addrs[pos], live[i])
         plan.shadowed += int((~keep).sum())
-        cand = cand.filter(pa.array(keep))
-        if cand.num_rows:
-            a = analyze(cand.column(column), config)
-            found.append((i, cand.column(_ADDR).to_numpy().astype(np.uint64), cand.column(_ID).to_numpy(),
-                          a.frequencies(unique), a.lengths()))
+        pos = pos[keep]
+        if len(pos):
+            found.append((i, terms_of.addrs[pos], terms_of.row_ids[pos], tf_all[:, pos], terms_of.lengths[pos]))
     plan.live_docs = live_docs
     if not found or live_docs == 0:
         return out_schema.empty_table()
@@ -233,7 +266,7 @@ def full_text_search(reader: LsmReader, query: str, *, column: str | None = None
     weights = np.array([idf(int(df[j]), live_docs) if df[j] else 0.0 for j in rows])
 
     regions = reader._regions_for(filter)
-    scored = []  # (score, generation, address, source index, row id)
+    parts = []  # per source: scores, generation, addresses, source index, row ids of its matching rows
     for i, addrs, ids, tf, lengths in found:
         source = reader.sources[i]
         if regions is not None and source.region_id is not None and source.region_id not in regions:
@@ -243,10 +276,14 @@ def full_text_search(reader: LsmReader, query: str, *, column: str | None = None
         if filter is not None:
             keep &= _member(addrs, _allowed(source, column, query, filter, _inverted_index(source, column, cache),
                                             reader.pk))
-        for s, a, r in zip(scores[keep], addrs[keep], ids[keep], strict=True):
-            scored.append((float(s), source.generation, int(a), i, int(r)))
-    scored.sort(key=lambda x: (-x[0], -x[1], -x[2]))
-    top = scored[:k]
+        n = int(keep.sum())
+        parts.append((scores[keep], np.full(n, source.generation), addrs[keep], np.full(n, i), ids[keep]))
+    if not parts:
+        return out_schema.empty_table()
+    scores, gens, addrs, srcs, ids = (np.concatenate(c) for c in zip(*parts, strict=True))
+    # Best first; ties: the newer generation, then the later row (a deterministic order).
+    order = np.lexsort((np.iinfo(np.uint64).max - addrs, -gens, -scores))[:k]
+    top = [(float(scores[j]), int(gens[j]), int(addrs[j]), int(srcs[j]), int(ids[j])) for j in order]
     if not top:
         return out_schema.empty_table()
     by_source: dict[int, list[int]] = {}
