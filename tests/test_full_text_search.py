@@ -286,3 +286,12 @@ def test_generations_lancedb_flushed_are_searched_with_global_bm25(local_locatio
         assert_ranking(keys, scores, global_bm25(model, query), 15, f"query {query!r}")
         assert reader.last_fts_plan.indexed_sources == len(reader.sources), \
             f"LanceDB's generations carry its FTS index and are searched through it: {reader.last_fts_plan}"
+
+
+def test_filter_may_be_a_pyarrow_expression(lsm):
+    import pyarrow.compute as pc
+
+    reader, model = lsm
+    scores = global_bm25(model, "quartz")
+    keys, got = _ours(reader, "quartz", 10, filter=pc.field("grp") == 1)
+    assert_ranking(keys, got, {k: s for k, s in scores.items() if k % 3 == 1}, 10, "filter grp == 1 (expression)")

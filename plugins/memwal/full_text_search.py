@@ -11,6 +11,7 @@ Every matching live row is scored, so results are never short and the ranking is
 from __future__ import annotations
 
 import math
+import threading
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -36,6 +37,7 @@ _ADDR, _ID = "_rowaddr", "_rowid"
 _TERMS: OrderedDict[tuple, SourceTerms] = OrderedDict()
 _TERMS_CACHED = 16
 _TF_CACHED = 64  # per source: term -> frequencies per row
+_LOCK = threading.Lock()  # the caches are shared by the threads of a process
 
 
 @dataclass
@@ -126,14 +128,19 @@ class SourceTerms:
 
     def tf(self, term: str) -> np.ndarray:
         """How often `term` occurs in each row."""
-        if term not in self._tf:
-            tid = self.vocab.get(term)
-            self._tf[term] = np.zeros(len(self.addrs), np.int32) if tid is None else \
-                np.bincount(self.doc[self.term == tid], minlength=len(self.addrs)).astype(np.int32)
+        with _LOCK:
+            tf = self._tf.get(term)
+            if tf is not None:
+                self._tf.move_to_end(term)
+                return tf
+        tid = self.vocab.get(term)
+        tf = np.zeros(len(self.addrs), np.int32) if tid is None else \
+            np.bincount(self.doc[self.term == tid], minlength=len(self.addrs)).astype(np.int32)
+        with _LOCK:
+            self._tf[term] = tf
             while len(self._tf) > _TF_CACHED:
                 self._tf.popitem(last=False)
-        self._tf.move_to_end(term)
-        return self._tf[term]
+        return tf
 
 
 def _source_terms(source: Source, column: str, config: TokenizerConfig, cache: dict) -> SourceTerms:
@@ -142,14 +149,16 @@ def _source_terms(source: Source, column: str, config: TokenizerConfig, cache: d
     memory = ds.uri.startswith("memory://")
     key = (ds.uri, ds.version, column, config)
     store: Any = cache if memory else _TERMS
-    if key in store:
-        if not memory:
-            _TERMS.move_to_end(key)
-        return store[key]
+    with _LOCK:
+        value = store.get(key)
+        if value is not None:
+            if not memory:
+                _TERMS.move_to_end(key)
+            return value
     value = SourceTerms(ds.to_table(columns=[column], with_row_address=True, with_row_id=True), column, config)
-    store[key] = value
-    if not memory:
-        while len(_TERMS) > _TERMS_CACHED:
+    with _LOCK:
+        store[key] = value
+        while not memory and len(_TERMS) > _TERMS_CACHED:
             _TERMS.popitem(last=False)
     return value
 
