@@ -174,7 +174,7 @@ def _fts(column: str, query: str) -> dict[str, Any]:
     return {"query": query, "columns": [column]}
 
 
-def _matching(source: Source, column: str, query: str, index: Any | None) -> np.ndarray:
+def _matching(source: Source, column: str, query: str) -> np.ndarray:
     """Row addresses of the source's rows (any version) holding a query term, asked through its index."""
     t = source.dataset.to_table(full_text_query=_fts(column, query), columns=[], with_row_address=True,
                                 disable_scoring_autoprojection=True)
@@ -255,7 +255,7 @@ def full_text_search(reader: LsmReader, query: str, *, column: str | None = None
         else:
             plan.indexed_sources += 1
             plan.rows_served_flat += _unindexed_rows(source, index, cache)
-            pos = np.sort(terms_of.positions(_matching(source, column, query, index)))
+            pos = np.sort(terms_of.positions(_matching(source, column, query)))
         plan.candidates += len(pos)
         keep = _member(terms_of.addrs[pos], live[i])
         plan.shadowed += int((~keep).sum())
@@ -300,6 +300,7 @@ def full_text_search(reader: LsmReader, query: str, *, column: str | None = None
         by_source.setdefault(s[3], []).append(s[4])
     fetched = {}
     for i, ids in by_source.items():
+        ids = sorted(ids)  # in row id order, so the rows come back in this order even if Lance sorts them
         t = reader.sources[i].dataset._take_rows(ids, columns=columns)
         fetched[i] = dict(zip(ids, range(t.num_rows), strict=True)), t.cast(reader._schema(columns))
     parts = [fetched[s[3]][1].slice(fetched[s[3]][0][s[4]], 1) for s in top]
