@@ -241,9 +241,11 @@ def full_text_search(reader: LsmReader, query: str, *, column: str | None = None
     for i, source in enumerate(reader.sources):
         terms_of = _source_terms(source, column, config, cache)
         if ("totals", i, column, config) not in cache:
-            alive = terms_of.lengths[terms_of.positions(live[i])]
-            cache[("totals", i, column, config)] = int(alive.sum()), int((alive > 0).sum())
-        source_terms, source_docs = cache[("totals", i, column, config)]
+            live_mask = np.zeros(len(terms_of.addrs), bool)
+            live_mask[terms_of.positions(live[i])] = True
+            alive = terms_of.lengths[live_mask]
+            cache[("totals", i, column, config)] = int(alive.sum()), int((alive > 0).sum()), live_mask
+        source_terms, source_docs, live_mask = cache[("totals", i, column, config)]
         total_terms += source_terms
         live_docs += source_docs
         index = _inverted_index(source, column, cache)
@@ -257,7 +259,7 @@ def full_text_search(reader: LsmReader, query: str, *, column: str | None = None
             plan.rows_served_flat += _unindexed_rows(source, index, cache)
             pos = np.sort(terms_of.positions(_matching(source, column, query)))
         plan.candidates += len(pos)
-        keep = _member(terms_of.addrs[pos], live[i])
+        keep = live_mask[pos]
         plan.shadowed += int((~keep).sum())
         pos = pos[keep]
         if len(pos):
