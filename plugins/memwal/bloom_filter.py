@@ -134,6 +134,8 @@ def read_bloom_filter(store: ObjectStore, region_id: str, generation_path: str) 
     return BloomFilter.from_bytes(data, path=path)
 
 
-def write_bloom_filter(store: ObjectStore, region_id: str, generation_path: str, keys: pa.Array) -> None:
+def write_bloom_filter(
+    store: ObjectStore, region_id: str, generation_path: str, keys: pa.Array | pa.ChunkedArray
+) -> None:
     """Write the generation's bloom filter over `keys` (before its region manifest commit)."""
     store.put(bloom_filter_path(region_id, generation_path), BloomFilter.from_keys(keys).to_bytes())
