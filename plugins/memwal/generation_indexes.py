@@ -2,8 +2,9 @@
 
 Lance core's and LanceDB's LSM planners search a generation through the index that has the base index's
 name; a generation without it is planned as empty (its rows vanish from vector and FTS results). Types:
-- vector: IVF_HNSW_SQ with one partition and the base index's metric, what Lance core's flush writes (a
-  generation is small; one partition needs no training against the base's centroids);
+- vector: IVF_FLAT with one partition and the base index's metric: both planners search it, it needs no
+  training (Lance core's IVF_HNSW_SQ took far longer to build at flush sizes, bench/README.md), and a
+  flat partition is exact, so a generation's index never makes a search less exact than the base's;
 - full-text: INVERTED with the base index's tokenizer parameters (read from its details);
 - scalar (BTREE, BITMAP, ...): the base index's type.
 """
@@ -42,7 +43,7 @@ def _spec(name: str, column: str, base_type: str, details: dict) -> MaintainedIn
     upper = base_type.upper()
     if upper.startswith(_VECTOR_PREFIXES):
         metric = str(details.get("metric_type") or "L2").lower()
-        return MaintainedIndex(name, column, "vector", "IVF_HNSW_SQ", {"num_partitions": 1, "metric": metric})
+        return MaintainedIndex(name, column, "vector", "IVF_FLAT", {"num_partitions": 1, "metric": metric})
     if upper == "INVERTED":
         params = {k: details[k] for k in _FTS_PARAMS if details.get(k) is not None}
         return MaintainedIndex(name, column, "fts", "INVERTED", params)
