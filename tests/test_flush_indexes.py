@@ -100,3 +100,24 @@ def lance_core_snapshots_of(uri: str):
     from conftest import Location
 
     return lance_core_snapshots(Location("local", uri, None))
+
+
+def test_maintain_all_indexes_builds_scalar_indexes_of_the_base_type(tmp_path):
+    """
+    base: BITMAP "tag_idx" on text, BTREE "id_idx" on the key; MemWAL with maintain_all_indexes
+    a generation must carry tag_idx as a BITMAP on text; the key's BTREE stays the `_pk_index` source.
+    """
+    from memwal.mem_wal_index import initialize_mem_wal
+
+    uri = str(tmp_path / "t")
+    ds = lance.write_dataset(_rows(range(50), 0.0, "base"), uri)
+    ds.create_scalar_index("text", "BITMAP", name="tag_idx")
+    ds.create_scalar_index("id", "BTREE", name="id_idx")
+    initialize_mem_wal(uri, None, None, maintained_indexes=None)
+    with RegionWriter(uri, str(uuid.uuid4()), config=WriterConfig(max_flush_interval_s=None)) as w:
+        w.put(_rows(range(40, 60), 1.0, "fresh"))
+    [gen] = [p.parent for p in Path(uri, MEM_WAL_DIR).glob("*/*_gen_*/_versions")]
+    indexes = {d.name: (d.index_type, d.field_names) for d in lance.dataset(str(gen)).describe_indices()}
+    assert indexes["tag_idx"] == ("Bitmap", ["text"]), f"maintain_all_indexes must build tag_idx: {indexes}"
+    assert indexes["id_idx"] == ("BTree", ["id"])
+    assert (gen / "_pk_index" / "page_lookup.lance").exists()
