@@ -40,7 +40,7 @@ def one(spark, root: str, path: str) -> None:
     open_base(loc).initialize_mem_wal(unsharded=True)
     write_generations(loc, str(uuid.uuid4()), [([1, 2, 3], "a", [])])
     write_generations(loc, str(uuid.uuid4()), [(list(range(5_000, 65_000)), "large-region-row-" * 2, [])])
-    merge_apply._use_index = lambda ds, keys, pk=(): path == "index"
+    merge_apply.use_index = lambda ds, keys, pk=(): path == "index"
     real = spark_runner(spark, "payload")
 
     def runner(fn, tasks):

@@ -26,7 +26,7 @@ def fresh_cache(monkeypatch):
 
 @pytest.fixture(params=["index", "scan"])
 def lookup_path(request, monkeypatch) -> str:
-    monkeypatch.setattr(merge_apply, "_use_index", lambda ds, keys, pk=(): request.param == "index")
+    monkeypatch.setattr(merge_apply, "use_index", lambda ds, keys, pk=(): request.param == "index")
     return request.param
 
 

@@ -22,7 +22,7 @@ KEY_BYTES = 8 * len(UPSERTS)
 @pytest.mark.parametrize("path", ["index", "scan"])
 def test_inline_upserts_never_travel_whole_to_every_task(local_location, monkeypatch, path):
     """Table: ids 0..1,999 ('base'); one region upserts ids 500..20,499 ('u'), deduplicated in process."""
-    monkeypatch.setattr(merge_apply, "_use_index", lambda ds, keys, pk=(): path == "index")
+    monkeypatch.setattr(merge_apply, "use_index", lambda ds, keys, pk=(): path == "index")
     shipped: list[tuple[str, list[int]]] = []
 
     def runner(fn, tasks):

@@ -245,9 +245,9 @@ def _passes(monkeypatch) -> list[tuple[str, int, bool, str]]:
     raised: was offered) the version before our delete pass, 'ok' or the error it raised)."""
     real, ran = merge_commit.run_pass, []
 
-    def spy(table, since, execute, what, pinned=None):
+    def spy(table, since, execute, what, pinned=None, known=None):
         try:
-            stats, read, before = real(table, since, execute, what, pinned)
+            stats, read, before = real(table, since, execute, what, pinned, known)
         except OSError as exc:
             ran.append((what, -1, pinned is not None, type(exc).__name__))
             raise

@@ -61,7 +61,7 @@ def test_a_mixed_inline_and_staged_commit_ships_each_task_only_its_own_metadata(
                                                                                  path):
     """Table: ids 0..9,999 ('base'); region A upserts ids 1..3 ('a'), region B upserts ids 5,000..64,999
     (5,000 replaced, 55,000 fresh); one commit carries both (the default budgets)."""
-    monkeypatch.setattr(merge_apply, "_use_index", lambda ds, keys, pk=(): path == "index")
+    monkeypatch.setattr(merge_apply, "use_index", lambda ds, keys, pk=(): path == "index")
     loc = _loc(tmp_path)
     create_base(loc, ids=BASE)
     open_base(loc).initialize_mem_wal(unsharded=True)
