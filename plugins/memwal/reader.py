@@ -113,6 +113,9 @@ class LsmReader:
         merged = dict(details.merged_generations) if details else {}
         self.region_specs = details.region_specs if details else ()
         self.manifests: dict[str, RegionManifest] = {}
+        # Per snapshot: live addresses, term counts, index descriptions; searches do not reopen or recount them.
+        self._search_cache: dict = {}
+        self.last_fts_plan = None
         self._region_values: dict[str, tuple] | None = None
         self.last_scan_regions: set[str] | None = None
         self.sources: list[Source] = [Source(None, 0, self.base, False)]
@@ -218,6 +221,14 @@ class LsmReader:
                 return None
             return {c: last[c] for c in columns}
         return None
+
+    def full_text_search(self, query: str, *, column: str | None = None, k: int = 10, filter: Filter = None,
+                         columns: Sequence[str] | None = None) -> pa.Table:
+        """The k live newest rows best matching `query`, best first, with `_score`: one BM25 over the whole LSM
+        view (memwal.full_text_search). `column` defaults to the base table's only INVERTED-indexed column."""
+        from memwal.full_text_search import full_text_search
+
+        return full_text_search(self, query, column=column, k=k, filter=filter, columns=columns)
 
     def _schema(self, columns: Sequence[str]) -> pa.Schema:
         return pa.schema([self.base.schema.field(c) for c in columns])

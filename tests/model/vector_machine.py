@@ -7,7 +7,8 @@ Every row's vector and text are functions of its name (tests/vector_model.py), s
 (key -> name, score) is the model of the searches too. After every step, through Lance on the base table:
 an exact vector search (no index) equals the full ordered brute-force result, an ANN search with every
 partition probed and refinement over all rows returns the brute-force nearest rows, the FTS query of every
-word and two scalar filters return the brute-force rows; no index has more segments than the policy's
+word and two scalar filters return the brute-force rows; and our full-text search over the LSM view (with
+the MemTables) equals global BM25 over its newest texts; no index has more segments than the policy's
 bound. The base table the searches run on is a plain scan: its vectors and texts must be those of its
 names, and once every flushed generation is merged it must equal our LSM view (which the reads compare with
 the model). At the end (everything merged and caught up) the indexes cover every row.
@@ -21,17 +22,19 @@ from typing import ClassVar
 import lance
 import numpy as np
 import pyarrow as pa
+from fts_model import assert_ranking, global_bm25
 from hypothesis import strategies as st
 from hypothesis.stateful import invariant, precondition, rule
 from machine import LsmMachine, _tracked, local_machine
 from tables import SCHEMA, Row, view
-from vector_model import DIM, IVF_PQ_PARAMS, check_lance_searches, text_of, vector_column, vector_of
+from vector_model import DIM, IVF_PQ_PARAMS, WORDS, check_lance_searches, text_of, vector_column, vector_of
 
 from memwal.catchup import catchup_table
 from memwal.compaction import compact_table
 from memwal.index_segments import segment_counts
 from memwal.maintenance_config import DEFAULT_MAX_INDEX_SEGMENTS, CompactionConfig
 from memwal.merge import merge_table
+from memwal.reader import LsmReader
 from memwal.storage import lance_storage_options
 from memwal.table import MemWalTable
 
@@ -104,11 +107,26 @@ class VectorLsmMachine(LsmMachine):
         assert self._lsm(False) == before, "catch-up or compaction changed the LSM view"
         self._check_merged_monotonic()
 
+    def _check_lsm_full_text_search(self, what: str) -> None:
+        """Our full-text search over the LSM view with the live MemTables (merged-but-not-caught-up rows,
+        unmerged generations, MemTables) equals global BM25 over that view's newest texts, with and without a
+        filter (the view itself is checked against the model by the read rule)."""
+        reader = LsmReader(MemWalTable(self.uri, self.so), memtables=self._memtables())
+        texts = {k: text_of(v[0]) for k, v in view(reader.scan()).items()}
+        for query in (*WORDS, f"{WORDS[0]} {WORDS[3]} {WORDS[3]}"):
+            for filter, keep in ((None, lambda k: True), ("id < 20", lambda k: k < 20)):
+                got = reader.full_text_search(query, k=5, filter=filter, columns=["id"])
+                model = {k: s for k, s in global_bm25(texts, query).items() if keep(k)}
+                assert_ranking(got.column("id").to_pylist(), got.column("_score").to_pylist(), model, 5,
+                               f"{what}: LSM full-text search {query!r} (filter {filter})")
+        type(self).stats["lsm_fts_checks"] += 1
+
     @invariant()
     @_tracked
     def searches_equal_model(self) -> None:
         if self.loc is not None:
             self._check_searches("after a step")
+            self._check_lsm_full_text_search("after a step")
 
     def _final_check(self) -> None:
         super()._final_check()

@@ -1,0 +1,312 @@
+"""Full-text search over the LSM view (base table, flushed generations, MemTables) with one global BM25.
+
+Every source is asked through its own INVERTED index for the rows holding a query term (flat, counted, where
+it has none); only each key's newest live version counts (a stale or deleted row neither matches nor counts in
+the statistics); the filter is a prefilter on those rows. Scores are Lance's BM25 (k1 1.2, b 0.75, idf
+ln(1 + (N - df + 0.5) / (df + 0.5)), a repeated query term counted per occurrence) with the statistics of the
+whole live view: N = live rows with at least one term, avgdl = their terms / N, df = live rows holding the term.
+Every matching live row is scored, so results are never short and the ranking is exact.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import OrderedDict
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from memwal.errors import BadInputError
+from memwal.fts_tokenizer import TokenizerConfig, analyze, query_terms
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from memwal.reader import Filter, LsmReader, Source
+
+__all__ = ["K1", "B", "FtsPlan", "full_text_search"]
+
+K1 = 1.2
+B = 0.75
+SCORE_COLUMN = "_score"
+_ADDR, _ID = "_rowaddr", "_rowid"
+# SourceTerms of immutable datasets (base versions, generations): (uri, version, column, config) -> value.
+_TERMS: OrderedDict[tuple, SourceTerms] = OrderedDict()
+_TERMS_CACHED = 16
+_TF_CACHED = 64  # per source: term -> frequencies per row
+_LOCK = threading.Lock()  # the caches are shared by the threads of a process
+
+
+@dataclass
+class FtsPlan:
+    """What the last full-text search paid: sources asked through their index, sources and rows read flat."""
+
+    column: str
+    terms: list[str]
+    indexed_sources: int = 0
+    flat_sources: int = 0
+    rows_served_flat: int = 0
+    candidates: int = 0
+    shadowed: int = 0
+    live_docs: int = 0
+    avg_doc_length: float = 0.0
+    doc_frequency: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _is_inverted(desc: Any, column: str) -> bool:
+    return str(desc.index_type).upper() == "INVERTED" and list(desc.field_names) == [column]
+
+
+def _inverted_index(source: Source, column: str, cache: dict) -> Any | None:
+    """The source's INVERTED index on `column` (describe_indices entry), or None."""
+    key = ("inverted", id(source.dataset), column)
+    if key not in cache:
+        cache[key] = next((d for d in source.dataset.describe_indices() if _is_inverted(d, column)), None)
+    return cache[key]
+
+
+def _resolve_column(reader: LsmReader, column: str | None) -> tuple[str, TokenizerConfig]:
+    """The searched column and its tokenizer config, taken from the base table's INVERTED index."""
+    table = reader.store.uri
+    base_indexes = [d for d in reader.base.describe_indices() if str(d.index_type).upper() == "INVERTED"]
+    if column is None:
+        columns = sorted({d.field_names[0] for d in base_indexes if len(d.field_names) == 1})
+        if len(columns) != 1:
+            raise BadInputError(f"table {table}: full_text_search needs column= (INVERTED indexes on "
+                                f"{columns or 'no column'})")
+        column = columns[0]
+    field_ = reader.base.schema.field(column) if column in reader.base.schema.names else None
+    if field_ is None or not (pa.types.is_string(field_.type) or pa.types.is_large_string(field_.type)):
+        raise BadInputError(f"table {table}: column {column!r} for full_text_search is not a string column")
+    desc = next((d for d in base_indexes if list(d.field_names) == [column]), None)
+    if desc is None:
+        desc = next((d for s in reader.sources[1:] for d in s.dataset.describe_indices() if _is_inverted(d, column)),
+                    None)
+    return column, TokenizerConfig.from_index_details(desc.details if desc else None,
+                                                      index=desc.name if desc else column)
+
+
+def _live_addresses(reader: LsmReader, cache: dict) -> dict[int, np.ndarray]:
+    """Per source index: the sorted row addresses of the live newest versions (the whole view, unfiltered)."""
+    if "live" not in cache:
+        from memwal.reader import _ADDR as WIN_ADDR
+        from memwal.reader import _SRC
+
+        winners = reader._winners(list(enumerate(reader.sources)))
+        src = winners.column(_SRC).to_numpy()
+        addr = winners.column(WIN_ADDR).to_numpy().astype(np.uint64)
+        cache["live"] = {i: np.sort(addr[src == i]) for i in range(len(reader.sources))}
+    return cache["live"]
+
+
+class SourceTerms:
+    """The terms of every row of one source, rows in address order: a forward index kept per snapshot (and
+    per immutable dataset version across snapshots), so a query reads term counts instead of re-analysing
+    text; the source's INVERTED index still says which rows match."""
+
+    def __init__(self, table: pa.Table, column: str, config: TokenizerConfig):
+        addrs = table.column(_ADDR).to_numpy().astype(np.uint64)
+        order = np.argsort(addrs, kind="stable")
+        self.addrs = addrs[order]
+        self.row_ids = table.column(_ID).to_numpy().astype(np.uint64)[order]
+        a = analyze(table.column(column).take(pa.array(order)), config)
+        self.lengths = a.lengths()
+        self.doc = a.doc.astype(np.int32)
+        self.term = a.term.astype(np.int32)
+        self.vocab = {t: i for i, t in enumerate(a.vocab)}
+        self._tf: OrderedDict[str, np.ndarray] = OrderedDict()
+
+    def positions(self, addrs: np.ndarray) -> np.ndarray:
+        """Positions of the given row addresses (rows of this source)."""
+        return np.searchsorted(self.addrs, addrs)
+
+    def tf(self, term: str) -> np.ndarray:
+        """How often `term` occurs in each row."""
+        with _LOCK:
+            tf = self._tf.get(term)
+            if tf is not None:
+                self._tf.move_to_end(term)
+                return tf
+        tid = self.vocab.get(term)
+        tf = np.zeros(len(self.addrs), np.int32) if tid is None else \
+            np.bincount(self.doc[self.term == tid], minlength=len(self.addrs)).astype(np.int32)
+        with _LOCK:
+            self._tf[term] = tf
+            while len(self._tf) > _TF_CACHED:
+                self._tf.popitem(last=False)
+        return tf
+
+
+def _source_terms(source: Source, column: str, config: TokenizerConfig, cache: dict) -> SourceTerms:
+    """The source's SourceTerms, analysed once per dataset version (MemTables once per snapshot)."""
+    ds = source.dataset
+    memory = ds.uri.startswith("memory://")
+    key = (ds.uri, ds.version, column, config)
+    store: Any = cache if memory else _TERMS
+    with _LOCK:
+        value = store.get(key)
+        if value is not None:
+            if not memory:
+                _TERMS.move_to_end(key)
+            return value
+    value = SourceTerms(ds.to_table(columns=[column], with_row_address=True, with_row_id=True), column, config)
+    with _LOCK:
+        store[key] = value
+        while not memory and len(_TERMS) > _TERMS_CACHED:
+            _TERMS.popitem(last=False)
+    return value
+
+
+def _unindexed_rows(source: Source, index: Any, cache: dict) -> int:
+    key = ("unindexed", id(source.dataset), index.name)
+    if key not in cache:
+        cache[key] = int(source.dataset.stats.index_stats(index.name).get("num_unindexed_rows") or 0)
+    return cache[key]
+
+
+def _fts(column: str, query: str) -> dict[str, Any]:
+    return {"query": query, "columns": [column]}
+
+
+def _matching(source: Source, column: str, query: str) -> np.ndarray:
+    """Row addresses of the source's rows (any version) holding a query term, asked through its index."""
+    t = source.dataset.to_table(full_text_query=_fts(column, query), columns=[], with_row_address=True,
+                                disable_scoring_autoprojection=True)
+    return t.column(_ADDR).to_numpy().astype(np.uint64)
+
+
+def _allowed(source: Source, column: str, query: str, filter: Filter, index: Any | None, pk: Sequence[str]
+             ) -> np.ndarray:
+    """Row addresses of the source's rows passing the filter (a prefilter of the index search)."""
+    ds = source.dataset
+    if index is not None:
+        t = ds.to_table(full_text_query=_fts(column, query), columns=[pk[0]], filter=filter, prefilter=True,
+                        with_row_address=True, disable_scoring_autoprojection=True)
+    else:
+        t = ds.to_table(columns=[pk[0]], filter=filter, with_row_address=True)
+    return np.sort(t.column(_ADDR).to_numpy().astype(np.uint64))
+
+
+def _member(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
+    if len(sorted_set) == 0:
+        return np.zeros(len(values), bool)
+    pos = np.minimum(np.searchsorted(sorted_set, values), len(sorted_set) - 1)
+    return sorted_set[pos] == values
+
+
+def bm25(tf: np.ndarray, doc_len: np.ndarray, weights: np.ndarray, avg_doc_length: float) -> np.ndarray:
+    """Scores of documents (columns of tf, one row per query term occurrence) given each term's idf weight."""
+    norm = K1 * (1.0 - B + B * doc_len / avg_doc_length)
+    return (weights[:, None] * (K1 + 1.0) * tf / (tf + norm)).sum(axis=0)
+
+
+def idf(doc_frequency: int, num_docs: int) -> float:
+    """Lance's BM25 idf."""
+    return math.log((num_docs - doc_frequency + 0.5) / (doc_frequency + 0.5) + 1.0)
+
+
+def full_text_search(reader: LsmReader, query: str, *, column: str | None = None, k: int = 10,
+                     filter: Filter = None, columns: Sequence[str] | None = None) -> pa.Table:
+    """The k live newest rows that best match `query` by global BM25, best first, with `_score`."""
+    table = reader.store.uri
+    if not isinstance(query, str):
+        raise BadInputError(f"table {table}: full_text_search query must be a string, not {type(query).__name__}")
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise BadInputError(f"table {table}: full_text_search k must be a positive integer, not {k!r}")
+    cache = reader._search_cache
+    if ("column", column) not in cache:
+        cache[("column", column)] = _resolve_column(reader, column)
+    column, config = cache[("column", column)]
+    columns = list(columns) if columns is not None else [f.name for f in reader.base.schema]
+    missing = [c for c in columns if c not in reader.base.schema.names]
+    if missing:
+        raise BadInputError(f"table {table}: full_text_search columns {missing} are not in the table")
+    out_schema = reader._schema(columns).append(pa.field(SCORE_COLUMN, pa.float32()))
+    terms = query_terms(query, config)
+    plan = FtsPlan(column, terms)
+    reader.last_fts_plan = plan
+    if not terms:
+        return out_schema.empty_table()
+
+    live = _live_addresses(reader, cache)
+    unique = sorted(set(terms))
+    total_terms, live_docs = 0, 0
+    found = []  # (source index, addresses, row ids, tf (unique terms x rows), doc lengths)
+    for i, source in enumerate(reader.sources):
+        terms_of = _source_terms(source, column, config, cache)
+        if ("totals", i, column, config) not in cache:
+            live_mask = np.zeros(len(terms_of.addrs), bool)
+            live_mask[terms_of.positions(live[i])] = True
+            alive = terms_of.lengths[live_mask]
+            cache[("totals", i, column, config)] = int(alive.sum()), int((alive > 0).sum()), live_mask
+        source_terms, source_docs, live_mask = cache[("totals", i, column, config)]
+        total_terms += source_terms
+        live_docs += source_docs
+        index = _inverted_index(source, column, cache)
+        tf_all = np.stack([terms_of.tf(t) for t in unique])
+        if index is None:
+            plan.flat_sources += 1
+            plan.rows_served_flat += len(terms_of.addrs)
+            pos = np.nonzero(tf_all.any(axis=0))[0]
+        else:
+            plan.indexed_sources += 1
+            plan.rows_served_flat += _unindexed_rows(source, index, cache)
+            pos = np.sort(terms_of.positions(_matching(source, column, query)))
+        plan.candidates += len(pos)
+        keep = live_mask[pos]
+        plan.shadowed += int((~keep).sum())
+        pos = pos[keep]
+        if len(pos):
+            found.append((i, terms_of.addrs[pos], terms_of.row_ids[pos], tf_all[:, pos], terms_of.lengths[pos]))
+    plan.live_docs = live_docs
+    if not found or live_docs == 0:
+        return out_schema.empty_table()
+    avg = total_terms / live_docs
+    plan.avg_doc_length = avg
+    df = sum((f[3] > 0).sum(axis=1) for f in found)
+    plan.doc_frequency = {t: int(n) for t, n in zip(unique, df, strict=True)}
+    # One weight per query term occurrence (a repeated term counts twice, as in Lance).
+    position = {t: j for j, t in enumerate(unique)}
+    rows = [position[t] for t in terms]
+    weights = np.array([idf(int(df[j]), live_docs) if df[j] else 0.0 for j in rows])
+
+    regions = reader._regions_for(filter)
+    parts = []  # per source: scores, generation, addresses, source index, row ids of its matching rows
+    for i, addrs, ids, tf, lengths in found:
+        source = reader.sources[i]
+        if regions is not None and source.region_id is not None and source.region_id not in regions:
+            continue
+        scores = bm25(tf[rows].astype(np.float64), lengths.astype(np.float64), weights, avg)
+        keep = scores > 0
+        if filter is not None:
+            keep &= _member(addrs, _allowed(source, column, query, filter, _inverted_index(source, column, cache),
+                                            reader.pk))
+        n = int(keep.sum())
+        parts.append((scores[keep], np.full(n, source.generation), addrs[keep], np.full(n, i), ids[keep]))
+    if not parts:
+        return out_schema.empty_table()
+    scores, gens, addrs, srcs, ids = (np.concatenate(c) for c in zip(*parts, strict=True))
+    # Best first; ties: the newer generation, then the later row (a deterministic order).
+    order = np.lexsort((np.iinfo(np.uint64).max - addrs, -gens, -scores))[:k]
+    top = [(float(scores[j]), int(gens[j]), int(addrs[j]), int(srcs[j]), int(ids[j])) for j in order]
+    if not top:
+        return out_schema.empty_table()
+    by_source: dict[int, list[int]] = {}
+    for s in top:
+        by_source.setdefault(s[3], []).append(s[4])
+    fetched = {}
+    for i, ids in by_source.items():
+        ids = sorted(ids)  # in row id order, so the rows come back in this order even if Lance sorts them
+        t = reader.sources[i].dataset._take_rows(ids, columns=columns)
+        fetched[i] = dict(zip(ids, range(t.num_rows), strict=True)), t.cast(reader._schema(columns))
+    parts = [fetched[s[3]][1].slice(fetched[s[3]][0][s[4]], 1) for s in top]
+    result = pa.concat_tables(parts).combine_chunks()
+    return result.append_column(pa.field(SCORE_COLUMN, pa.float32()),
+                                pa.array([s[0] for s in top], pa.float32()))
+
