@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from memwal.errors import BadInputError
 from memwal.fts_tokenizer import TokenizerConfig, analyze, query_terms
+from memwal.search_plan import live_addresses, member
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -93,16 +94,8 @@ def _resolve_column(reader: LsmReader, column: str | None) -> tuple[str, Tokeniz
 
 
 def _live_addresses(reader: LsmReader, cache: dict) -> dict[int, np.ndarray]:
-    """Per source index: the sorted row addresses of the live newest versions (the whole view, unfiltered)."""
-    if "live" not in cache:
-        from memwal.reader import _ADDR as WIN_ADDR
-        from memwal.reader import _SRC
-
-        winners = reader._winners(list(enumerate(reader.sources)))
-        src = winners.column(_SRC).to_numpy()
-        addr = winners.column(WIN_ADDR).to_numpy().astype(np.uint64)
-        cache["live"] = {i: np.sort(addr[src == i]) for i in range(len(reader.sources))}
-    return cache["live"]
+    """Per source index: the sorted row addresses of the live newest versions (memwal.search_plan)."""
+    return live_addresses(reader)
 
 
 class SourceTerms:
@@ -193,13 +186,6 @@ def _allowed(source: Source, column: str, query: str, filter: Filter, index: Any
     return np.sort(t.column(_ADDR).to_numpy().astype(np.uint64))
 
 
-def _member(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
-    if len(sorted_set) == 0:
-        return np.zeros(len(values), bool)
-    pos = np.minimum(np.searchsorted(sorted_set, values), len(sorted_set) - 1)
-    return sorted_set[pos] == values
-
-
 def bm25(tf: np.ndarray, doc_len: np.ndarray, weights: np.ndarray, avg_doc_length: float) -> np.ndarray:
     """Scores of documents (columns of tf, one row per query term occurrence) given each term's idf weight."""
     norm = K1 * (1.0 - B + B * doc_len / avg_doc_length)
@@ -285,7 +271,7 @@ def full_text_search(reader: LsmReader, query: str, *, column: str | None = None
         scores = bm25(tf[rows].astype(np.float64), lengths.astype(np.float64), weights, avg)
         keep = scores > 0
         if filter is not None:
-            keep &= _member(addrs, _allowed(source, column, query, filter, _inverted_index(source, column, cache),
+            keep &= member(addrs, _allowed(source, column, query, filter, _inverted_index(source, column, cache),
                                             reader.pk))
         n = int(keep.sum())
         parts.append((scores[keep], np.full(n, source.generation), addrs[keep], np.full(n, i), ids[keep]))
