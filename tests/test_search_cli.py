@@ -60,3 +60,27 @@ def test_search_prints_rows_without_the_vector_column(table, capsys):
 def test_bad_search_input_exits_2_naming_it(table, capsys, argv, message):
     assert main(["search", table, *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_status_search_shows_what_a_search_pays(table, capsys):
+    """Base through its IVF_PQ and INVERTED indexes, our writer's generation 1 flat (no index): status --search
+    counts the sources and the rows served flat, per index; without --search the JSON is unchanged."""
+    assert main(["status", table, "--search", "--json"]) == 0
+    costs = {c["index"]: c for c in json.loads(capsys.readouterr().out)["search"]}
+    assert set(costs) == {"vec_idx", "text_idx"}, costs
+    vec = costs["vec_idx"]
+    assert (vec["kind"], vec["column"], vec["indexed_sources"], vec["flat_sources"]) == ("vector", "vec", 1, 1), vec
+    assert vec["rows_served_flat"] == 15, "generation 1's 10 upserts and 5 deletes are read flat"
+    assert main(["status", table, "--search"]) == 0
+    assert "search vector on vec (vec_idx): 1 sources through an index, 1 flat, 15 rows served flat" \
+        in capsys.readouterr().out
+    assert main(["status", table, "--json"]) == 0
+    assert "search" not in json.loads(capsys.readouterr().out)
+
+
+def test_lag_measure_reports_search_costs_when_asked(table):
+    from memwal.lag import measure
+
+    assert "search" not in measure(table)
+    costs = {c["index"]: c for c in measure(table, search=True)["search"]}
+    assert costs["vec_idx"]["flat_sources"] == 1 and costs["text_idx"]["kind"] == "fts", costs

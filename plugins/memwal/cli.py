@@ -130,6 +130,9 @@ def _parser() -> argparse.ArgumentParser:
                             help=f"alert (exit {EXIT_LAG_ALERT}) when {when}")
     status.add_argument("--no-health", dest="health", action="store_false",
                         help="leave out the table's health (fragments, versions, bytes, what GC could free)")
+    status.add_argument("--search", action="store_true",
+                        help="also what a vector or full-text search pays now: sources per index, rows served flat "
+                             "(opens every unmerged generation)")
     status.add_argument("-v", "--verbose", action="store_true")
     search = sub.add_parser("search", help="vector or full-text search over the LSM view (memwal.vector_search)")
     add_common_arguments(search, "search")
@@ -232,6 +235,9 @@ def print_status(status: dict[str, Any]) -> None:
         print(f"index {i['name']} ({i['index_type']} on {', '.join(i['fields'])}): {i['segments']} segments, "
               f"{i['indexed_rows']} rows indexed in {i['indexed_fragments']} fragments, {i['unindexed_rows']} "
               f"unindexed in {i['unindexed_fragments']}")
+    for c in status.get("search") or []:
+        print(f"search {c['kind']} on {c['column']} ({c['index']}): {c['indexed_sources']} sources through an index, "
+              f"{c['flat_sources']} flat, {c['rows_served_flat']} rows served flat")
 
 
 def _summary_line(s: dict[str, Any]) -> str:
@@ -310,6 +316,10 @@ def main(argv: list[str] | None = None) -> int:
             from memwal.index_health import index_health
 
             summary["indexes"] = [h.to_dict() for h in index_health(table.refresh().dataset)]
+            if args.search:
+                from memwal.search_plan import search_costs
+
+                summary["search"] = search_costs(table)
             alerts = [b["message"] for b in breaches(summary, {key: getattr(args, key) for _, key, *_ in _THRESHOLDS})]
             summary["alerts"] = alerts
             if args.json:

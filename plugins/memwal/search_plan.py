@@ -20,7 +20,8 @@ import numpy as np
 if TYPE_CHECKING:
     from memwal.reader import Filter, LsmReader, Source
 
-__all__ = ["PlannedSource", "SearchCost", "is_live", "live_addresses", "member", "plan_sources", "search_cost"]
+__all__ = ["PlannedSource", "SearchCost", "is_live", "live_addresses", "member", "plan_sources", "search_cost",
+           "search_costs"]
 
 IndexMatch = Callable[[Any, str], bool]
 
@@ -123,3 +124,32 @@ def search_cost(reader: LsmReader, column: str, matches: IndexMatch) -> SearchCo
             cost.indexed_sources += 1
         cost.rows_served_flat += p.rows_served_flat
     return cost
+
+
+def _searched_index(desc: Any) -> str | None:
+    """'vector' or 'fts' for a single-column index a search uses, else None."""
+    from memwal.vector_search import is_vector_index
+
+    if len(desc.field_names) != 1:
+        return None
+    if is_vector_index(desc, desc.field_names[0]):
+        return "vector"
+    return "fts" if str(desc.index_type).upper() == "INVERTED" else None
+
+
+def search_costs(table: Any) -> list[dict[str, Any]]:
+    """What a vector or full-text search pays right now on the table's latest snapshot (no MemTables), per
+    searched index of the base table: SearchCost with the index's name and kind (status and the lag monitor)."""
+    from memwal.full_text_search import _is_inverted
+    from memwal.reader import LsmReader
+    from memwal.vector_search import is_vector_index
+
+    reader = LsmReader(table)
+    out = []
+    for desc in reader.base.describe_indices():
+        kind = _searched_index(desc) if desc.field_names else None
+        if kind is None:
+            continue
+        cost = search_cost(reader, desc.field_names[0], is_vector_index if kind == "vector" else _is_inverted)
+        out.append({"index": desc.name, "kind": kind, **cost.to_dict()})
+    return out
