@@ -29,6 +29,9 @@ __all__ = ["DISTANCE_COLUMN", "FLAT_ROWS", "VectorPlan", "is_vector_index", "vec
 DISTANCE_COLUMN = "_distance"
 # Generations and MemTables of at most this many rows are searched flat (exact), whatever index they carry.
 FLAT_ROWS = 20_000
+# When the caller gives none: partitions probed and refinement of an indexed source (the base table).
+DEFAULT_NPROBES = 20
+DEFAULT_REFINE_FACTOR = 10
 _METRICS = ("l2", "cosine", "dot")
 
 
@@ -101,6 +104,38 @@ def _distances(vectors: np.ndarray, q: np.ndarray, metric: str) -> np.ndarray:
     return ((v - q64) ** 2).sum(axis=1)
 
 
+def _flat_live(reader: LsmReader, position: int, column: str, dim: int
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Row ids, row addresses and vectors of a small source's live newest rows, read once per snapshot: an
+    unfiltered flat search of it is then one matrix product, not a Lance query."""
+    key = ("flat vectors", position, column)
+    cache = reader._search_cache
+    if key not in cache:
+        t = reader.sources[position].dataset.to_table(columns=[column], with_row_address=True, with_row_id=True)
+        t = t.filter(pa.array(is_live(reader, position, t.column("_rowaddr").to_numpy())))
+        vecs = np.asarray(t.column(column).combine_chunks().flatten(), np.float32).reshape(-1, dim)
+        cache[key] = t.column("_rowid").to_numpy(), t.column("_rowaddr").to_numpy(), vecs
+    return cache[key]
+
+
+def _flat_top(reader: LsmReader, position: int, column: str, q: np.ndarray, k: int, metric: str,
+              columns: list[str]) -> tuple[pa.Table, np.ndarray]:
+    """The k nearest live rows of a small source (exact distances) with the given columns."""
+    row_ids, addrs, vecs = _flat_live(reader, position, column, q.shape[0])
+    dist = _distances(vecs, q, metric)
+    top = np.argpartition(dist, k - 1)[:k] if len(dist) > k else np.arange(len(dist))
+    top = top[np.argsort(row_ids[top])]  # row id order: Lance's take keeps it
+    t = reader.sources[position].dataset._take_rows(row_ids[top].tolist(), columns=columns)
+    return t.append_column("_rowaddr", pa.array(addrs[top], pa.uint64())), dist[top]
+
+
+def _count(reader: LsmReader, position: int) -> int:
+    key = ("rows", position)
+    if key not in reader._search_cache:
+        reader._search_cache[key] = reader.sources[position].dataset.count_rows()
+    return reader._search_cache[key]
+
+
 def _check_int(table: str, name: str, value: Any, optional: bool) -> None:
     if value is None and optional:
         return
@@ -136,23 +171,31 @@ def vector_search(reader: LsmReader, vector: Any, *, column: str | None = None, 
     plan = VectorPlan(column, metric)
     reader.last_vector_plan = plan
     read = list(dict.fromkeys([*columns, column]))
+    nprobes = DEFAULT_NPROBES if nprobes is None else nprobes
+    refine_factor = DEFAULT_REFINE_FACTOR if refine_factor is None else refine_factor
     parts = []
     for p in plan_sources(reader, column, is_vector_index, filter):
         ds = p.source.dataset
-        rows = ds.count_rows()
-        flat = p.index is None or (p.source.generation > 0 and rows <= FLAT_ROWS)
+        rows = _count(reader, p.position)
+        small = p.source.generation > 0 and rows <= FLAT_ROWS
+        flat = p.index is None or small
         if flat:
             plan.flat_sources += 1
             plan.rows_served_flat += rows
         else:
             plan.indexed_sources += 1
             plan.rows_served_flat += p.unindexed_rows
+        if small and filter is None:
+            got, dist = _flat_top(reader, p.position, column, q, k, metric, columns)
+            plan.candidates += got.num_rows
+            if got.num_rows:
+                parts.append((got, dist, p.source.generation))
+            continue
         ask = k
         while True:
             nearest: dict[str, Any] = {"column": column, "q": q, "k": ask, "metric": metric, "use_index": not flat}
-            if not flat and nprobes is not None:
+            if not flat:
                 nearest["nprobes"] = nprobes
-            if not flat and refine_factor is not None:
                 nearest["refine_factor"] = refine_factor
             got = ds.to_table(columns=read, nearest=nearest, filter=filter, prefilter=True,
                               with_row_address=True, disable_scoring_autoprojection=True)
