@@ -46,6 +46,17 @@ def flush(loc, region: str, puts: dict[int, str], deletes=()) -> None:
         w.flush()
 
 
+def create_base(loc, model: dict[int, str], maintained: bool = False) -> dict:
+    """The base table of `model` with an IVF_PQ index `vec_idx` (maintained if asked), MemWAL initialised;
+    returns the Lance storage options."""
+    opts = lance_storage_options(loc.storage_options)
+    ds = lance.write_dataset(table_of(model), loc.uri, storage_options=opts)
+    ds.create_index("vec", "IVF_PQ", name="vec_idx", **IVF_PQ_PARAMS)
+    lance.dataset(loc.uri, storage_options=opts).initialize_mem_wal(
+        maintained_indexes=["vec_idx"] if maintained else None, unsharded=True)
+    return opts
+
+
 @pytest.fixture
 def lsm(local_location):
     """The LSM view and its model (id -> name; a row's vector is vector_of(name)):
@@ -58,10 +69,7 @@ def lsm(local_location):
     """
     loc = local_location
     model = {i: f"b{i}" for i in range(300)}
-    opts = lance_storage_options(loc.storage_options)
-    ds = lance.write_dataset(table_of(model), loc.uri, storage_options=opts)
-    ds.create_index("vec", "IVF_PQ", name="vec_idx", **IVF_PQ_PARAMS)
-    lance.dataset(loc.uri, storage_options=opts).initialize_mem_wal(unsharded=True)
+    create_base(loc, model)
     region = str(uuid.uuid4())
     gen1 = {i: f"g1-{i}" for i in [*range(300, 340), *range(100, 120)]}
     flush(loc, region, gen1)

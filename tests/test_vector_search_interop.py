@@ -11,12 +11,11 @@ import lance
 import numpy as np
 import pyarrow as pa
 import pytest
-from test_vector_search import table_of
-from vector_model import IVF_PQ_PARAMS, PARTITIONS, QUERIES, assert_top_k, vector_of
+from test_vector_search import create_base, table_of
+from vector_model import PARTITIONS, QUERIES, assert_top_k, vector_of
 
 from memwal import vector_search as vs
 from memwal.reader import LsmReader
-from memwal.storage import lance_storage_options
 
 
 def _pairs(t: pa.Table) -> list[tuple[float, int]]:
@@ -32,10 +31,7 @@ def lance_core_lsm(local_location):
     | Lance core generations | ids 0-39 updated, 300-359 new, 5-9 deleted   |"""
     loc = local_location
     model = {i: f"b{i}" for i in range(300)}
-    opts = lance_storage_options(loc.storage_options)
-    ds = lance.write_dataset(table_of(model), loc.uri, storage_options=opts)
-    ds.create_index("vec", "IVF_PQ", name="vec_idx", **IVF_PQ_PARAMS)
-    lance.dataset(loc.uri, storage_options=opts).initialize_mem_wal(maintained_indexes=["vec_idx"], unsharded=True)
+    opts = create_base(loc, model, maintained=True)
     puts = [{i: f"g-{i}" for i in range(0, 40)}, {i: f"g-{i}" for i in range(300, 360)}]
     with lance.dataset(loc.uri, storage_options=opts).mem_wal_writer(str(uuid.uuid4()), max_memtable_rows=70) as w:
         for batch in puts:

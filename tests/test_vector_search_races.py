@@ -9,8 +9,8 @@ from datetime import timedelta
 
 import lance
 import pytest
-from test_vector_search import flush, table_of
-from vector_model import IVF_PQ_PARAMS, PARTITIONS, QUERIES, assert_top_k, vector_of
+from test_vector_search import create_base, flush
+from vector_model import PARTITIONS, QUERIES, assert_top_k, vector_of
 
 from memwal import gc, mem_wal_index, merge, merge_commit, naming
 from memwal.catchup import catchup_table
@@ -28,10 +28,7 @@ def table(local_location):
     | generation 2         | ids 0-59 updated, 60-69 deleted         |"""
     loc = local_location
     model = {i: f"b{i}" for i in range(300)}
-    opts = lance_storage_options(loc.storage_options)
-    ds = lance.write_dataset(table_of(model), loc.uri, storage_options=opts)
-    ds.create_index("vec", "IVF_PQ", name="vec_idx", **IVF_PQ_PARAMS)
-    lance.dataset(loc.uri, storage_options=opts).initialize_mem_wal(maintained_indexes=["vec_idx"], unsharded=True)
+    create_base(loc, model, maintained=True)
     region = str(uuid.uuid4())
     gen1 = {i: f"g1-{i}" for i in [*range(300, 340), *range(100, 120)]}
     flush(loc, region, gen1)
