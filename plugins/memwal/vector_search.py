@@ -118,15 +118,33 @@ def _flat_live(reader: LsmReader, position: int, column: str, dim: int
     return cache[key]
 
 
-def _flat_top(reader: LsmReader, position: int, column: str, q: np.ndarray, k: int, metric: str,
-              columns: list[str]) -> tuple[pa.Table, np.ndarray]:
-    """The k nearest live rows of a small source (exact distances) with the given columns."""
+def _flat_top(reader: LsmReader, position: int, column: str, q: np.ndarray, k: int, metric: str
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Row ids, row addresses and exact distances of the k nearest live rows of a small source (rows are
+    taken only for the final top k)."""
     row_ids, addrs, vecs = _flat_live(reader, position, column, q.shape[0])
     dist = _distances(vecs, q, metric)
     top = np.argpartition(dist, k - 1)[:k] if len(dist) > k else np.arange(len(dist))
-    top = top[np.argsort(row_ids[top])]  # row id order: Lance's take keeps it
-    t = reader.sources[position].dataset._take_rows(row_ids[top].tolist(), columns=columns)
-    return t.append_column("_rowaddr", pa.array(addrs[top], pa.uint64())), dist[top]
+    return row_ids[top], addrs[top], dist[top]
+
+
+def _rows(reader: LsmReader, parts: list, picked: np.ndarray, columns: list[str], schema: pa.Schema) -> pa.Table:
+    """The picked candidates' rows, in order: sliced from a source's query result, or taken (one take per
+    source, in row id order) for the flat-searched ones."""
+    taken = {}
+    for j in sorted({int(j) for j, _ in picked}):
+        table, _, _, _, position, row_ids = parts[j]
+        if table is not None:
+            taken[j] = None, table.select(columns).cast(schema)
+            continue
+        ids = sorted(int(row_ids[i]) for jj, i in picked if jj == j)
+        t = reader.sources[position].dataset._take_rows(ids, columns=columns)  # comes back in row id order
+        taken[j] = dict(zip(ids, range(len(ids)), strict=True)), t.cast(schema)
+    out = []
+    for j, i in picked:
+        at, t = taken[j]
+        out.append(t.slice(int(i) if at is None else at[int(parts[j][5][i])], 1))
+    return pa.concat_tables(out).combine_chunks()
 
 
 def _count(reader: LsmReader, position: int) -> int:
@@ -186,10 +204,10 @@ def vector_search(reader: LsmReader, vector: Any, *, column: str | None = None, 
             plan.indexed_sources += 1
             plan.rows_served_flat += p.unindexed_rows
         if small and filter is None:
-            got, dist = _flat_top(reader, p.position, column, q, k, metric, columns)
-            plan.candidates += got.num_rows
-            if got.num_rows:
-                parts.append((got, dist, p.source.generation))
+            row_ids, addrs, dist = _flat_top(reader, p.position, column, q, k, metric)
+            plan.candidates += len(dist)
+            if len(dist):
+                parts.append((None, dist, p.source.generation, addrs, p.position, row_ids))
             continue
         ask = k
         while True:
@@ -209,12 +227,15 @@ def vector_search(reader: LsmReader, vector: Any, *, column: str | None = None, 
         got = got.filter(pa.array(live))
         if got.num_rows:
             vecs = np.asarray(got.column(column).combine_chunks().flatten(), np.float32).reshape(-1, dim)
-            parts.append((got, _distances(vecs, q, metric), p.source.generation))
+            addrs = got.column("_rowaddr").to_numpy()
+            parts.append((got, _distances(vecs, q, metric), p.source.generation, addrs, p.position, None))
     if not parts:
         return out_schema.append(pa.field(DISTANCE_COLUMN, pa.float32())).empty_table()
-    dist = np.concatenate([d for _, d, _ in parts])
-    gens = np.concatenate([np.full(len(d), g) for _, d, g in parts])
-    addrs = np.concatenate([t.column("_rowaddr").to_numpy().astype(np.uint64) for t, _, _ in parts])
+    dist = np.concatenate([part[1] for part in parts])
+    gens = np.concatenate([np.full(len(part[1]), part[2]) for part in parts])
+    addrs = np.concatenate([np.asarray(part[3], np.uint64) for part in parts])
+    which = np.concatenate([np.stack([np.full(len(part[1]), j), np.arange(len(part[1]))], axis=1)
+                            for j, part in enumerate(parts)])
     order = np.lexsort((addrs, -gens, dist))[:k]  # nearest first; ties: newer generation, then row address
-    rows_ = pa.concat_tables([t.select(columns).cast(out_schema) for t, _, _ in parts]).take(pa.array(order))
-    return rows_.append_column(pa.field(DISTANCE_COLUMN, pa.float32()), pa.array(dist[order], pa.float32()))
+    result = _rows(reader, parts, which[order], columns, out_schema)
+    return result.append_column(pa.field(DISTANCE_COLUMN, pa.float32()), pa.array(dist[order], pa.float32()))
