@@ -12,8 +12,9 @@ once, and gets back one `MergeInput` per batch:
    the round's staging prefix (`_mem_wal/_staging/merge-<uuid4>/u<batch>/part-*.arrow`, through
    `memwal.storage.ObjectStore`, so S3 works too), and the deleted keys as one more file beside them
    (`part-deleted-*.arrow`), and return only file names and counts; a small batch (`inline_bytes`) returns
-   its upserts and deleted keys in the result (Arrow IPC blobs) instead of staging them. A batch that
-   fails returns its error instead: only that region fails;
+   its upserts and deleted keys in the result (Arrow IPC blobs) instead of staging them (a commit that
+   also carries a staged batch stages them beside it: `memwal.merge._Combined`). A batch that fails
+   returns its error instead: only that region fails;
 3. a region batch larger than `task_bytes` is spread over the cluster instead: one task per generation
    fragment, a window per key (`row_number()` over the primary key ordered by generation desc, row
    address desc: the rule of `memwal.dedup.newest_per_key`), and a second `mapInArrow` that stages the

@@ -67,29 +67,30 @@ def _once_at(monkeypatch, points: tuple[str, ...], action) -> list[str]:
     return hits
 
 
-def _after_check(monkeypatch, nth: int, action) -> list[int]:
-    """Run action() right after the nth progress check of a marker-carrying pass (`merge_commit.run_pass`:
-    the two passes' delete and upsert passes, the fragment apply's marker commit, each marker-only step),
-    i.e. after our last look at merged_generations and before that pass commits: the tightest window."""
+def _before_commit(monkeypatch, nth: int, action) -> list[int]:
+    """Run action() right before our nth commit under the lock: after its progress check (or none, when the
+    version is the one our previous step made) and its lease check, just before Lance commits it. Our
+    commits, in order: the two passes' delete pass, upsert pass, marker steps; the fragment apply's Update,
+    marker commit, marker steps. The tightest window there is."""
     calls: list[int] = []
-    real = merge_commit.check_progress
+    real = table_module.MemWalTable.check_lease
 
-    def hooked(table, since) -> None:
-        real(table, since)
+    def hooked(table) -> None:
+        real(table)
         calls.append(table.version)
         if len(calls) == nth:
             action()
 
-    monkeypatch.setattr(merge_commit, "check_progress", hooked)
+    monkeypatch.setattr(table_module.MemWalTable, "check_lease", hooked)
     return calls
 
 
 # the point between our first data commit and the commit that carries the first marker step, per path
 BETWEEN_DATA_AND_MARKER = {"passes": "merge.between_passes", "lookup": "merge.between_update_and_marker",
                            "scan": "merge.between_update_and_marker"}
-# which check of `run_pass` precedes the commit with the first marker step: the two passes check before
-# their delete pass, then before the upsert pass; the fragment apply's marker commit is its first pass
-FIRST_MARKER_CHECK = {"passes": 2, "lookup": 1, "scan": 1}
+# our commit that carries the first marker step: the upsert pass after the delete pass; the marker commit
+# after the fragment apply's Update
+FIRST_MARKER_COMMIT = {"passes": 2, "lookup": 2, "scan": 2}
 
 
 def _lance_core_merges(loc, region: str, generation: int, upserts) -> None:
@@ -114,7 +115,7 @@ def test_an_older_generation_merged_between_our_data_and_our_marker_is_merged_ov
         local_location, monkeypatch, path, case, merger):
     """
     base 0..9 | gen 1 and gen 2 of one region, merged by us in one commit | after our first data commit
-    (the delete pass, or the fragment apply's Update) AND after the progress check of our marker commit,
+    (the delete pass, or the fragment apply's Update) AND right before our marker commit commits,
     another merger merges gen 1 alone, writing gen 1's rows over our gen 2 rows and recording merged
     generation 1 | our marker must not then claim gen 2: Lance refuses it as stale, we replan from 1 and
     merge gen 2 again: the base ends with gen 2's rows.
@@ -130,9 +131,9 @@ def test_an_older_generation_merged_between_our_data_and_our_marker_is_merged_ov
         else:
             merge_without_our_lock(loc.uri, None, region, config=MergeConfig(apply="passes"), up_to_generation=1)
 
-    checks = _after_check(monkeypatch, FIRST_MARKER_CHECK[path], other)
+    checks = _before_commit(monkeypatch, FIRST_MARKER_COMMIT[path], other)
     ours = merge_region(loc.uri, None, region, MergeConfig(max_generations_per_commit=BATCH))
-    assert len(checks) >= FIRST_MARKER_CHECK[path], "the other merger never ran between our commits"
+    assert len(checks) >= FIRST_MARKER_COMMIT[path], "the other merger never ran between our commits"
     assert ours.conflicts == 1 and ours.generations == [2], (
         "our first marker must be refused once the other merger recorded generation 1, and gen 2 merged again")
     assert load_index(loc.uri).merged_generations[region] == 2
@@ -144,7 +145,7 @@ def test_an_older_generation_merged_between_our_data_and_our_marker_is_merged_ov
 def test_a_merger_between_two_marker_steps_makes_the_next_step_stale(local_location, monkeypatch, path, merger):
     """
     base 0..9 | gens 1, 2, 3 update key 5 (and gen 3 inserts fresh 50000) | our commit of 1..3: data, then
-    marker 1 | after our step 2's progress check, another merger merges gen 2 alone (gen 2's key 5 over our
+    marker 1 | right before our step 2 commits, another merger merges gen 2 alone (gen 2's key 5 over our
     gen 3 row), recording 2 | our step to 2 is stale: we replan from 2 and merge gen 3 again, whose key 5
     wins.
     """
@@ -159,9 +160,10 @@ def test_a_merger_between_two_marker_steps_makes_the_next_step_stale(local_locat
         else:
             merge_without_our_lock(loc.uri, None, region, config=MergeConfig(apply="passes"), up_to_generation=2)
 
-    checks = _after_check(monkeypatch, 2, other)  # the first data pass (with step 1), then step 2
+    step_two = 2 if path == "passes" else 3  # the upsert pass (step 1), or the Update and the marker commit
+    checks = _before_commit(monkeypatch, step_two, other)
     ours = merge_region(loc.uri, None, region, MergeConfig(max_generations_per_commit=BATCH))
-    assert len(checks) >= 2, "our commit of three generations made no marker-only step"
+    assert len(checks) >= step_two, "our commit of three generations made no marker-only step"
     # the refused commit is reported as a conflict as a whole (its first step is counted as merged by others)
     assert ours.conflicts == 1 and ours.generations == [3], "step 2 refused, gen 3 merged again after it"
     assert view(open_base(loc).to_table())[5] == ("g35", 2.5), "gen 3's row of key 5 must win"

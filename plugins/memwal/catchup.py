@@ -149,6 +149,7 @@ def _build_distributed(table: MemWalTable, ds0: lance.LanceDataset, name: str, u
         raise RuntimeError(f"building segments of index {name} ({distributed.where}) failed: "
                            f"{' '.join(str(exc).split())[:2000]}") from exc
     with table.index_lock():
+        table.check_lease()
         index_build.commit_segments(table.uri, table.storage_options, plan.read_version, segments)
     result.segments_built = len(segments)
     log.info("index %s: %d segments over %d rows built (%s) and committed at version %d", name, len(segments),

@@ -31,7 +31,7 @@ from memwal._proto import memwal_pb2
 from memwal.errors import CommitConflictError, CorruptFileError, MemWalNotInitializedError, RegionSpecError
 from memwal.faults import fault_point
 from memwal.region_spec import RegionSpec
-from memwal.storage import ObjectStore, lance_storage_options
+from memwal.storage import ObjectStore, lance_storage_options, normalize_uri
 
 if TYPE_CHECKING:
     from memwal.table import MemWalTable
@@ -300,7 +300,7 @@ class MemWalIndex:
 
 
 def open_table(uri: str, storage_options: dict[str, str] | None, version: int | None = None) -> lance.LanceDataset:
-    return lance.dataset(uri, version=version, storage_options=lance_storage_options(storage_options))
+    return lance.dataset(normalize_uri(uri), version=version, storage_options=lance_storage_options(storage_options))
 
 
 def recent_transactions(ds: lance.LanceDataset, lookback: int) -> list:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -36,7 +37,7 @@ from memwal.generation import open_generation
 from memwal.job_config import MergeConfig
 from memwal.mem_wal_index import load_index
 from memwal.memory import release_unused
-from memwal.merge_apply import Apply, choose_apply, passes, read_staged
+from memwal.merge_apply import Apply, choose_apply, passes, read_staged, stage_upserts
 from memwal.merge_commit import CommitPasses, Overtaken
 from memwal.planning import leading_batch
 from memwal.region_manifest import load_latest_manifest, select_regions
@@ -305,19 +306,32 @@ class _Once:
 
 
 class _Combined:
-    """Several regions' MergeInputs as one commit's input; counts the upserts of each region."""
+    """Several regions' MergeInputs as one commit's input; counts the upserts of each region.
 
-    def __init__(self, parts: Sequence[MergeInput], schema: pa.Schema, pk: list[str]):
+    When any part is staged (the Spark dedup's), the commit stays staged: the inline parts' upserts (small
+    batches the dedup returned in memory) are written beside them as one more staged file, so the fragment
+    apply's tasks read files and the driver never opens a staged part. `cleanup()` deletes that file (a
+    crash's leftover is an abandoned staging directory for GC)."""
+
+    def __init__(self, parts: Sequence[MergeInput], schema: pa.Schema, pk: list[str], store: ObjectStore | None = None):
         self.parts = list(parts)
         self.upserted = [0] * len(self.parts)
+        self.store, self.scratch = store, None
         keys = [p.deleted_keys for p in self.parts]
-        staged = all(p.staged for p in self.parts)
+        staged = store is not None and any(p.staged for p in self.parts)
+        files: tuple[str, ...] = ()
         if staged:  # the fragment apply reads them where they are staged (counted as staged)
-            self.upserted = [p.staged_rows for p in self.parts]
+            inline = {i: p.open_upserts() for i, p in enumerate(self.parts) if not p.staged}
+            self.upserted = [inline[i].num_rows if i in inline else p.staged_rows for i, p in enumerate(self.parts)]
+            files = tuple(f for p in self.parts for f in p.staged)
+            rows = [t for t in inline.values() if t.num_rows]
+            if rows:
+                together = pa.concat_tables([t.select(schema.names).cast(schema) for t in rows])
+                self.scratch = f"{naming.STAGING_DIR}/merge-inline-{uuid.uuid4().hex}"
+                files += (stage_upserts(store, together, self.scratch),)
         self.input = MergeInput(self.open, pa.concat_tables(keys, promote_options="permissive") if keys
                                 else schema.empty_table().select(pk), sum(p.rows_read for p in self.parts),
-                                staged=tuple(f for p in self.parts for f in p.staged) if staged else (),
-                                staged_rows=sum(p.staged_rows for p in self.parts) if staged else 0,
+                                staged=files, staged_rows=sum(self.upserted) if staged else 0,
                                 staged_deleted=tuple(f for p in self.parts for f in p.staged_deleted),
                                 staged_deleted_rows=sum(p.staged_deleted_rows for p in self.parts))
 
@@ -325,6 +339,15 @@ class _Combined:
         opened = [p.open_upserts() for p in self.parts]
         self.upserted = [o.num_rows for o in opened]
         return pa.concat_tables(opened, promote_options="permissive")
+
+    def cleanup(self) -> None:
+        """Delete the staged file of the inline parts, if one was written."""
+        if self.scratch is not None:
+            path, self.scratch = self.scratch, None
+            try:
+                self.store.delete_prefix(path)
+            except OSError as exc:  # a leftover staged file is garbage (GC of staging), not an error of the merge
+                log.warning("could not delete the staged upserts %s: %s", path, exc)
 
 
 class _Round:
@@ -498,7 +521,7 @@ def _merge_regions(
                 if len(batches) == 1:
                     data, combined = inputs[0], None
                 else:
-                    combined = _Combined(inputs, schema, pk)
+                    combined = _Combined(inputs, schema, pk, store)
                     data = combined.input
                 try:
                     done = _commit(table, markers, data, since, apply)
@@ -529,6 +552,8 @@ def _merge_regions(
                 finally:
                     for x in inputs:
                         rnd.cleanup(x)
+                    if combined is not None:
+                        combined.cleanup()
                     add("commit", t1)
                 fault_point("merge.after_commit")
                 table_commits += done.table_commits

@@ -13,7 +13,8 @@ the table's rows):
   of the replacement rows as new fragments (`lance.fragment.write_fragments`). Upserts staged as files
   (`MergeInput.staged`, the Spark dedup's) are read by the tasks; the driver keeps their keys only.
 - **scan path** (a large backlog): the fragments are cut into runs in fragment order, a task each
-  (`scan_apply`): it reads the commit's upserts (staged files, or inline) and deleted keys, scans its
+  (`scan_apply`): it reads the commit's upserts (staged files; inline ones are first written once to a
+  scratch file: a task's input is paths, never rows) and deleted keys, scans its
   fragments' key column once for them, writes the deletion vectors and the replacement rows of what it
   found there, and the found keys to a scratch file; the driver holds no upsert and no upsert key. Counts and
   key fingerprints tell whether every upsert was found exactly once; if not, a second round
@@ -57,6 +58,7 @@ tuple of columns), and tables with stable row ids: Lance's merge-insert keeps an
 from __future__ import annotations
 
 import array
+import hashlib
 import logging
 import os
 import time
@@ -138,17 +140,42 @@ def supports_apply(ds: lance.LanceDataset, pk: Sequence[str]) -> bool:
 
 # --- tasks (run wherever the TaskRunner runs them; only metadata comes back) ---------------------------
 
-_open_cache: dict[tuple[str, int], lance.LanceDataset] = {}
+_open_cache: dict[tuple[str, int, int, str], lance.LanceDataset] = {}
+_CACHED = 4  # datasets a process keeps open (a long-lived worker serves many jobs)
 
 
-def _dataset(uri: str, version: int, storage_options: dict[str, str] | None) -> lance.LanceDataset:
-    """The base table at `version`, opened once per process (its index pages stay cached across tasks)."""
-    key = (uri, version)
+def content_id(ds: lance.LanceDataset) -> int:
+    """What tells this version of the table from any other at the same URI and version number: the commit
+    timestamp (ns) of its manifest (a table deleted and recreated gets new ones); 0 when pylance does not
+    say, and then a task's dataset is never reused."""
+    try:
+        return int(ds._ds.current_version()["timestamp"])
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return 0
+
+
+def options_digest(storage_options: Mapping[str, str] | None) -> str:
+    """A digest of the caller's storage options: datasets opened with other credentials are not shared."""
+    text = repr(sorted((str(k), str(v)) for k, v in (storage_options or {}).items()))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _dataset(uri: str, version: int, storage_options: dict[str, str] | None, content: int = 0) -> lance.LanceDataset:
+    """The base table at `version`, opened once per process for the same content (`content_id`, from the
+    driver) and storage options: its index pages stay cached across the tasks of a job (and of later jobs
+    on the same content)."""
+    if not content:
+        return MemWalTable(uri, storage_options, version=version).dataset
+    key = (uri, version, content, options_digest(storage_options))
     ds = _open_cache.get(key)
     if ds is None:
-        if len(_open_cache) >= 4:
+        opened = MemWalTable(uri, storage_options, version=version).dataset
+        if content_id(opened) != content:  # recreated since the driver planned: not what it planned
+            raise ApplyTaskError(f"table {uri}: version {version} is not the one the merge planned (the table "
+                                 "was recreated); retrying")
+        if len(_open_cache) >= _CACHED:
             _open_cache.pop(next(iter(_open_cache)))
-        ds = _open_cache[key] = MemWalTable(uri, storage_options, version=version).dataset
+        ds = _open_cache[key] = opened
     return ds
 
 
@@ -159,12 +186,13 @@ class LookupTask:
     storage_options: dict[str, str] | None
     key: str
     keys: pa.Array  # sorted
+    content: int = 0  # `content_id` of the version, from the driver
 
 
 def lookup_addresses(task: LookupTask) -> pa.Table:
     """(key, _rowaddr) of the task's keys present in the base table at the version, through the key's
     index."""
-    ds = _dataset(task.uri, task.version, task.storage_options)
+    ds = _dataset(task.uri, task.version, task.storage_options, task.content)
     parts = []
     for start in range(0, len(task.keys), LOOKUP_KEYS):
         chunk = task.keys.slice(start, LOOKUP_KEYS)
@@ -259,6 +287,7 @@ class ApplyTask:
     staged: tuple[str, ...] = ()  # or: staged upsert files to read, keeping the rows whose key is replaced
     replaced: pa.Array | None = None
     key: str = ""
+    content: int = 0  # `content_id` of the version, from the driver
 
 
 @dataclass
@@ -356,7 +385,7 @@ def _delete_rows(ds: lance.LanceDataset, deletions: Sequence[tuple[int, np.ndarr
 
 def apply_fragments(task: ApplyTask) -> ApplyResult:
     """Write the deletion vectors of the task's fragments and its replacement rows; commit nothing."""
-    ds = _dataset(task.uri, task.version, task.storage_options)
+    ds = _dataset(task.uri, task.version, task.storage_options, task.content)
     out = ApplyResult()
     _delete_rows(ds, task.deletions, out)
     rows: pa.Table | pa.RecordBatchReader | None = task.rows
@@ -417,6 +446,7 @@ class ScanApplyTask:
     max_rows_per_file: int
     found_path: str  # where the upsert keys found here are written (scratch, in the table's store)
     share: tuple[int, int] = (0, 1)  # (i, n): this task fingerprints the i-th of n equal parts of the upsert keys
+    content: int = 0  # `content_id` of the version, from the driver
 
 
 @dataclass
@@ -459,6 +489,14 @@ def _write_ipc(store: ObjectStore, path: str, table: pa.Table) -> None:
     with pa.OSFile(partial, "wb") as f, pa.ipc.new_file(f, table.schema) as w:
         w.write_table(table)
     os.replace(partial, local)
+
+
+def stage_upserts(store: ObjectStore, upserts: pa.Table, prefix: str) -> str:
+    """Upserts written as the staged file `<prefix>/upserts.arrow` (Arrow IPC, one record batch, as the
+    Spark dedup stages them); its path. The caller deletes the prefix (GC deletes an abandoned one)."""
+    path = f"{prefix}/upserts.arrow"
+    _write_ipc(store, path, upserts.combine_chunks())
+    return path
 
 
 def _share_fingerprint(keys: Sequence[pa.Array], share: tuple[int, int]) -> int | None:
@@ -545,7 +583,7 @@ def scan_apply(task: ScanApplyTask) -> ScanApplyResult:
         seconds[step] = seconds.get(step, 0.0) + now - clock
         clock = now
 
-    ds = _dataset(task.uri, task.version, task.storage_options)
+    ds = _dataset(task.uri, task.version, task.storage_options, task.content)
     store = ObjectStore(task.uri, task.storage_options)
     kind = ds.schema.field(task.key).type
     parts = _sources(store, task.staged, task.upserts)
@@ -687,7 +725,10 @@ def plan_apply(table: MemWalTable, upserts: pa.Table, deleted_keys: pa.Table, ru
                              deleted_keys.column(key).combine_chunks().cast(kind)])
     keys = keys.take(pc.array_sort_indices(keys))  # each task's slice then touches few index pages
     per_task = max(1, min(LOOKUP_TASK_KEYS, -(-len(keys) // max(1, parallelism))))
-    tasks = [LookupTask(table.uri, ds.version, table.storage_options, key, keys.slice(i, per_task))
+    content = content_id(ds)
+    # each slice copied out: a pickled Arrow slice carries its whole parent buffer, every task's keys
+    tasks = [LookupTask(table.uri, ds.version, table.storage_options, key, pa.concat_arrays([keys.slice(i, per_task)]),
+                        content)
              for i in range(0, len(keys), per_task)]
     found = pa.concat_tables(_run(runner, lookup_addresses, tasks, "lookup")) if tasks else pa.table(
         {key: keys, ADDRESS: pa.array([], pa.uint64())})
@@ -747,6 +788,7 @@ def apply_tasks(table: MemWalTable, plan: ApplyPlan, parallelism: int, max_rows_
     groups = _balanced({f: len(o) for f, o in plan.offsets.items()}, parallelism)
     (key,) = table.primary_key
     replaced = plan.replacements.column(key).combine_chunks() if staged else None
+    content = content_id(table.dataset)
     n = max(len(groups), min(parallelism, len(staged)) if staged and plan.replacements.num_rows else 0, 1)
     groups += [[] for _ in range(n - len(groups))]
     tasks = []
@@ -758,7 +800,7 @@ def apply_tasks(table: MemWalTable, plan: ApplyPlan, parallelism: int, max_rows_
         files = tuple(staged[i::n]) if replaced is not None and len(replaced) else ()
         tasks.append(ApplyTask(table.uri, plan.version, table.storage_options,
                                [(f, plan.offsets[f]) for f in sorted(fragment_ids)], rows,
-                               max_rows_per_file, files, replaced, key))
+                               max_rows_per_file, files, replaced, key, content))
     return [t for t in tasks if t.deletions or t.rows is not None or t.staged]
 
 
@@ -828,24 +870,28 @@ def _apply_by_scan(table: MemWalTable, data: MergeData, runner: TaskRunner, para
     """A backlog large against the table: each task scans its fragments' key column for the backlog's keys
     and applies what it finds there (`scan_apply`); a second round writes the upserts no task found
     (`fresh_upserts`) for the marker commit. The driver holds file paths, counts and fragment metadata:
-    never the upserts or their keys, nor the deleted keys the dedup staged (those it returned in memory
-    are written once to a scratch file for the tasks)."""
+    never the upserts or their keys, nor the deleted keys the dedup staged; upserts and deleted keys it got in
+    memory are written once to scratch files, so each task's input is paths, never the rows."""
     (key,) = table.primary_key
     ds = table.dataset
     staged = tuple(data.staged)
     inline = None if staged else data.open_upserts()
+    if inline is not None and inline.num_rows:  # written once for every task, as the deleted keys below
+        staged = (stage_upserts(table.store, inline, scratch),)
     deleted = tuple(data.staged_deleted)  # the tasks read the staged deleted keys where they are
     if data.deleted_keys.num_rows:  # the others, written once for every task (not carried by each task's pickle)
         deleted += (f"{scratch}/deleted.arrow",)
         _write_ipc(table.store, deleted[-1], data.deleted_keys.select([key]))
     sizes = {f.fragment_id: f.metadata.physical_rows for f in ds.get_fragments()}
     groups = _contiguous(sizes, parallelism)
-    tasks = [ScanApplyTask(table.uri, ds.version, table.storage_options, key, tuple(sorted(group)), staged, inline,
-                           deleted, max_rows_per_file, f"{scratch}/found-{i}.arrow", (i, len(groups)))
+    tasks = [ScanApplyTask(table.uri, ds.version, table.storage_options, key, tuple(sorted(group)), staged,
+                           None if staged else inline,
+                           deleted, max_rows_per_file, f"{scratch}/found-{i}.arrow", (i, len(groups)),
+                           content_id(ds))
              for i, group in enumerate(groups)]
     results: list[ScanApplyResult] = _run(runner, scan_apply, tasks, "apply")
     found_paths = tuple(r.found_path for r in results if r.found_path)
-    upserts = data.staged_rows if staged else inline.num_rows
+    upserts = inline.num_rows if inline is not None else data.staged_rows
     found_upserts = sum(r.found_upserts for r in results)
     found_prints = [r.found_fingerprint for r in results]
     shares = [r.upserts_fingerprint for r in results]  # each task mixed its share of the upsert keys
@@ -853,8 +899,7 @@ def _apply_by_scan(table: MemWalTable, data: MergeData, runner: TaskRunner, para
             and sum(found_prints) % 2**64 == sum(shares) % 2**64)  # every upsert found, each once
     sources: list[tuple[tuple[str, ...], pa.Table | None]] = []
     if found_upserts and not once:  # which upserts are fresh, and no key found twice
-        sources = [(tuple(staged[i::parallelism]), None) for i in range(min(parallelism, len(staged)))] if staged \
-            else [((), inline)]
+        sources = [(tuple(staged[i::parallelism]), None) for i in range(min(parallelism, len(staged)))]
     fresh_tasks = [FreshTask(table.uri, table.storage_options, key, files, rows, found_paths,
                              f"{scratch}/fresh-{i}.arrow") for i, (files, rows) in enumerate(sources)]
     started = time.monotonic()

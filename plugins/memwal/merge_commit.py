@@ -156,15 +156,17 @@ Pass = Callable[[lance.LanceDataset], dict]
 
 
 def run_pass(table: MemWalTable, since: Mapping[str, int], execute: Pass, what: str,
-              pinned: tuple[int, int] | None = None) -> tuple[dict, int, bool]:
+              pinned: tuple[int, int] | None = None, known: int | None = None) -> tuple[dict, int, bool]:
     """One pass after the progress check, without Lance's retry; a conflict refreshes, checks again and
     reruns (at most PASS_ATTEMPTS times). The pass reads the latest version, or, on its first attempt,
     pinned = (read, committed) of our delete pass: the version our delete read, when the latest is still
-    the one it committed. Returns (Lance's stats, the version read, whether that was the pinned one); the
-    handle ends at the pass's commit."""
+    the one it committed. known: a version our own previous commit made, at which progress is `since`: if it
+    is still the latest, the check needs no index load. Returns (Lance's stats, the version read, whether
+    that was the pinned one); the handle ends at the pass's commit."""
     for attempt in range(1, PASS_ATTEMPTS + 1):
         ds = table.refresh().dataset
-        check_progress(table, since)
+        if ds.version != known:
+            check_progress(table, since)
         table.check_lease()
         use_pinned = attempt == 1 and pinned is not None and ds.version == pinned[1]
         if use_pinned:
@@ -218,6 +220,7 @@ def advance_markers(table: MemWalTable, steps: Sequence[Sequence[tuple[str, int]
     made = 0
     for step in steps:
         fault_point("merge.between_marker_steps")
+        known = table.version  # our previous commit: progress there is what the step before recorded
         at = {r: g - 1 for r, g in step}
         compacted = [CompactedSsTable(r, g) for r, g in step]
 
@@ -226,7 +229,7 @@ def advance_markers(table: MemWalTable, steps: Sequence[Sequence[tuple[str, int]
                     .mark_sstables_as_compacted(compacted).use_index(False).conflict_retries(0)
                     .execute(ds.schema.empty_table()))
 
-        run_pass(table, at, execute, "marker step")
+        run_pass(table, at, execute, "marker step", known=known)
         made += 1
     return made
 

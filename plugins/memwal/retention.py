@@ -320,6 +320,7 @@ def _remove(table: MemWalTable, config: RetentionConfig, plan: RetentionPlan, su
     ds = table.dataset
     if ds.version in remove:
         raise MemWalError(f"{plan.table_uri}: retention planned to remove the latest version {ds.version}")
+    table.check_lease()  # a destructive step: never after our lease on the lock was lost
     stats = ds.cleanup_old_versions(versions=remove, error_if_tagged_old_versions=False,
                                     delete_unverified=config.delete_unverified)
     summary.bytes_removed = int(stats.bytes_removed)

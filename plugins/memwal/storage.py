@@ -9,7 +9,7 @@ Contract (the whole MemWAL protocol rests on it):
 
 Table URIs are the ones users give Lance: a plain path, `file://...` or `s3://bucket/prefix`, with the
 same storage options (`aws_endpoint`, `aws_access_key_id`, `aws_secret_access_key`, `aws_region`,
-`allow_http`, ...).
+`allow_http`, ...), read as Lance reads them (`normalize_uri`: percent escapes decoded, as Lance does).
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 import obstore
 from obstore import exceptions as obx
 from obstore.store import LocalStore, S3Store
 
-from memwal.errors import AlreadyExistsError, MemWalError
+from memwal.errors import AlreadyExistsError, BadInputError, MemWalError
 from memwal.job_config import is_true
 
 # Storage option keys that obstore takes as client options rather than S3 config.
@@ -49,14 +49,31 @@ class ObjectMeta:
 
 
 def normalize_uri(uri: str) -> str:
-    """A plain or file:// path becomes an absolute local path; s3:// URIs are kept as given."""
-    parsed = urlparse(str(uri))
-    if parsed.scheme in ("", "file"):
-        path = parsed.path if parsed.scheme == "file" else str(uri)
-        return os.path.abspath(path)
+    """The table URI as Lance reads it, the one reading every component uses (Lance, obstore, the jobs).
+
+    Lance decodes percent escapes in a `file://` or `s3://` URI (`s3://b/a%20b` is the prefix `a b`) and
+    takes a plain path literally; obstore takes a prefix literally. So a `file://` URI becomes its decoded
+    absolute path, a plain path an absolute path as written, an `s3://` URI its decoded form. An `s3://`
+    URI whose decoded path still holds a `%` is refused (Lance would decode it once more), and so is a URI
+    with a query or fragment (`?`, `#`: Lance would not read them as part of the path)."""
+    text = str(uri)
+    parsed = urlparse(text)
+    if parsed.scheme == "":
+        return os.path.abspath(text)
+    if parsed.query or parsed.fragment or text.endswith(("?", "#")):
+        raise BadInputError(f"table URI {text!r}: a '?' or '#' is not part of a table path; percent-encode "
+                            "it (%3F, %23) or rename the table's directory")
+    if parsed.scheme == "file":
+        return os.path.abspath(unquote(parsed.path))
     if parsed.scheme in ("s3", "s3a"):
-        return f"s3://{parsed.netloc}{parsed.path}".rstrip("/")
-    raise MemWalError(f"unsupported table URI scheme {parsed.scheme!r} in {uri!r} (use a path, file:// or s3://)")
+        path = unquote(parsed.path)
+        if "%" in path:
+            raise BadInputError(
+                f"table URI {text!r}: its path reads as {path!r} once percent-decoded, as Lance reads an s3:// "
+                "URI, and still holds a '%' that Lance would decode again; a table path on S3 cannot contain "
+                "'%' (rename the prefix)")
+        return f"s3://{parsed.netloc}{path}".rstrip("/")
+    raise BadInputError(f"unsupported table URI scheme {parsed.scheme!r} in {text!r} (use a path, file:// or s3://)")
 
 
 def join_uri(uri: str, *parts: str) -> str:

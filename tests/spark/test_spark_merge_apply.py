@@ -104,3 +104,34 @@ def test_the_spark_merge_job_applies_staged_upserts_on_the_executors(spark, tmp_
     merge_table(theirs.uri, config=MergeConfig(max_generations_per_commit=1, apply="passes"))
     _exact_everywhere(ours, v0, model)
     assert view(open_base(ours).to_table()) == view(open_base(theirs).to_table()) == model
+
+
+def test_an_older_generation_merged_between_our_update_and_marker_on_spark_is_merged_again(spark, tmp_path,
+                                                                                          monkeypatch):
+    """Issue 32 on the Spark engine (the commit sequence runs on the driver; the tasks on executors): gen 1
+    updates key 5, gen 2 updates 5 and inserts fresh 50000; right after our marker commit's progress check,
+    Lance core's own merger merges gen 1 (its key 5 over our gen 2 row, marker 1). Our marker step (1) is
+    refused as stale; the merge replans from 1 and merges gen 2 again: key 5 ends with gen 2's row."""
+    from lance.mem_wal import CompactedSsTable
+    from tables import rows
+
+    from memwal import merge_commit
+
+    loc = _loc(tmp_path)
+    region = _table(loc, [([5], "g1", []), ([5, 50000], "g2", [])])
+    model, v0 = _lsm(loc), open_base(loc).version
+    real, calls = merge_commit.check_progress, []
+
+    def hooked(table, since):
+        real(table, since)
+        calls.append(1)
+        if len(calls) == 1:  # the marker commit's check, after our Update
+            (open_base(loc).merge_insert("id").when_matched_update_all().when_not_matched_insert_all()
+             .mark_sstables_as_compacted([CompactedSsTable(region, 1)]).execute(rows([5], "g1")))
+
+    monkeypatch.setattr(merge_commit, "check_progress", hooked)
+    summary = merge_table(loc.uri, config=MergeConfig(max_generations_per_commit=2, apply="fragments"),
+                          runner=spark_runner(spark, "test window"), parallelism=2)
+    assert not summary.failed_regions and summary.regions[0].conflicts == 1, summary
+    assert view(open_base(loc).to_table())[5] == ("g25", 2.5), "gen 2's row of key 5 must win"
+    _exact_everywhere(loc, v0, model)

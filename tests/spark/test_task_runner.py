@@ -4,6 +4,7 @@ equal to the in-process runner's."""
 from __future__ import annotations
 
 import os
+import pickle
 
 import pytest
 
@@ -34,3 +35,21 @@ def test_a_failing_task_fails_the_run(spark):
     with pytest.raises(Exception, match="task 2 failed"):
         spark_runner(spark)(_boom, [1, 2, 3])
     assert spark_runner(spark)(_boom, []) == []
+
+
+def test_each_spark_task_receives_only_its_own_tasks_pickle(spark):
+    """Seven tasks on local[2] (more than the cores): each runs as its own Spark task, whose input is its
+    own pickle; the closure every task deserializes holds the function only."""
+
+    def _seen(task: bytes) -> tuple[int, int]:
+        from pyspark import TaskContext
+
+        return TaskContext.get().partitionId(), len(task)
+
+    tasks = [bytes([n]) * (100_000 + n) for n in range(7)]
+    run = spark_runner(spark, "test")
+    seen = run(_seen, tasks)
+    assert [n for _, n in seen] == [len(t) for t in tasks], "each task got its own input"
+    assert len({p for p, _ in seen}) == len(tasks), "one Spark task per task"
+    assert run.stats["closure_bytes"] < 100_000, "no task's input travels in the closure"
+    assert run.stats["task_bytes"] == [len(pickle.dumps(t)) for t in tasks]
