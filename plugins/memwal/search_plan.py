@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from memwal.reader import Filter, LsmReader, Source
 
 __all__ = ["PlannedSource", "SearchCost", "is_live", "live_addresses", "member", "plan_sources", "search_cost",
-           "search_costs"]
+           "search_costs", "source_index", "unindexed_rows"]
 
 IndexMatch = Callable[[Any, str], bool]
 
@@ -92,7 +92,8 @@ def source_index(reader: LsmReader, position: int, column: str, matches: IndexMa
     return cache[key]
 
 
-def _unindexed_rows(reader: LsmReader, position: int, index: Any) -> int:
+def unindexed_rows(reader: LsmReader, position: int, index: Any) -> int:
+    """Rows of source `position` its index does not cover (searched flat by Lance); cached."""
     key = ("unindexed", position, index.name)
     cache = reader._search_cache
     if key not in cache:
@@ -110,7 +111,7 @@ def plan_sources(reader: LsmReader, column: str, matches: IndexMatch, filter: Fi
         if regions is not None and source.region_id is not None and source.region_id not in regions:
             continue
         index = source_index(reader, i, column, matches)
-        planned.append(PlannedSource(i, source, index, _unindexed_rows(reader, i, index) if index else 0))
+        planned.append(PlannedSource(i, source, index, unindexed_rows(reader, i, index) if index else 0))
     return planned
 
 
