@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 import uuid
+from types import SimpleNamespace
 
 import numpy as np
 import pyarrow as pa
@@ -106,7 +107,6 @@ def main() -> None:
     args = p.parse_args()
 
     import lance
-    from conftest import Location
     from tables import lance_core_snapshots
 
     from memwal.catchup import catchup_table
@@ -138,7 +138,7 @@ def main() -> None:
     reader_a, reader_b = LsmReader(a), LsmReader(b)
     base_c = lance.dataset(c)
     ds_a = lance.dataset(a)
-    planner = lance.LsmVectorSearchPlanner(ds_a, lance_core_snapshots(Location("local", a, None)), "vec")
+    planner = lance.LsmVectorSearchPlanner(ds_a, lance_core_snapshots(SimpleNamespace(uri=a, storage_options=None)), "vec")
 
     def ours(reader, **kw):
         return lambda q: reader.search(q, k=k, columns=["id"], **kw).column("id").to_pylist()
