@@ -138,7 +138,8 @@ def main() -> None:
     reader_a, reader_b = LsmReader(a), LsmReader(b)
     base_c = lance.dataset(c)
     ds_a = lance.dataset(a)
-    planner = lance.LsmVectorSearchPlanner(ds_a, lance_core_snapshots(SimpleNamespace(uri=a, storage_options=None)), "vec")
+    snapshots = lance_core_snapshots(SimpleNamespace(uri=a, storage_options=None))
+    planner = lance.LsmVectorSearchPlanner(ds_a, snapshots, "vec")
 
     def ours(reader, **kw):
         return lambda q: reader.search(q, k=k, columns=["id"], **kw).column("id").to_pylist()
