@@ -1,9 +1,10 @@
 """Vector search over the LSM view (issue 33): our `LsmReader.search` against a brute-force newest-wins truth,
 the base-table ANN alone on a fully merged and caught-up copy, and Lance core's LsmVectorSearchPlanner.
 
-Table A: `--base-rows` clustered vectors (dim `--dim`, IVF_PQ), MemWAL maintaining the index; our writer
-flushes `--gap + --unmerged` generations of `--gen-rows` rows (half updates of base keys with new vectors,
-half new keys); our merge merges the first `--gap` of them without index catch-up (their rows sit in
+Table A: `--base-rows` vectors (dim `--dim`, IVF_PQ) in 256 clusters, each spread over 8 dimensions (isotropic
+noise in all 128 would leave every row of a cluster about equally far: no meaningful neighbours), MemWAL
+maintaining the index; our writer flushes `--gap + --unmerged` generations of `--gen-rows` rows (half updates
+of base keys with new vectors, half new keys); our merge merges the first `--gap` of them without index catch-up (their rows sit in
 unindexed base fragments). Copy B: A after catch-up (no gap, the same unmerged generations). Copy C: A fully
 merged and caught up (the base-table ANN alone serves the same view).
 Truth: exact L2 top-k over the view's newest rows. Latency: p50 over `--repeat` rounds of the queries, warm.
@@ -50,8 +51,10 @@ def build(uri: str, args: argparse.Namespace, rng: np.random.Generator, centers:
 
     from memwal.writer import RegionWriter
 
+    mix = rng.standard_normal((8, args.dim))  # rows near an 8-dimensional surface: neighbours are meaningful
+
     def draw(n: int) -> np.ndarray:
-        return centers[rng.integers(0, len(centers), n)] + 0.5 * rng.standard_normal((n, args.dim))
+        return centers[rng.integers(0, len(centers), n)] + rng.standard_normal((n, 8)) @ mix
 
     n = args.base_rows
     ds = lance.write_dataset(rows(np.arange(n), draw(n)), uri, max_rows_per_file=1 << 20)
@@ -128,7 +131,7 @@ def main() -> None:
     view = LsmReader(a).scan(columns=["id", "vec"])
     ids = view.column("id").to_numpy()
     vecs = np.asarray(view.column("vec").combine_chunks().flatten(), np.float32).reshape(-1, args.dim)
-    queries = vecs[rng.choice(len(vecs), args.queries, replace=False)] + 0.3 * rng.standard_normal(
+    queries = vecs[rng.choice(len(vecs), args.queries, replace=False)] + 0.1 * rng.standard_normal(
         (args.queries, args.dim)).astype("float32")
     norms = (vecs ** 2).sum(axis=1)
     truth = [ids[np.argsort(norms - 2 * vecs @ q)[:args.k]].tolist() for q in queries]
