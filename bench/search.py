@@ -1,12 +1,13 @@
 """Vector search over the LSM view (issue 33): our `LsmReader.search` against a brute-force newest-wins truth,
 the base-table ANN alone on a fully merged and caught-up copy, and Lance core's LsmVectorSearchPlanner.
 
-Table A: `--base-rows` vectors (dim `--dim`, IVF_PQ) in 256 clusters, each spread over 8 dimensions (isotropic
-noise in all 128 would leave every row of a cluster about equally far: no meaningful neighbours), MemWAL
-maintaining the index; our writer flushes `--gap + --unmerged` generations of `--gen-rows` rows (half updates
-of base keys with new vectors, half new keys); our merge merges the first `--gap` of them without index
-catch-up (their rows sit in unindexed base fragments). Copy B: A after catch-up (no gap, the same unmerged generations). Copy C: A fully
-merged and caught up (the base-table ANN alone serves the same view).
+Table A: `--base-rows` vectors (dim `--dim`, IVF_PQ) in 256 clusters, each spread over 8 dimensions
+(isotropic noise in all 128 would leave every row of a cluster about equally far: no meaningful
+neighbours), MemWAL maintaining the index; our writer flushes `--gap + --unmerged` generations of
+`--gen-rows` rows (half updates of base keys with new vectors, half new keys); our merge merges the first
+`--gap` of them without index catch-up (their rows sit in unindexed base fragments). Copy B: A after
+catch-up (no gap, the same unmerged generations). Copy C: A fully merged and caught up (the base-table ANN
+alone serves the same view).
 Truth: exact L2 top-k over the view's newest rows. Latency: p50 over `--repeat` rounds of the queries, warm.
 """
 
