@@ -1,8 +1,10 @@
 """Flushed generations: a MemTable written as a Lance table at _mem_wal/{region}/{8 hex}_gen_{i}/.
 
 Besides the data (with `_tombstone`), Lance core's LSM reader needs `_pk_index/` (a BTREE index on the
-primary key: page_lookup.lance and page_data.lance). `bloom_filter.bin` is optional for Lance core's
-reader and its byte format is not specified, so we do not write one.
+primary key: page_lookup.lance and page_data.lance). Its LSM vector and FTS planners search a generation
+only through the base table's maintained indexes built on it (memwal.generation_indexes), and readers
+skip generations by `bloom_filter.bin` (memwal.bloom_filter, Lance core's bytes). Everything is written
+into a fresh directory before the region manifest commit, so a crash in between leaves nothing visible.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ import lance
 import pyarrow as pa
 
 from memwal import naming
+from memwal.bloom_filter import write_bloom_filter
 from memwal.errors import MissingGenerationError
+from memwal.generation_indexes import MaintainedIndex, build_generation_indexes
 from memwal.storage import ObjectStore, lance_storage_options
 
 __all__ = ["open_generation", "write_generation"]
@@ -20,9 +24,15 @@ _PK_INDEX_FILES = ("page_lookup.lance", "page_data.lance")
 
 
 def write_generation(
-    store: ObjectStore, region_id: str, generation: int, table: pa.Table, pk_columns: list[str]
+    store: ObjectStore,
+    region_id: str,
+    generation: int,
+    table: pa.Table,
+    pk_columns: list[str],
+    indexes: list[MaintainedIndex] | None = None,
 ) -> str:
-    """Write rows (with _tombstone) as a new generation directory; returns its name.
+    """Write rows (with _tombstone), the key index, the maintained indexes and the bloom filter as a new
+    generation directory; returns its name.
 
     The directory name is fresh on every call, so a retried flush never collides with a failed one.
     """
@@ -37,6 +47,10 @@ def write_generation(
         for name in _PK_INDEX_FILES:
             data = store.get(f"{rel}/_indices/{index.segments[0].uuid}/{name}")
             store.put(f"{rel}/{naming.PK_INDEX_DIR}/{name}", data)
+    if indexes and table.num_rows:
+        build_generation_indexes(ds, table, indexes)
+    key = table.column(pk_columns[0]) if len(pk_columns) == 1 else pa.array([None] * table.num_rows, pa.null())
+    write_bloom_filter(store, region_id, dir_name, key)
     return dir_name
 
 

@@ -21,7 +21,7 @@ MANIFEST_SUFFIX = ".binpb"
 # The spec's prose says .lance in one place and .arrow in its example; Lance core writes .arrow.
 WAL_SUFFIX = ".arrow"
 PK_INDEX_DIR = "_pk_index"
-BLOOM_FILTER = "bloom_filter.bin"
+BLOOM_FILTER_FILE = "bloom_filter.bin"  # a generation's key bloom filter (memwal.bloom_filter)
 
 MEM_WAL_INDEX_NAME = "__lance_mem_wal"
 MEM_WAL_DETAILS_TYPE_URL = "/lance.table.MemWalIndexDetails"

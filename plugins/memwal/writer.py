@@ -25,6 +25,7 @@ from memwal.errors import (
 )
 from memwal.faults import fault_point
 from memwal.generation import write_generation
+from memwal.generation_indexes import MaintainedIndex, maintained_index_specs
 from memwal.memtable import MemTable
 from memwal.primary_key import primary_key_columns
 from memwal.region_manifest import FlushedGeneration, RegionManifest, canonical_region_id, load_latest_manifest
@@ -71,6 +72,24 @@ def _current_region_spec_id(table_uri: str, storage_options: dict[str, str] | No
         return 0
 
 
+def _maintained_indexes(base: lance.LanceDataset, table_uri: str,
+                        storage_options: dict[str, str] | None) -> list[MaintainedIndex]:
+    """The indexes the MemWAL index says to maintain that exist on the base table (none before init)."""
+    from memwal.mem_wal_index import load_index
+
+    try:
+        details = load_index(table_uri, storage_options).details
+    except MemWalNotInitializedError:
+        return []
+    if details.maintained_indexes:
+        names = list(details.maintained_indexes)
+    elif details.maintain_all_indexes:
+        names = [d.name for d in base.describe_indices()]
+    else:
+        names = []
+    return maintained_index_specs(base, names)
+
+
 class RegionWriter:
     """The single active writer of one region. Use as a context manager; close() flushes."""
 
@@ -90,6 +109,7 @@ class RegionWriter:
         base = lance.dataset(self.table_uri, storage_options=lance_storage_options(storage_options))
         self.schema = base.schema
         self.pk_columns = primary_key_columns(self.schema, where=self.table_uri)
+        self.maintained_indexes = _maintained_indexes(base, self.table_uri, storage_options)
         self.stats = WriterStats()
         self._closed = False
         if region_spec_id is None:
@@ -196,7 +216,8 @@ class RegionWriter:
             self._abort()
             raise FencedError(self.region_id, self.writer_epoch, latest.writer_epoch)
         dir_name = write_generation(
-            self.store, self.region_id, m.generation, m.to_flush_table(self.pk_columns), self.pk_columns
+            self.store, self.region_id, m.generation, m.to_flush_table(self.pk_columns), self.pk_columns,
+            self.maintained_indexes,
         )
         flushed = FlushedGeneration(m.generation, dir_name)
         fault_point("writer.after_generation_write")
