@@ -7,6 +7,8 @@
     memwal gc TABLE [--dry-run]         remove what no reader needs any more
     memwal compaction TABLE [--force]   compact the base table's fragments when due (--spark: tasks on executors)
     memwal retention TABLE [--dry-run]  remove base-table versions the retention policy no longer keeps
+    memwal search TABLE (--vector JSON | --text QUERY) [--k N] [--filter SQL] [--json]
+                                        the k nearest (or best-matching) live rows over the LSM view
 
 Progress goes to stderr; `--json` prints the job's JSON summary to stdout. Exit status (memwal.jobs):
 0 done; 1 failed, with a one-line reason; 2 bad input (one line naming the parameter and the value: a bad
@@ -21,6 +23,8 @@ import json
 import logging
 import sys
 from typing import Any
+
+import pyarrow as pa
 
 from memwal.errors import BadInputError, MemWalError, one_line
 from memwal.job_config import JobOptions
@@ -78,6 +82,43 @@ def _spark_conf(text: str) -> tuple[str, str]:
     return key, value
 
 
+def _vector_arg(text: str) -> list[float]:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"--vector {text[:40]!r} is not JSON: {exc}") from exc
+    if not isinstance(value, list) or not value or not all(
+            isinstance(x, int | float) and not isinstance(x, bool) for x in value):
+        raise argparse.ArgumentTypeError(f"--vector {text[:40]!r} is not a JSON list of numbers")
+    return [float(x) for x in value]
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return int(text)
+
+
+def _search(args: argparse.Namespace, table: MemWalTable) -> int:
+    """`memwal search`: rows nearest first (best first for --text), without the vector column unless --json."""
+    from memwal.reader import LsmReader
+
+    table.dataset  # noqa: B018 - a missing table fails here, named
+    reader = LsmReader(table)
+    if args.vector is not None:
+        result = reader.search(args.vector, column=args.column, k=args.k, filter=args.filter)
+    else:
+        result = reader.full_text_search(args.text, column=args.column, k=args.k, filter=args.filter)
+    if args.json:
+        for row in result.to_pylist():
+            print(json.dumps(row, default=str))
+        return EXIT_OK
+    shown = [f.name for f in result.schema if not pa.types.is_fixed_size_list(f.type)]
+    for row in result.select(shown).to_pylist():
+        print("  ".join(f"{k}={v}" for k, v in row.items()))
+    return EXIT_OK
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = OneLineArgumentParser(prog="memwal", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -89,7 +130,20 @@ def _parser() -> argparse.ArgumentParser:
                             help=f"alert (exit {EXIT_LAG_ALERT}) when {when}")
     status.add_argument("--no-health", dest="health", action="store_false",
                         help="leave out the table's health (fragments, versions, bytes, what GC could free)")
+    status.add_argument("--search", action="store_true",
+                        help="also what a vector or full-text search pays now: sources per index, rows served flat "
+                             "(opens every unmerged generation)")
     status.add_argument("-v", "--verbose", action="store_true")
+    search = sub.add_parser("search", help="vector or full-text search over the LSM view (memwal.vector_search)")
+    add_common_arguments(search, "search")
+    what = search.add_mutually_exclusive_group(required=True)
+    what.add_argument("--vector", type=_vector_arg, metavar="JSON", help="query vector as a JSON list of numbers")
+    what.add_argument("--text", metavar="QUERY", help="full-text query")
+    search.add_argument("--k", type=_positive, default=10, help="number of rows (default 10)")
+    search.add_argument("--filter", default=None, metavar="SQL", help="prefilter on the newest rows, e.g. \"grp = 1\"")
+    search.add_argument("--column", default=None, help="the searched column (default: the only indexed one)")
+    search.add_argument("--json", action="store_true", help="print one JSON object per row")
+    search.add_argument("-v", "--verbose", action="store_true")
     for job in JOBS:
         p = sub.add_parser(job, help=f"run the {job} job")
         add_common_arguments(p, job)
@@ -116,7 +170,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     args.region = list(dict.fromkeys(args.region)) if args.region else None
     try:
-        if args.command == "status":
+        if args.command == "search":
+            pass
+        elif args.command == "status":
             given = [(o, getattr(args, key)) for o, key, *_ in _THRESHOLDS
                      if o in _HEALTH_THRESHOLDS and getattr(args, key) is not None]
             if given and not args.health:
@@ -179,6 +235,9 @@ def print_status(status: dict[str, Any]) -> None:
         print(f"index {i['name']} ({i['index_type']} on {', '.join(i['fields'])}): {i['segments']} segments, "
               f"{i['indexed_rows']} rows indexed in {i['indexed_fragments']} fragments, {i['unindexed_rows']} "
               f"unindexed in {i['unindexed_fragments']}")
+    for c in status.get("search") or []:
+        print(f"search {c['kind']} on {c['column']} ({c['index']}): {c['indexed_sources']} sources through an index, "
+              f"{c['flat_sources']} flat, {c['rows_served_flat']} rows served flat")
 
 
 def _summary_line(s: dict[str, Any]) -> str:
@@ -243,6 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         table = MemWalTable(args.table, storage_options_of(args))
+        if args.command == "search":
+            return _search(args, table)
         if args.command == "status":
             from memwal.lag import breaches
 
@@ -255,6 +316,10 @@ def main(argv: list[str] | None = None) -> int:
             from memwal.index_health import index_health
 
             summary["indexes"] = [h.to_dict() for h in index_health(table.refresh().dataset)]
+            if args.search:
+                from memwal.search_plan import search_costs
+
+                summary["search"] = search_costs(table)
             alerts = [b["message"] for b in breaches(summary, {key: getattr(args, key) for _, key, *_ in _THRESHOLDS})]
             summary["alerts"] = alerts
             if args.json:

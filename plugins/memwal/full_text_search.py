@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from memwal.errors import BadInputError
 from memwal.fts_tokenizer import TokenizerConfig, analyze, query_terms
+from memwal.search_plan import live_addresses, member, source_index, unindexed_rows
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -63,14 +64,6 @@ def _is_inverted(desc: Any, column: str) -> bool:
     return str(desc.index_type).upper() == "INVERTED" and list(desc.field_names) == [column]
 
 
-def _inverted_index(source: Source, column: str, cache: dict) -> Any | None:
-    """The source's INVERTED index on `column` (describe_indices entry), or None."""
-    key = ("inverted", id(source.dataset), column)
-    if key not in cache:
-        cache[key] = next((d for d in source.dataset.describe_indices() if _is_inverted(d, column)), None)
-    return cache[key]
-
-
 def _resolve_column(reader: LsmReader, column: str | None) -> tuple[str, TokenizerConfig]:
     """The searched column and its tokenizer config, taken from the base table's INVERTED index."""
     table = reader.store.uri
@@ -93,16 +86,8 @@ def _resolve_column(reader: LsmReader, column: str | None) -> tuple[str, Tokeniz
 
 
 def _live_addresses(reader: LsmReader, cache: dict) -> dict[int, np.ndarray]:
-    """Per source index: the sorted row addresses of the live newest versions (the whole view, unfiltered)."""
-    if "live" not in cache:
-        from memwal.reader import _ADDR as WIN_ADDR
-        from memwal.reader import _SRC
-
-        winners = reader._winners(list(enumerate(reader.sources)))
-        src = winners.column(_SRC).to_numpy()
-        addr = winners.column(WIN_ADDR).to_numpy().astype(np.uint64)
-        cache["live"] = {i: np.sort(addr[src == i]) for i in range(len(reader.sources))}
-    return cache["live"]
+    """Per source index: the sorted row addresses of the live newest versions (memwal.search_plan)."""
+    return live_addresses(reader)
 
 
 class SourceTerms:
@@ -163,13 +148,6 @@ def _source_terms(source: Source, column: str, config: TokenizerConfig, cache: d
     return value
 
 
-def _unindexed_rows(source: Source, index: Any, cache: dict) -> int:
-    key = ("unindexed", id(source.dataset), index.name)
-    if key not in cache:
-        cache[key] = int(source.dataset.stats.index_stats(index.name).get("num_unindexed_rows") or 0)
-    return cache[key]
-
-
 def _fts(column: str, query: str) -> dict[str, Any]:
     return {"query": query, "columns": [column]}
 
@@ -191,13 +169,6 @@ def _allowed(source: Source, column: str, query: str, filter: Filter, index: Any
     else:
         t = ds.to_table(columns=[pk[0]], filter=filter, with_row_address=True)
     return np.sort(t.column(_ADDR).to_numpy().astype(np.uint64))
-
-
-def _member(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
-    if len(sorted_set) == 0:
-        return np.zeros(len(values), bool)
-    pos = np.minimum(np.searchsorted(sorted_set, values), len(sorted_set) - 1)
-    return sorted_set[pos] == values
 
 
 def bm25(tf: np.ndarray, doc_len: np.ndarray, weights: np.ndarray, avg_doc_length: float) -> np.ndarray:
@@ -248,7 +219,7 @@ def full_text_search(reader: LsmReader, query: str, *, column: str | None = None
         source_terms, source_docs, live_mask = cache[("totals", i, column, config)]
         total_terms += source_terms
         live_docs += source_docs
-        index = _inverted_index(source, column, cache)
+        index = source_index(reader, i, column, _is_inverted)
         tf_all = np.stack([terms_of.tf(t) for t in unique])
         if index is None:
             plan.flat_sources += 1
@@ -256,7 +227,7 @@ def full_text_search(reader: LsmReader, query: str, *, column: str | None = None
             pos = np.nonzero(tf_all.any(axis=0))[0]
         else:
             plan.indexed_sources += 1
-            plan.rows_served_flat += _unindexed_rows(source, index, cache)
+            plan.rows_served_flat += unindexed_rows(reader, i, index)
             pos = np.sort(terms_of.positions(_matching(source, column, query)))
         plan.candidates += len(pos)
         keep = live_mask[pos]
@@ -285,7 +256,7 @@ def full_text_search(reader: LsmReader, query: str, *, column: str | None = None
         scores = bm25(tf[rows].astype(np.float64), lengths.astype(np.float64), weights, avg)
         keep = scores > 0
         if filter is not None:
-            keep &= _member(addrs, _allowed(source, column, query, filter, _inverted_index(source, column, cache),
+            keep &= member(addrs, _allowed(source, column, query, filter, source_index(reader, i, column, _is_inverted),
                                             reader.pk))
         n = int(keep.sum())
         parts.append((scores[keep], np.full(n, source.generation), addrs[keep], np.full(n, i), ids[keep]))

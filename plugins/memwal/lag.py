@@ -80,7 +80,8 @@ def validate_thresholds(thresholds: Mapping[str, Any] | None, where: str = "thre
 
 
 def measure(table: TableLike, now: float | None = None, health: bool = False, *,
-            target_rows_per_fragment: int | None = None, storage: bool = False) -> dict[str, Any]:
+            target_rows_per_fragment: int | None = None, storage: bool = False, search: bool = False
+            ) -> dict[str, Any]:
     """`memwal status` of the table at its latest version (the handle is refreshed: a poller keeps one
     handle) plus `snapshot_ts_millis` and `snapshot_age_s`, from one index load, and with health=True
     `health` (`memwal.health.table_health`, small fragments against `target_rows_per_fragment`, the
@@ -88,7 +89,8 @@ def measure(table: TableLike, now: float | None = None, health: bool = False, *,
     storage=True also the storage reading (a listing of every object and a GC dry run that reads every
     retained version's manifest), which a frequent check must not take.
 
-    snapshot_age_s is None when no snapshot was ever written.
+    snapshot_age_s is None when no snapshot was ever written. With search=True also `search`: per vector or
+    FTS index, what a search pays now (memwal.search_plan.search_costs: opens each unmerged generation).
     """
     from memwal.status import table_status  # here, not at import: DAG files import this module
     from memwal.table import MemWalTable
@@ -107,6 +109,10 @@ def measure(table: TableLike, now: float | None = None, health: bool = False, *,
     from memwal.index_health import index_health  # from the manifest: cheap on every check
 
     summary["indexes"] = [h.to_dict() for h in index_health(table.dataset)]
+    if search:
+        from memwal.search_plan import search_costs
+
+        summary["search"] = search_costs(table)
     return summary
 
 

@@ -116,6 +116,7 @@ class LsmReader:
         # Per snapshot: live addresses, term counts, index descriptions; searches do not reopen or recount them.
         self._search_cache: dict = {}
         self.last_fts_plan = None
+        self.last_vector_plan = None
         self._region_values: dict[str, tuple] | None = None
         self.last_scan_regions: set[str] | None = None
         self.sources: list[Source] = [Source(None, 0, self.base, False)]
@@ -229,6 +230,16 @@ class LsmReader:
         from memwal.full_text_search import full_text_search
 
         return full_text_search(self, query, column=column, k=k, filter=filter, columns=columns)
+
+    def search(self, vector: Any, *, column: str | None = None, k: int = 10, filter: Filter = None,
+               columns: Sequence[str] | None = None, nprobes: int | None = None,
+               refine_factor: int | None = None) -> pa.Table:
+        """The k live newest rows nearest to `vector`, nearest first, with `_distance` (memwal.vector_search).
+        `column` defaults to the base table's only vector-indexed (or vector) column."""
+        from memwal.vector_search import vector_search
+
+        return vector_search(self, vector, column=column, k=k, filter=filter, columns=columns, nprobes=nprobes,
+                             refine_factor=refine_factor)
 
     def _schema(self, columns: Sequence[str]) -> pa.Schema:
         return pa.schema([self.base.schema.field(c) for c in columns])

@@ -7,8 +7,10 @@ Every row's vector and text are functions of its name (tests/vector_model.py), s
 (key -> name, score) is the model of the searches too. After every step, through Lance on the base table:
 an exact vector search (no index) equals the full ordered brute-force result, an ANN search with every
 partition probed and refinement over all rows returns the brute-force nearest rows, the FTS query of every
-word and two scalar filters return the brute-force rows; and our full-text search over the LSM view (with
-the MemTables) equals global BM25 over its newest texts; no index has more segments than the policy's
+word and two scalar filters return the brute-force rows; our full-text search over the LSM view (with the
+MemTables) equals global BM25 over its newest texts; our vector search over it, every partition probed and
+refined over all rows, equals the brute-force newest-wins nearest rows, and at its defaults returns live
+newest rows, never short; no index has more segments than the policy's
 bound. The base table the searches run on is a plain scan: its vectors and texts must be those of its
 names, and once every flushed generation is merged it must equal our LSM view (which the reads compare with
 the model). At the end (everything merged and caught up) the indexes cover every row.
@@ -27,7 +29,19 @@ from hypothesis import strategies as st
 from hypothesis.stateful import invariant, precondition, rule
 from machine import LsmMachine, _tracked, local_machine
 from tables import SCHEMA, Row, view
-from vector_model import DIM, IVF_PQ_PARAMS, WORDS, check_lance_searches, text_of, vector_column, vector_of
+from vector_model import (
+    ANN_K,
+    DIM,
+    IVF_PQ_PARAMS,
+    PARTITIONS,
+    QUERIES,
+    WORDS,
+    assert_top_k,
+    check_lance_searches,
+    text_of,
+    vector_column,
+    vector_of,
+)
 
 from memwal.catchup import catchup_table
 from memwal.compaction import compact_table
@@ -121,12 +135,32 @@ class VectorLsmMachine(LsmMachine):
                                f"{what}: LSM full-text search {query!r} (filter {filter})")
         type(self).stats["lsm_fts_checks"] += 1
 
+    def _check_lsm_vector_search(self, what: str) -> None:
+        """Our vector search over the LSM view with the live MemTables: with every partition probed and
+        refinement over all rows it equals the brute-force newest-wins nearest rows (with and without a filter);
+        at the defaults its rows are live newest versions, each key once, never short."""
+        reader = LsmReader(MemWalTable(self.uri, self.so), memtables=self._memtables())
+        names = {k: v[0] for k, v in view(reader.scan()).items()}
+        for qi, q in enumerate(QUERIES):
+            for filter, keep in ((None, lambda k: True), ("id < 20", lambda k: k < 20)):
+                kept = {k: n for k, n in names.items() if keep(k)}
+                got = reader.search(q, k=ANN_K, filter=filter, columns=["id", "name"], nprobes=PARTITIONS,
+                                    refine_factor=len(names) + 1)
+                pairs = list(zip(got.column("_distance").to_pylist(), got.column("id").to_pylist(), strict=True))
+                assert_top_k(pairs, kept, q, min(ANN_K, len(kept)), f"{what}: LSM vector search {qi} ({filter})")
+            ann = reader.search(q, k=ANN_K, columns=["id", "name"]).to_pylist()
+            assert len(ann) == min(ANN_K, len(names)), f"{what}: LSM ANN search {qi} is short: {ann}"
+            assert len({r["id"] for r in ann}) == len(ann) and all(names.get(r["id"]) == r["name"] for r in ann), \
+                f"{what}: LSM ANN search {qi} returned a stale, deleted or repeated row: {ann}"
+        type(self).stats["lsm_vector_checks"] += 1
+
     @invariant()
     @_tracked
     def searches_equal_model(self) -> None:
         if self.loc is not None:
             self._check_searches("after a step")
             self._check_lsm_full_text_search("after a step")
+            self._check_lsm_vector_search("after a step")
 
     def _final_check(self) -> None:
         super()._final_check()

@@ -1,0 +1,241 @@
+"""Vector search over the LSM view (base table, flushed generations, MemTables): the k nearest live newest rows.
+
+Every source of the read plan (memwal.search_plan) is asked through its own vector index, with the filter as a
+prefilter; a source without one, or a generation or MemTable small enough (FLAT_ROWS), is searched flat, so
+a generation's index type never makes the result less exact than the base table's own search. A candidate
+counts only if it is its key's newest live version; a source whose candidates were shadowed is asked for more
+until k live rows are found or it is exhausted (never short). Candidates are re-ranked by exact distances
+computed from their vectors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from memwal.errors import BadInputError
+from memwal.search_plan import is_live, plan_sources
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from memwal.reader import Filter, LsmReader
+
+__all__ = ["DISTANCE_COLUMN", "FLAT_ROWS", "VectorPlan", "is_vector_index", "vector_search"]
+
+DISTANCE_COLUMN = "_distance"
+# Generations and MemTables of at most this many rows are searched flat (exact), whatever index they carry.
+FLAT_ROWS = 20_000
+# When the caller gives none: partitions probed and refinement of an indexed source (the base table).
+DEFAULT_NPROBES = 20
+DEFAULT_REFINE_FACTOR = 10
+_METRICS = ("l2", "cosine", "dot")
+
+
+@dataclass
+class VectorPlan:
+    """What the last vector search paid: sources asked through an index or flat, rows served flat, candidates
+    read, how many were shadowed (stale, deleted or duplicate versions) and the extra rounds that cost."""
+
+    column: str
+    metric: str
+    indexed_sources: int = 0
+    flat_sources: int = 0
+    rows_served_flat: int = 0
+    candidates: int = 0
+    shadowed: int = 0
+    extra_rounds: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def is_vector_index(desc: Any, column: str) -> bool:
+    """A describe_indices entry is a vector index (IVF_*, HNSW) on exactly `column`."""
+    kind = str(desc.index_type).upper()
+    return (kind.startswith("IVF") or "HNSW" in kind or "VECTOR" in kind) and list(desc.field_names) == [column]
+
+
+def _is_vector_field(field: pa.Field) -> bool:
+    t = field.type
+    return pa.types.is_fixed_size_list(t) and (pa.types.is_floating(t.value_type) or pa.types.is_integer(t.value_type))
+
+
+def _metric(desc: Any | None) -> str:
+    """The index's distance metric (Lance's name, lower case); l2 without an index."""
+    details = getattr(desc, "details", None) or {}
+    found = details.get("metric_type") or details.get("distance_type") if isinstance(details, dict) else None
+    if found is None and desc is not None:
+        text = str(details).lower()
+        found = next((m for m in _METRICS if f"'{m}'" in text or f'"{m}"' in text), None)
+    return str(found or "l2").lower()
+
+
+def _resolve(reader: LsmReader, column: str | None) -> tuple[str, str]:
+    """The searched column and its metric, from the base table's vector index (or its only vector column)."""
+    table = reader.store.uri
+    schema = reader.base.schema
+    indexes = [d for d in reader.base.describe_indices() if len(d.field_names) == 1
+               and is_vector_index(d, d.field_names[0])]
+    if column is None:
+        columns = sorted({d.field_names[0] for d in indexes}) or [f.name for f in schema if _is_vector_field(f)]
+        if len(columns) != 1:
+            raise BadInputError(f"table {table}: search needs column= (vector columns: {columns or 'none'})")
+        column = columns[0]
+    if column not in schema.names or not _is_vector_field(schema.field(column)):
+        raise BadInputError(f"table {table}: column {column!r} for search is not a fixed-size vector column")
+    desc = next((d for d in indexes if list(d.field_names) == [column]), None)
+    return column, _metric(desc)
+
+
+def _distances(vectors: np.ndarray, q: np.ndarray, metric: str) -> np.ndarray:
+    """Lance's distances: squared L2, 1 - cosine similarity, or 1 - dot product."""
+    v = vectors.astype(np.float64)
+    q64 = q.astype(np.float64)
+    if metric == "cosine":
+        norms = np.linalg.norm(v, axis=1) * np.linalg.norm(q64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return 1.0 - (v @ q64) / norms
+    if metric == "dot":
+        return 1.0 - v @ q64
+    return ((v - q64) ** 2).sum(axis=1)
+
+
+def _flat_live(reader: LsmReader, position: int, column: str, dim: int
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Row ids, row addresses and vectors of a small source's live newest rows, read once per snapshot: an
+    unfiltered flat search of it is then one matrix product, not a Lance query."""
+    key = ("flat vectors", position, column)
+    cache = reader._search_cache
+    if key not in cache:
+        t = reader.sources[position].dataset.to_table(columns=[column], with_row_address=True, with_row_id=True)
+        t = t.filter(pa.array(is_live(reader, position, t.column("_rowaddr").to_numpy())))
+        vecs = np.asarray(t.column(column).combine_chunks().flatten(), np.float32).reshape(-1, dim)
+        cache[key] = t.column("_rowid").to_numpy(), t.column("_rowaddr").to_numpy(), vecs
+    return cache[key]
+
+
+def _flat_top(reader: LsmReader, position: int, column: str, q: np.ndarray, k: int, metric: str
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Row ids, row addresses and exact distances of the k nearest live rows of a small source (rows are
+    taken only for the final top k)."""
+    row_ids, addrs, vecs = _flat_live(reader, position, column, q.shape[0])
+    dist = _distances(vecs, q, metric)
+    top = np.argpartition(dist, k - 1)[:k] if len(dist) > k else np.arange(len(dist))
+    return row_ids[top], addrs[top], dist[top]
+
+
+def _rows(reader: LsmReader, parts: list, picked: np.ndarray, columns: list[str], schema: pa.Schema) -> pa.Table:
+    """The picked candidates' rows, in order: sliced from a source's query result, or taken (one take per
+    source, in row id order) for the flat-searched ones."""
+    taken = {}
+    for j in sorted({int(j) for j, _ in picked}):
+        table, _, _, _, position, row_ids = parts[j]
+        if table is not None:
+            taken[j] = None, table.select(columns).cast(schema)
+            continue
+        ids = sorted(int(row_ids[i]) for jj, i in picked if jj == j)
+        t = reader.sources[position].dataset._take_rows(ids, columns=columns)  # comes back in row id order
+        taken[j] = dict(zip(ids, range(len(ids)), strict=True)), t.cast(schema)
+    out = []
+    for j, i in picked:
+        at, t = taken[j]
+        out.append(t.slice(int(i) if at is None else at[int(parts[j][5][i])], 1))
+    return pa.concat_tables(out).combine_chunks()
+
+
+def _count(reader: LsmReader, position: int) -> int:
+    key = ("rows", position)
+    if key not in reader._search_cache:
+        reader._search_cache[key] = reader.sources[position].dataset.count_rows()
+    return reader._search_cache[key]
+
+
+def _check_int(table: str, name: str, value: Any, optional: bool) -> None:
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise BadInputError(f"table {table}: search {name} must be a positive integer, not {value!r}")
+
+
+def vector_search(reader: LsmReader, vector: Any, *, column: str | None = None, k: int = 10,
+                  filter: Filter = None, columns: Sequence[str] | None = None, nprobes: int | None = None,
+                  refine_factor: int | None = None) -> pa.Table:
+    """The k live newest rows nearest to `vector`, nearest first, with `_distance`."""
+    table = reader.store.uri
+    _check_int(table, "k", k, False)
+    _check_int(table, "nprobes", nprobes, True)
+    _check_int(table, "refine_factor", refine_factor, True)
+    cache = reader._search_cache
+    if ("vector column", column) not in cache:
+        cache[("vector column", column)] = _resolve(reader, column)
+    column, metric = cache[("vector column", column)]
+    dim = reader.base.schema.field(column).type.list_size
+    try:
+        q = np.asarray(vector, dtype=np.float32).reshape(-1)
+    except (TypeError, ValueError) as e:
+        raise BadInputError(f"table {table}: search vector is not a list of numbers: {e}") from e
+    if q.shape != (dim,) or not np.isfinite(q).all():
+        raise BadInputError(f"table {table}: search vector must be {dim} finite numbers for column {column!r}, "
+                            f"got {q.shape[0]}")
+    columns = list(columns) if columns is not None else [f.name for f in reader.base.schema]
+    missing = [c for c in columns if c not in reader.base.schema.names]
+    if missing:
+        raise BadInputError(f"table {table}: search columns {missing} are not in the table")
+    out_schema = reader._schema(columns)
+    plan = VectorPlan(column, metric)
+    reader.last_vector_plan = plan
+    read = list(dict.fromkeys([*columns, column]))
+    nprobes = DEFAULT_NPROBES if nprobes is None else nprobes
+    refine_factor = DEFAULT_REFINE_FACTOR if refine_factor is None else refine_factor
+    parts = []
+    for p in plan_sources(reader, column, is_vector_index, filter):
+        ds = p.source.dataset
+        rows = _count(reader, p.position)
+        small = p.source.generation > 0 and rows <= FLAT_ROWS
+        flat = p.index is None or small
+        if flat:
+            plan.flat_sources += 1
+            plan.rows_served_flat += rows
+        else:
+            plan.indexed_sources += 1
+            plan.rows_served_flat += p.unindexed_rows
+        if small and filter is None:
+            row_ids, addrs, dist = _flat_top(reader, p.position, column, q, k, metric)
+            plan.candidates += len(dist)
+            if len(dist):
+                parts.append((None, dist, p.source.generation, addrs, p.position, row_ids))
+            continue
+        ask = k
+        while True:
+            nearest: dict[str, Any] = {"column": column, "q": q, "k": ask, "metric": metric, "use_index": not flat}
+            if not flat:
+                nearest["nprobes"] = nprobes
+                nearest["refine_factor"] = refine_factor
+            got = ds.to_table(columns=read, nearest=nearest, filter=filter, prefilter=True,
+                              with_row_address=True, disable_scoring_autoprojection=True)
+            live = is_live(reader, p.position, got.column("_rowaddr").to_numpy())
+            if int(live.sum()) >= k or got.num_rows < ask or ask >= rows:
+                break
+            plan.extra_rounds += 1
+            ask = min(rows, 2 * ask + int((~live).sum()))
+        plan.candidates += got.num_rows
+        plan.shadowed += int((~live).sum())
+        got = got.filter(pa.array(live))
+        if got.num_rows:
+            vecs = np.asarray(got.column(column).combine_chunks().flatten(), np.float32).reshape(-1, dim)
+            addrs = got.column("_rowaddr").to_numpy()
+            parts.append((got, _distances(vecs, q, metric), p.source.generation, addrs, p.position, None))
+    if not parts:
+        return out_schema.append(pa.field(DISTANCE_COLUMN, pa.float32())).empty_table()
+    dist = np.concatenate([part[1] for part in parts])
+    gens = np.concatenate([np.full(len(part[1]), part[2]) for part in parts])
+    addrs = np.concatenate([np.asarray(part[3], np.uint64) for part in parts])
+    which = np.concatenate([np.stack([np.full(len(part[1]), j), np.arange(len(part[1]))], axis=1)
+                            for j, part in enumerate(parts)])
+    order = np.lexsort((addrs, -gens, dist))[:k]  # nearest first; ties: newer generation, then row address
+    result = _rows(reader, parts, which[order], columns, out_schema)
+    return result.append_column(pa.field(DISTANCE_COLUMN, pa.float32()), pa.array(dist[order], pa.float32()))
