@@ -58,7 +58,7 @@ sys.path.insert(0, os.path.join(REPO, "tests"))
 sys.path.insert(0, os.path.join(REPO, "scripts"))
 
 from ports import free_port  # noqa: E402
-from s3_requests import counting_proxy  # noqa: E402
+from support.s3_requests import counting_proxy  # noqa: E402
 
 from memwal.health import table_health  # noqa: E402
 from memwal.lag import measure  # noqa: E402

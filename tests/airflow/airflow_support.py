@@ -10,7 +10,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from tables import create_base, lance_core_scan, open_base, rows, sorted_rows
+from support.tables import create_base, lance_core_scan, open_base, rows, sorted_rows
 
 from memwal.mem_wal_index import load_index
 from memwal.region_manifest import load_latest_manifest

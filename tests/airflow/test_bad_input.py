@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 from airflow_support import lance_core_table, merged_generations, run_dag, tables_file, task_states
-from tables import create_base, open_base
+from support.tables import create_base, open_base
 
 from memwal import naming
 from memwal.airflow.hooks.memwal import MemWalHook, MemWalTaskError

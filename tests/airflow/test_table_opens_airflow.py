@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from airflow_support import lance_core_table, tables_file
-from open_counts import count_opens
+from support.open_counts import count_opens
 
 from memwal.airflow.config import get_table
 from memwal.airflow.hooks.memwal import MemWalHook

@@ -24,8 +24,8 @@ import uuid
 import lance
 import pyarrow as pa
 import pytest
-from maintenance import merge_region
-from tables import SCHEMA, create_base, open_base, rows
+from support.maintenance import merge_region
+from support.tables import SCHEMA, create_base, open_base, rows
 
 from memwal import naming, wal
 from memwal.catchup import catchup_table

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import lance
 import numpy as np
-from vector_tables import create_vector_table, text_of, vectors, write_generation
+from support.vector_tables import create_vector_table, text_of, vectors, write_generation
 
 from memwal.catchup import DistributedBuild, catchup_table
 from memwal.compaction import compact_table

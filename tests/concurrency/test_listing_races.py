@@ -10,9 +10,9 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from maintenance import ONE_GEN_PER_FLUSH, merge_region
-from storage_hooks import before_first
-from tables import create_base, open_base, rows, view
+from support.maintenance import ONE_GEN_PER_FLUSH, merge_region
+from support.storage_hooks import before_first
+from support.tables import create_base, open_base, rows, view
 
 from memwal import naming
 from memwal.errors import CommitConflictError, CorruptFileError, FencedError, MissingGenerationError

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from tables import SCHEMA, create_base, lance_core_scan, open_base, view
+from support.tables import SCHEMA, create_base, lance_core_scan, open_base, view
 
 from memwal.catchup import catchup_table
 from memwal.errors import FencedError, MissingGenerationError
@@ -81,7 +81,7 @@ def spawn(tmp: Path, loc, role: str, **spec) -> Worker:
     spec = {"role": role, "uri": loc.uri, "storage_options": loc.storage_options, **spec}
     with open(out, "w") as o, open(err, "w") as e:
         # Nobody crashes here: a lease long enough that a loaded machine never makes a live holder's
-        # heartbeat late (takeover after a crash is tested deterministically in tests/test_lock.py).
+        # heartbeat late (takeover after a crash is tested deterministically in tests/library/test_lock.py).
         proc = subprocess.Popen([sys.executable, str(WORKER), json.dumps(spec)], stdout=o, stderr=e,
                                 env={**os.environ, "MEMWAL_LOCK_LEASE_S": "120"})
     return Worker(role, proc, out, err)

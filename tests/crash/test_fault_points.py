@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from tables import SCHEMA, create_base, lance_core_scan, open_base, view
+from support.tables import SCHEMA, create_base, lance_core_scan, open_base, view
 
 from memwal import naming
 from memwal.catchup import catchup_table

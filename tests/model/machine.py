@@ -49,8 +49,8 @@ import lance
 import pyarrow as pa
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
-from maintenance import merge_region
-from tables import SCHEMA, Row, indexes_covering_every_fragment, lance_core_scan, view
+from support.maintenance import merge_region
+from support.tables import SCHEMA, Row, indexes_covering_every_fragment, lance_core_scan, view
 
 from memwal.catchup import catchup_table
 from memwal.compaction import CompactionConfig, compact_table

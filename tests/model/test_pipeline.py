@@ -10,8 +10,8 @@ from datetime import timedelta
 
 import lance
 import pyarrow as pa
-from maintenance import merge_region
-from tables import SCHEMA, create_base, lance_core_scan, open_base
+from support.maintenance import merge_region
+from support.tables import SCHEMA, create_base, lance_core_scan, open_base
 
 from memwal import naming
 from memwal.catchup import catchup_table
@@ -134,11 +134,11 @@ def test_vector_and_fts_table_maintained_by_the_jobs_against_the_model(local_loc
     """A table with IVF_PQ, FTS and BTREE indexes through 8 cycles of writes (upserts, new keys, deletes)
     and the maintenance DAG's jobs in its order (merge -> catch-up with the default IndexPolicy -> compaction
     when due -> retention -> snapshot -> GC). After every job, through Lance: exact and ANN vector search,
-    FTS and scalar filters equal the brute-force model (tests/vector_model.py), and no index has more
+    FTS and scalar filters equal the brute-force model (tests/support/vector_model.py), and no index has more
     segments than the bound. Each catch-up adds a vector segment, so without folding the index would reach
     9 segments and compaction could not combine the fragments: certain here, so asserted."""
     from vector_machine import FTS_INDEX, VECTOR_INDEX, create_vector_indexes, vector_table
-    from vector_model import check_lance_searches
+    from support.vector_model import check_lance_searches
 
     from memwal.compaction import compact_table
     from memwal.index_segments import segment_counts

@@ -12,8 +12,8 @@ from datetime import timedelta
 
 import pyarrow as pa
 import pytest
-from maintenance import build_table, merge_region, merge_without_our_lock
-from tables import SCHEMA, create_base, open_base, rows
+from support.maintenance import build_table, merge_region, merge_without_our_lock
+from support.tables import SCHEMA, create_base, open_base, rows
 
 from memwal import naming, wal
 from memwal.errors import CorruptFileError, FencedError

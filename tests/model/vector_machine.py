@@ -3,7 +3,7 @@ index (INVERTED) beside its BTREE, all maintained by the machine's jobs: catch-u
 (segments folded past the bound, or, with a compaction due at 2 small fragments, when they would block it),
 compaction, retention, snapshot and GC.
 
-Every row's vector and text are functions of its name (tests/vector_model.py), so the machine's model
+Every row's vector and text are functions of its name (tests/support/vector_model.py), so the machine's model
 (key -> name, score) is the model of the searches too. After every step, through Lance on the base table:
 an exact vector search (no index) equals the full ordered brute-force result, an ANN search with every
 partition probed and refinement over all rows returns the brute-force nearest rows, the FTS query of every
@@ -24,8 +24,8 @@ import pyarrow as pa
 from hypothesis import strategies as st
 from hypothesis.stateful import invariant, precondition, rule
 from machine import LsmMachine, _tracked, local_machine
-from tables import SCHEMA, Row, view
-from vector_model import DIM, IVF_PQ_PARAMS, check_lance_searches, text_of, vector_column, vector_of
+from support.tables import SCHEMA, Row, view
+from support.vector_model import DIM, IVF_PQ_PARAMS, check_lance_searches, text_of, vector_column, vector_of
 
 from memwal.catchup import catchup_table
 from memwal.compaction import compact_table

@@ -7,7 +7,7 @@ import uuid
 from dataclasses import dataclass
 
 import pyarrow as pa
-from tables import create_base, open_base, rows, sorted_rows
+from support.tables import create_base, open_base, rows, sorted_rows
 
 from memwal.reader import LsmReader
 from memwal.storage import ObjectStore

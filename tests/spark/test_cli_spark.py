@@ -2,8 +2,8 @@
 
 import json
 
-from maintenance import build_table
-from tables import open_base, sorted_rows
+from support.maintenance import build_table
+from support.tables import open_base, sorted_rows
 
 from memwal.cli import main
 from memwal.reader import LsmReader

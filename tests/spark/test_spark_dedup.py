@@ -14,7 +14,7 @@ import lance
 import pyarrow as pa
 import pytest
 from spark_helpers import ONE_GEN_PER_FLUSH, Loc, base_rows, build_table, lsm_view
-from tables import open_base
+from support.tables import open_base
 
 from memwal import merge as merge_mod
 from memwal.mem_wal_index import load_index

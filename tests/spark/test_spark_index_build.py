@@ -9,7 +9,7 @@ import dataclasses
 import json
 
 import pytest
-from index_tables import append, create_index_table, search_results
+from support.index_tables import append, create_index_table, search_results
 
 from memwal import index_build
 from memwal.catchup import DistributedBuild, catchup_table

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from vector_tables import create_vector_table, write_generation
+from support.vector_tables import create_vector_table, write_generation
 
 from memwal.index_segments import segment_counts
 from memwal.job_config import JobOptions

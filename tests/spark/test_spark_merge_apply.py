@@ -9,7 +9,7 @@ import uuid
 from types import SimpleNamespace
 
 import pytest
-from tables import open_base, view
+from support.tables import open_base, view
 from test_merge_passes import _exact_everywhere, _lsm, _table
 
 from memwal import merge_apply

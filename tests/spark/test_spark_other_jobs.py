@@ -8,7 +8,7 @@ import json
 
 import pytest
 from spark_helpers import FAST_JVM, Loc, base_rows, build_table, lsm_view
-from tables import open_base
+from support.tables import open_base
 
 from memwal.mem_wal_index import load_index
 from memwal.merge import merge_table

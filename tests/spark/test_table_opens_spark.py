@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from maintenance import build_table
-from open_counts import count_opens
+from support.maintenance import build_table
+from support.open_counts import count_opens
 
 from spark_jobs import merge as merge_job
 

@@ -8,7 +8,7 @@ import json
 import httpx
 import pytest
 
-from tests.s3_decoy import NOT_REACHED
+from support.s3_decoy import NOT_REACHED
 from tests.ui.conftest import S3_CONTROLS, S3_SECRET, S3_TABLE, TABLE
 
 ROUTES = [
