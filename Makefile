@@ -14,10 +14,10 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
 # Both cores (pytest-xdist): tests sharing a server or a session's Spark run serially in their xdist_group
 # (tests/conftest.py); TEST_WORKERS=1 runs the suite in one process. `make test-fast` is the inner loop: the
-# suite without the Spark, Airflow, model, crash/race and end-to-end tiers (docs/testing.md).
+# suite on local files without the S3, Spark, Airflow, model, crash/race and end-to-end tiers (docs/testing.md).
 TEST_WORKERS ?= 2
 XDIST := $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup,-p no:xdist)
-FAST := not slow and not spark and not model and not airflow
+FAST := not slow and not spark and not model and not airflow and not s3
 
 setup: $(STAMP)
 

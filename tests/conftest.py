@@ -143,6 +143,12 @@ _SERVER_FIXTURES = {"ui_airflow"}  # tests/ui: a real local Airflow serving the 
 _SLOW_FILES = {"test_make_airflow.py"}  # tests/ui: `make airflow` end to end
 
 
+def _params(item) -> list:
+    """The values of the item's parameters (the `location` fixture's, and tests' own `where`, are "s3")."""
+    callspec = getattr(item, "callspec", None)
+    return list(callspec.params.values()) if callspec is not None else []
+
+
 def pytest_collection_modifyitems(config, items):
     tests = Path(__file__).resolve().parent
     for item in items:
@@ -153,6 +159,8 @@ def pytest_collection_modifyitems(config, items):
         tier = parts[0] if len(parts) > 1 else ""
         for name in _TIER_MARKS.get(tier, ()):
             item.add_marker(getattr(pytest.mark, name))
+        if "s3_endpoint" in getattr(item, "fixturenames", ()) or "s3" in _params(item):
+            item.add_marker(pytest.mark.s3)  # moto S3: `make test` only, the inner loop stays on local files
         group = _GROUPS.get(tier)
         if _SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ())) or parts[-1] in _SLOW_FILES:
             item.add_marker(pytest.mark.slow)

@@ -24,6 +24,7 @@ from airflow_support import (
     task_states,
     xcom,
 )
+
 from support.lancedb_peer import INDEX, LanceDbTable, round_batches
 from support.tables import open_base
 

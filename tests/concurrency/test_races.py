@@ -31,7 +31,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from support.tables import SCHEMA, create_base, lance_core_scan, open_base, view
 
 from memwal.catchup import catchup_table
 from memwal.errors import FencedError, MissingGenerationError
@@ -42,6 +41,8 @@ from memwal.reader import LsmReader
 from memwal.region_manifest import latest_version, list_manifest_versions, load_latest_manifest, load_manifest
 from memwal.table import MemWalTable
 from memwal.writer import RegionWriter, WriterConfig
+
+from support.tables import SCHEMA, create_base, lance_core_scan, open_base, view
 
 WORKER = Path(__file__).with_name("worker.py")
 NEVER = WriterConfig(max_memtable_rows=10**9, max_memtable_bytes=10**12, max_flush_interval_s=None)

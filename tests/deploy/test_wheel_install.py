@@ -27,11 +27,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from memwal.reader import LsmReader
+
 from support.maintenance import build_table
 from support.python_envs import imports, python_without_memwal
 from support.tables import open_base, sorted_rows
-
-from memwal.reader import LsmReader
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "e2e"))

@@ -1,10 +1,10 @@
-from support.maintenance import build_table, merge_region
-from support.tables import open_base
-
 from memwal.catchup import catchup_table
 from memwal.mem_wal_index import load_index
 from memwal.merge import merge_table
 from memwal.status import table_status
+
+from support.maintenance import build_table, merge_region
+from support.tables import open_base
 
 
 def test_catchup_rebuilds_index_and_records_merged_generation(local_location):

@@ -6,10 +6,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.maintenance import build_table
-from support.tables import create_base
 
 from memwal.cli import main
+
+from support.maintenance import build_table
+from support.tables import create_base
 
 
 def test_status_shows_every_region(local_location, capsys):

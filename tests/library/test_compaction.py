@@ -9,7 +9,6 @@ import uuid
 import lance
 import pyarrow as pa
 import pytest
-from support.tables import indexes_covering_every_fragment, open_base, rows, view
 
 from memwal.catchup import catchup_table
 from memwal.compaction import (
@@ -26,6 +25,8 @@ from memwal.snapshot import read_snapshot, refresh_snapshot
 from memwal.storage import lance_storage_options
 from memwal.table import MemWalTable
 from memwal.writer import RegionWriter, WriterConfig
+
+from support.tables import indexes_covering_every_fragment, open_base, rows, view
 
 ONE_GEN_PER_FLUSH = WriterConfig(max_memtable_rows=10**9, max_flush_interval_s=None)
 PAIRS = CompactionConfig(force=True, target_rows_per_fragment=20, use_lock=False)
@@ -264,7 +265,7 @@ def _fail_the_restore_once(monkeypatch) -> list[str]:
     """The next commit of compaction's index_catchup restore (under the lock) raises an OSError, once."""
     import memwal.compaction as compaction
 
-    real, failed = compaction._commit_details_locked, []
+    real, failed = compaction.commit_details_locked, []
 
     def once(*args, **kwargs):
         if not failed:
@@ -272,7 +273,7 @@ def _fail_the_restore_once(monkeypatch) -> list[str]:
             raise OSError("injected: the store refused the restore commit")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(compaction, "_commit_details_locked", once)
+    monkeypatch.setattr(compaction, "commit_details_locked", once)
     return failed
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from support.maintenance import build_table
 
 import spark_jobs.connect
 import spark_jobs.submit
@@ -16,6 +15,8 @@ from memwal.engines import AutoThresholds, choose_engine, plan_work
 from memwal.job_config import JobOptions
 from memwal.maintenance_config import CompactionConfig
 from memwal.table import MemWalTable
+
+from support.maintenance import build_table
 
 
 @pytest.fixture
@@ -72,10 +73,10 @@ def test_plan_finds_executor_work(local_location):
 def test_catch_up_has_executor_work_only_for_segments_big_enough_to_build_there(local_location, monkeypatch):
     """Rows an index does not cover: driver work under the index kind's threshold for segments built on the
     executors (memwal.index_build.DISTRIBUTED_MIN_ROWS), executor work at or over it."""
-    from support.tables import open_base
-
     from memwal import index_build
     from memwal.merge import merge_table
+
+    from support.tables import open_base
 
     loc = local_location
     build_table(loc, regions=2, generations=3)

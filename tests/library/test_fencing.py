@@ -4,13 +4,14 @@ import uuid
 
 import pyarrow as pa
 import pytest
-from support.tables import SCHEMA, create_base, rows
 
 from memwal import naming, wal
 from memwal.errors import FencedError
 from memwal.region_manifest import RegionManifest, commit_manifest, latest_version, load_latest_manifest
 from memwal.schema import with_tombstone
 from memwal.writer import RegionWriter, WriterConfig
+
+from support.tables import SCHEMA, create_base, rows
 
 NEVER = WriterConfig(max_memtable_rows=10**9, max_flush_interval_s=None)
 
@@ -62,6 +63,7 @@ def test_appendix_1_fenced_writer_aborts_and_loses_nothing(location):
     assert m.version == 4 and m.writer_epoch == 7
     assert m.flushed_generations[-1] == flushed and m.replay_after_wal_entry_position == 17
     import lance
+
     from support.tables import open_base  # noqa: F401  (kept close to use)
 
     gen = lance.dataset(store.uri_of(naming.generation_dir(region, flushed.path)),

@@ -1,9 +1,6 @@
 import time
 from datetime import timedelta
 
-from support.maintenance import build_table, merge_region
-from support.tables import open_base, sorted_rows
-
 from memwal import naming
 from memwal.gc import GcConfig, gc_table
 from memwal.merge import merge_table
@@ -11,6 +8,9 @@ from memwal.reader import LsmReader
 from memwal.region_manifest import list_manifest_versions, load_latest_manifest
 from memwal.table import MemWalTable
 from memwal.wal import list_wal_positions
+
+from support.maintenance import build_table, merge_region
+from support.tables import open_base, sorted_rows
 
 
 def _gen_dirs(store, region):
@@ -109,14 +109,14 @@ def test_an_index_without_a_catchup_entry_is_caught_up_only_while_it_covers_ever
     while the index covers every live fragment)."""
     import uuid
 
-    from support.maintenance import write_generations
-    from support.tables import create_base
-
     from memwal.catchup import catchup_table
     from memwal.gc import safe_generation
     from memwal.index_coverage import with_coverage
     from memwal.mem_wal_index import load_index
     from memwal.status import table_status
+
+    from support.maintenance import write_generations
+    from support.tables import create_base
 
     loc = local_location
     create_base(loc, ids=range(10))

@@ -9,14 +9,15 @@ import lance
 import pyarrow as pa
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from support.maintenance import merge_region
-from support.tables import SCHEMA, rows
 
 from memwal.catchup import catchup_table
 from memwal.gc import GcConfig, gc_table
 from memwal.mem_wal_index import load_index
 from memwal.reader import LsmReader
 from memwal.writer import RegionWriter, WriterConfig
+
+from support.maintenance import merge_region
+from support.tables import SCHEMA, rows
 
 KEYS = st.integers(0, 15)
 OPS = st.lists(

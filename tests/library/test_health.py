@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import json
 
-from support.maintenance import build_table
-from support.tables import open_base
-
 from memwal.cli import main
 from memwal.compaction import CompactionConfig, compact_table
 from memwal.gc import gc_table
@@ -16,6 +13,9 @@ from memwal.lag import breaches
 from memwal.merge import merge_table
 from memwal.retention import RetentionConfig, retain_versions
 from memwal.table import MemWalTable
+
+from support.maintenance import build_table
+from support.tables import open_base
 
 
 def test_health_follows_merge_compaction_retention_and_gc(location):
@@ -81,10 +81,10 @@ def test_lag_check_health_requests_do_not_grow_with_versions(s3_location):
     """The lag monitor's reading (status + health, `measure(health=True)`) on a table with N and then 2N
     retained versions makes the same S3 requests, Lance's and ours (counted by a proxy): no GC plan, no
     manifest of an older version read. The storage reading (`memwal status`, the page) still grows."""
-    from support.s3_requests import counting_proxy
-
     from memwal.lag import measure
     from tests.conftest import s3_options
+
+    from support.s3_requests import counting_proxy
 
     loc = s3_location
     build_table(loc, regions=2, generations=3)
@@ -111,9 +111,9 @@ def test_lag_check_health_requests_do_not_grow_with_versions(s3_location):
 
 def test_lag_check_health_reads_no_older_version(local_location):
     """Locally: the lag check loads the MemWAL index once (the latest), with N and 2N versions."""
-    from support.open_counts import count_opens
-
     from memwal.lag import measure
+
+    from support.open_counts import count_opens
 
     build_table(local_location, regions=2, generations=3)
     merge_table(local_location.uri)

@@ -9,7 +9,6 @@ import os
 
 import lance
 import pytest
-from support.index_tables import INDEXES, append, create_index_table, search_results
 
 from memwal import index_build
 from memwal.catchup import DistributedBuild, catchup_table
@@ -18,6 +17,8 @@ from memwal.maintenance_config import IndexPolicy
 from memwal.mem_wal_index import load_index
 from memwal.table import MemWalTable
 from memwal.task_runner import in_process
+
+from support.index_tables import INDEXES, append, create_index_table, search_results
 
 BASE, NEW = 2000, 3000
 

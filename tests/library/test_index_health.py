@@ -8,7 +8,6 @@ import json
 
 import lance
 import pytest
-from support.vector_tables import create_vector_table, write_generation
 
 from memwal.catchup import catchup_table
 from memwal.cli import main
@@ -19,6 +18,8 @@ from memwal.lag import breaches, measure
 from memwal.maintenance_config import IndexPolicy
 from memwal.merge import merge_table
 from memwal.table import MemWalTable
+
+from support.vector_tables import create_vector_table, write_generation
 
 STATS_FIELDS = {"segments": "num_segments", "indexed_rows": "num_indexed_rows", "unindexed_rows": "num_unindexed_rows",
                 "indexed_fragments": "num_indexed_fragments", "unindexed_fragments": "num_unindexed_fragments"}

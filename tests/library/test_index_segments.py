@@ -8,7 +8,6 @@ from __future__ import annotations
 import lance
 import numpy as np
 import pytest
-from support.vector_tables import create_vector_table, text_of, vectors, write_generation
 
 from memwal.catchup import catchup_table, rebuild_indexes
 from memwal.compaction import compact_table
@@ -16,6 +15,8 @@ from memwal.index_segments import indices_to_merge, rebuild_vector_index, segmen
 from memwal.maintenance_config import CompactionConfig, IndexPolicy
 from memwal.merge import merge_table
 from memwal.table import MemWalTable
+
+from support.vector_tables import create_vector_table, text_of, vectors, write_generation
 
 BASE_ROWS = 3000
 # every fragment of these tables is small: compaction is due once a few are there

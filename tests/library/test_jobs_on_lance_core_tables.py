@@ -5,7 +5,6 @@ from datetime import timedelta
 
 import pyarrow as pa
 from lance.mem_wal import LsmScanner
-from support.tables import create_base, lance_core_scan, lance_core_snapshots, open_base, rows, sorted_rows
 
 from memwal.catchup import catchup_table
 from memwal.gc import GcConfig, gc_table
@@ -15,6 +14,8 @@ from memwal.reader import LsmReader
 from memwal.region_manifest import load_latest_manifest
 from memwal.snapshot import read_snapshot, refresh_snapshot
 from memwal.table import MemWalTable
+
+from support.tables import create_base, lance_core_scan, lance_core_snapshots, open_base, rows, sorted_rows
 
 
 def _lance_core_writes(loc, region, start):

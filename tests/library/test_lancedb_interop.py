@@ -8,6 +8,18 @@ import math
 
 import pyarrow as pa
 import pytest
+
+from memwal.cli import main
+from memwal.mem_wal_index import initialize_mem_wal, load_index
+from memwal.region_manifest import list_regions, load_latest_manifest
+from memwal.region_spec import RegionField, RegionSpec
+from memwal.status import table_status
+from memwal.storage import ObjectStore
+from memwal.table import MemWalTable
+from memwal.table_writer import TableWriter, lancedb_shard_id, region_id_for, writer_region_id
+from memwal.transforms import route
+from memwal.writer import RegionWriter, WriterConfig
+
 from support.lancedb_peer import (
     FTS_INDEX,
     INDEX,
@@ -22,17 +34,6 @@ from support.lancedb_peer import (
 from support.tables import create_base
 from support.tables import rows as base_rows
 from support.vector_model import ANN_K, QUERIES, WORDS, assert_top_k, exact_order, fts_ids
-
-from memwal.cli import main
-from memwal.mem_wal_index import initialize_mem_wal, load_index
-from memwal.region_manifest import list_regions, load_latest_manifest
-from memwal.region_spec import RegionField, RegionSpec
-from memwal.status import table_status
-from memwal.storage import ObjectStore
-from memwal.table import MemWalTable
-from memwal.table_writer import TableWriter, lancedb_shard_id, region_id_for, writer_region_id
-from memwal.transforms import route
-from memwal.writer import RegionWriter, WriterConfig
 
 NEVER = WriterConfig(max_memtable_rows=10**9, max_flush_interval_s=None)
 

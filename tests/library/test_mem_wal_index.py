@@ -4,13 +4,14 @@ import uuid
 from dataclasses import replace
 
 import pytest
-from support.maintenance import merge_region, merge_without_our_lock
-from support.tables import create_base, open_base, rows
 
 from memwal.errors import MemWalNotInitializedError
 from memwal.mem_wal_index import load_index, read_details_at
 from memwal.table import MemWalTable
 from memwal.writer import RegionWriter, WriterConfig
+
+from support.maintenance import merge_region, merge_without_our_lock
+from support.tables import create_base, open_base, rows
 
 
 def test_reads_lance_core_initialised_index(local_location):

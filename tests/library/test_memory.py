@@ -1,9 +1,9 @@
 """Process memory of a merge driver: glibc's arenas are capped before a job, unless the operator set it."""
 
-from support.maintenance import build_table
-
 import memwal.memory as memory
 from memwal.cli import main
+
+from support.maintenance import build_table
 
 
 class FakeLibc:

@@ -4,8 +4,6 @@ import uuid
 
 import pyarrow as pa
 import pytest
-from support.maintenance import merge_region, write_generations
-from support.tables import create_base, open_base, rows, sorted_rows
 
 from memwal import merge as merge_mod
 from memwal import naming
@@ -14,6 +12,9 @@ from memwal.merge import MergeConfig, merge_table
 from memwal.reader import LsmReader
 from memwal.table import MemWalTable
 from memwal.writer import RegionWriter, WriterConfig
+
+from support.maintenance import merge_region, write_generations
+from support.tables import create_base, open_base, rows, sorted_rows
 
 ONE_GEN_PER_FLUSH = WriterConfig(max_memtable_rows=10**9, max_flush_interval_s=None)
 

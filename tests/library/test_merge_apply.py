@@ -9,14 +9,15 @@ import uuid
 import lance
 import pyarrow as pa
 import pytest
-from support.apply_runner import pickling_runner, use_fragment_apply
-from support.maintenance import merge_region, merge_without_our_lock, write_generations
-from support.tables import lance_core_scan, open_base, rows, view
 from test_merge_passes import _exact_everywhere, _lsm, _table
 
 from memwal import merge_apply
 from memwal.mem_wal_index import load_index
 from memwal.merge import MergeConfig
+
+from support.apply_runner import pickling_runner, use_fragment_apply
+from support.maintenance import merge_region, merge_without_our_lock, write_generations
+from support.tables import lance_core_scan, open_base, rows, view
 
 ONE = MergeConfig(max_generations_per_commit=1, apply="fragments")
 TWO = MergeConfig(max_generations_per_commit=2, apply="fragments")
@@ -331,9 +332,9 @@ def _staging_dedup(opened: list, order: str | None = None):
 def test_staged_upserts_are_read_by_the_tasks_never_by_the_driver(local_location, tmp_path, regions):
     """Upserts staged as files (the Spark dedup's): the tasks read them, the driver never opens them (it
     keeps their keys), the marker commit streams the fresh ones; one commit may carry several regions."""
-    from support.maintenance import build_table
-
     from memwal.merge import merge_table
+
+    from support.maintenance import build_table
 
     loc = local_location
     region_ids = [_table(loc, GENS, fragment_rows=3)] if regions == 1 else build_table(loc, regions=2)

@@ -13,13 +13,14 @@ import pyarrow as pa
 import pytest
 from lance.mem_wal import CompactedSsTable
 from lance.optimize import Compaction, CompactionOptions
-from support.maintenance import merge_region, merge_without_our_lock, write_generations
-from support.tables import lance_core_scan, open_base, rows, view
 
 from memwal import merge_commit
 from memwal.mem_wal_index import load_index, read_details_at
 from memwal.merge import MergeConfig
 from memwal.reader import LsmReader
+
+from support.maintenance import merge_region, merge_without_our_lock, write_generations
+from support.tables import lance_core_scan, open_base, rows, view
 
 ONE = MergeConfig(max_generations_per_commit=1)
 # gen 1 deletes base keys 3 and 4 and inserts 20, 21; gen 2 re-inserts 3 and deletes 20; gen 3 updates 21

@@ -6,6 +6,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from lance.mem_wal import LsmPointLookupPlanner, LsmScanner
+
+from memwal.reader import LsmReader
+from memwal.table import MemWalTable
+from memwal.writer import RegionWriter, WriterConfig
+
 from support.tables import (
     create_base,
     lance_core_env,
@@ -15,10 +20,6 @@ from support.tables import (
     rows,
     sorted_rows,
 )
-
-from memwal.reader import LsmReader
-from memwal.table import MemWalTable
-from memwal.writer import RegionWriter, WriterConfig
 
 OPS = [
     ("put", range(5, 15), "g1"),  # updates 5..9, inserts 10..14

@@ -6,8 +6,6 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from support.maintenance import build_table
-from support.tables import open_base, sorted_rows
 
 from memwal import naming
 from memwal.gc import gc_table
@@ -15,6 +13,9 @@ from memwal.merge import merge_table
 from memwal.reader import LsmReader
 from memwal.retention import RetentionConfig, plan_retention, repair_window, retain_versions
 from memwal.table import MemWalTable
+
+from support.maintenance import build_table
+from support.tables import open_base, sorted_rows
 
 NOW_ALL_OLD = RetentionConfig(older_than_s=0, keep_versions=1)
 
@@ -121,10 +122,10 @@ def test_repair_window_of_a_table_without_rebased_rewrites_is_empty(local_locati
 def test_a_rebased_snapshot_rewrite_protects_the_version_it_was_rebased_over(local_location, monkeypatch):
     """A snapshot refresh reads the index, a merge by another tool commits (version m), the refresh's
     details commit lands rebased over it: retention must keep m, which the rebase repair reads."""
-    from support.maintenance import merge_without_our_lock
-
     import memwal.mem_wal_index as mwi
     from memwal.snapshot import refresh_snapshot
+
+    from support.maintenance import merge_without_our_lock
 
     loc = local_location
     (region,) = build_table(loc, regions=1, generations=2)

@@ -11,11 +11,12 @@ from contextlib import contextmanager
 from unittest import mock
 
 import lance
-from support.open_counts import count_opens
-from support.tables import create_base, open_base, rows
 
 from memwal.retention import RetentionConfig, retain_versions
 from memwal.storage import ObjectStore
+
+from support.open_counts import count_opens
+from support.tables import create_base, open_base, rows
 
 ALL_OLD = RetentionConfig(older_than_s=0, keep_versions=1)
 

@@ -10,14 +10,15 @@ import json
 import lance
 import pytest
 from lance.fragment import write_fragments
-from support.maintenance import build_table
-from support.storage_hooks import before_first
-from support.tables import open_base, rows
 
 from memwal.errors import MemWalError
 from memwal.lock import index_lock
 from memwal.merge import merge_table
 from memwal.retention import RetentionConfig, repair_window, retain_versions
+
+from support.maintenance import build_table
+from support.storage_hooks import before_first
+from support.tables import open_base, rows
 
 ALL_OLD_UNVERIFIED = RetentionConfig(older_than_s=0, keep_versions=1, delete_unverified=True)
 

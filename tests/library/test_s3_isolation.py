@@ -14,8 +14,6 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from lance.mem_wal import LsmPointLookupPlanner
-from support.s3_decoy import DECOY_MESSAGE, NOT_REACHED, S3_REMOVALS, s3_options_without
-from support.tables import create_base, lance_core_env, lance_core_snapshots, open_base, rows
 
 from memwal.merge import merge_table
 from memwal.reader import LsmReader
@@ -23,6 +21,9 @@ from memwal.status import table_status
 from memwal.storage import ObjectStore
 from memwal.table import MemWalTable
 from memwal.writer import RegionWriter, WriterConfig
+
+from support.s3_decoy import DECOY_MESSAGE, NOT_REACHED, S3_REMOVALS, s3_options_without
+from support.tables import create_base, lance_core_env, lance_core_snapshots, open_base, rows
 
 pytestmark = pytest.mark.s3
 MEMWAL = str(Path(sys.executable).with_name("memwal"))

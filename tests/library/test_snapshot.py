@@ -1,10 +1,10 @@
 import uuid
 
-from support.maintenance import build_table, merge_region
-
 from memwal.mem_wal_index import load_index
 from memwal.snapshot import read_snapshot, refresh_snapshot
 from memwal.table import MemWalTable
+
+from support.maintenance import build_table, merge_region
 
 
 def test_inline_snapshot_has_one_row_per_region_with_the_spec_schema(location):

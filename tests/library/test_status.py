@@ -1,6 +1,6 @@
-from support.maintenance import build_table, merge_region
-
 from memwal.status import table_status
+
+from support.maintenance import build_table, merge_region
 
 
 def test_status_reports_backlog_and_progress(local_location):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pickle
 
+from memwal.table import MemWalTable
+
 from support.maintenance import build_table, merge_region
 from support.open_counts import count_opens
-
-from memwal.table import MemWalTable
 
 
 def test_refresh_reloads_the_index_only_when_the_version_moved(local_location):

@@ -4,10 +4,10 @@ requests each on S3."""
 
 from __future__ import annotations
 
+from memwal import cli
+
 from support.maintenance import build_table
 from support.open_counts import count_opens
-
-from memwal import cli
 
 
 def test_in_process_merge_opens_the_table_once(local_location, capsys):

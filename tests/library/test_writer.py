@@ -6,7 +6,6 @@ import uuid
 import lance
 import pyarrow as pa
 import pytest
-from support.tables import create_base, lance_core_scan, open_base, rows, sorted_rows
 
 from memwal import naming
 from memwal.errors import CorruptFileError, NoPrimaryKeyError
@@ -17,6 +16,8 @@ from memwal.region_spec import RegionField, RegionSpec
 from memwal.table import MemWalTable
 from memwal.table_writer import TableWriter, region_id_for
 from memwal.writer import RegionWriter, WriterConfig
+
+from support.tables import create_base, lance_core_scan, open_base, rows, sorted_rows
 
 NEVER = WriterConfig(max_memtable_rows=10**9, max_flush_interval_s=None)
 

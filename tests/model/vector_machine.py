@@ -24,8 +24,6 @@ import pyarrow as pa
 from hypothesis import strategies as st
 from hypothesis.stateful import invariant, precondition, rule
 from machine import LsmMachine, _tracked, local_machine
-from support.tables import SCHEMA, Row, view
-from support.vector_model import DIM, IVF_PQ_PARAMS, check_lance_searches, text_of, vector_column, vector_of
 
 from memwal.catchup import catchup_table
 from memwal.compaction import compact_table
@@ -34,6 +32,9 @@ from memwal.maintenance_config import DEFAULT_MAX_INDEX_SEGMENTS, CompactionConf
 from memwal.merge import merge_table
 from memwal.storage import lance_storage_options
 from memwal.table import MemWalTable
+
+from support.tables import SCHEMA, Row, view
+from support.vector_model import DIM, IVF_PQ_PARAMS, check_lance_searches, text_of, vector_column, vector_of
 
 VECTOR_INDEX, FTS_INDEX = "vec_idx", "text_idx"
 DUE_AT_TWO = CompactionConfig(max_small_fragments=2)

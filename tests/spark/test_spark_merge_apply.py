@@ -9,12 +9,13 @@ import uuid
 from types import SimpleNamespace
 
 import pytest
-from support.tables import open_base, view
 from test_merge_passes import _exact_everywhere, _lsm, _table
 
 from memwal import merge_apply
 from memwal.merge import MergeConfig, merge_table
 from spark_jobs.task_runner import spark_runner
+
+from support.tables import open_base, view
 
 pytestmark = pytest.mark.spark
 

@@ -15,10 +15,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from support.maintenance import build_table
 
 from memwal.cli import main
 from spark_jobs import submit
+
+from support.maintenance import build_table
 
 SECRET = "canary-5ecret-value-item7"
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 import lance
 import numpy as np
 import pyarrow as pa
-from support.tables import PK
 
 from memwal.storage import lance_storage_options
+
+from support.tables import PK
 
 DIM = 16
 WORDS = ["apple", "river", "stone", "cloud", "ember", "maple", "quartz", "violet"]

@@ -17,7 +17,6 @@ import lance
 import lancedb
 import pyarrow as pa
 from lancedb import LsmWriteSpec
-from support.vector_model import DIM, PARTITIONS, text_of, vector_column
 
 from memwal.catchup import catchup_table
 from memwal.compaction import compact_table
@@ -33,6 +32,8 @@ from memwal.snapshot import read_snapshot, refresh_snapshot
 from memwal.storage import lance_storage_options
 from memwal.table import MemWalTable
 from memwal.transforms import route
+
+from support.vector_model import DIM, PARTITIONS, text_of, vector_column
 
 SCHEMA = pa.schema([
     pa.field("id", pa.int64(), nullable=False),

@@ -5,9 +5,10 @@ from __future__ import annotations
 import uuid
 
 import pyarrow as pa
-from support.tables import create_base, open_base, rows
 
 from memwal.writer import RegionWriter, WriterConfig
+
+from support.tables import create_base, open_base, rows
 
 ONE_GEN_PER_FLUSH = WriterConfig(max_memtable_rows=10**9, max_flush_interval_s=None)
 

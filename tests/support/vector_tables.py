@@ -7,11 +7,12 @@ import uuid
 import lance
 import numpy as np
 import pyarrow as pa
-from support.maintenance import ONE_GEN_PER_FLUSH
-from support.tables import PK
 
 from memwal.storage import lance_storage_options
 from memwal.writer import RegionWriter
+
+from support.maintenance import ONE_GEN_PER_FLUSH
+from support.tables import PK
 
 DIM = 16
 SCHEMA = pa.schema([

@@ -38,6 +38,7 @@ def ui_s3_table(s3_endpoint) -> str:
     from memwal.table_writer import TableWriter
     from memwal.writer import WriterConfig
     from tests.conftest import new_bucket, s3_options
+
     from support.tables import rows
 
     uri = f"s3://{new_bucket(s3_endpoint)}/table.lance"
