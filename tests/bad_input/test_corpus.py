@@ -98,11 +98,11 @@ def assert_nothing_lost(before: dict[str, bytes], loc, prefix: str = naming.MEM_
     assert not gone and not changed, f"deleted {gone}, modified {changed}"
 
 
-FAILED, BAD_ARGUMENTS, PARTIAL = 1, 2, 3  # the README's exit status table
+FAILED, BAD_ARGUMENTS, PARTIAL = 1, 2, 3  # the exit status table of docs/jobs.md
 
 
 def cli(*args: str) -> int:
-    """The memwal command's exit status (argparse errors exit too): the README's table, exactly
+    """The memwal command's exit status (argparse errors exit too): the table of docs/jobs.md, exactly
     (1 failed, 2 bad arguments, 3 some region or index failed)."""
     try:
         return cli_main(list(args))
