@@ -1,6 +1,6 @@
 # The two front-door commands: `make demo` and `make test`. Both build .venv from requirements.txt
 # when it is missing or stale. The protobuf code (plugins/memwal/_proto) is checked in, so a wheel needs no
-# protoc: `make proto` regenerates it after a change to protos/ (tests/test_proto_code.py checks it matches).
+# protoc: `make proto` regenerates it after a change to protos/ (tests/library/test_proto_code.py checks it matches).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -10,7 +10,14 @@ PROTOS := $(wildcard protos/*.proto)
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: setup proto dist test lint demo bench bench-merge clean
+.PHONY: setup proto dist test test-fast lint demo bench bench-merge clean
+
+# Both cores (pytest-xdist): tests sharing a server or a session's Spark run serially in their xdist_group
+# (tests/conftest.py); TEST_WORKERS=1 runs the suite in one process. `make test-fast` is the inner loop: the
+# suite on local files without the S3, Spark, Airflow, model, crash/race and end-to-end tiers (docs/testing.md).
+TEST_WORKERS ?= 2
+XDIST := $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup,-p no:xdist)
+FAST := not slow and not spark and not model and not airflow and not s3
 
 setup: $(STAMP)
 
@@ -32,7 +39,10 @@ lint: setup
 	$(BIN)/ruff check .
 
 test: setup lint
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
+
+test-fast: setup
+	$(BIN)/python -m pytest $(XDIST) -m "$(FAST)" $(PYTEST_ARGS)
 
 demo: setup
 	bash scripts/demo.sh

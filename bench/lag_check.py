@@ -58,13 +58,14 @@ sys.path.insert(0, os.path.join(REPO, "tests"))
 sys.path.insert(0, os.path.join(REPO, "scripts"))
 
 from ports import free_port  # noqa: E402
-from s3_requests import counting_proxy  # noqa: E402
 
 from memwal.health import table_health  # noqa: E402
 from memwal.lag import measure  # noqa: E402
 from memwal.merge import merge_table  # noqa: E402
 from memwal.table import MemWalTable  # noqa: E402
 from memwal.writer import RegionWriter, WriterConfig  # noqa: E402
+
+from support.s3_requests import counting_proxy  # noqa: E402
 
 ONE_GEN_PER_FLUSH = WriterConfig(max_memtable_rows=10**9, max_flush_interval_s=None)
 

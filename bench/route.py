@@ -2,7 +2,7 @@
 evaluate_sharding_spec of the same rows (which computes the bucket values only, no grouping).
 
 Prints the median seconds of each and `ratio ours/lance` (below 1 means ours is faster), plus ours per
-million rows. Moved here from tests/test_region_spec.py, which had a wall-clock bound (issue 18).
+million rows. Moved here from tests/library/test_region_spec.py, which had a wall-clock bound (issue 18).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@
 # PATH.model.json and PATH.memwal-demo/ (the demo's marker, holding the table's tables file), and never
 # anything else in PATH's directory. A PATH (or PATH.model.json) that exists without that marker is not the
 # demo's: the demo stops, names it and deletes nothing.
-# `scripts/demo.sh --reset-only` does that first step alone and exits (tests/test_demo_script.py).
+# `scripts/demo.sh --reset-only` does that first step alone and exits (tests/scripts/test_demo_script.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=.venv/bin

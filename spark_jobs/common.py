@@ -104,7 +104,7 @@ def table(args: argparse.Namespace) -> Any:
 # --- SparkSession -------------------------------------------------------------------------------------
 
 
-def _local_cores(master: str) -> int:
+def local_cores(master: str) -> int:
     """Cores of a local master: local -> 1, local[N] / local[N,F] -> N, local[*] and others -> all."""
     if master == "local":
         return 1
@@ -146,7 +146,7 @@ def build_spark(job: str, *, master: str | None = None, conf: dict[str, str] | N
     settings: dict[str, str] = {}
     if master_url.startswith("local"):
         settings.update({
-            "spark.sql.shuffle.partitions": str(2 * _local_cores(master_url)),
+            "spark.sql.shuffle.partitions": str(2 * local_cores(master_url)),
             "spark.ui.enabled": "false",
             "spark.driver.host": "127.0.0.1",
             "spark.driver.bindAddress": "127.0.0.1",

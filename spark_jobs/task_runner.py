@@ -70,14 +70,14 @@ def default_parallelism(spark: Any, fallback: int = 2) -> int:
     """The session's task slots (cores), for how many tasks to cut work into. A local master's cores are
     read from the master; a cluster's from the SparkContext, which Spark Connect lacks: there
     spark.default.parallelism if set, else the fallback."""
-    from spark_jobs.common import _local_cores
+    from spark_jobs.common import local_cores
 
     try:
         master = spark.conf.get("spark.master", "") or ""
     except Exception:
         master = ""
     if master.startswith("local"):
-        return _local_cores(master)
+        return local_cores(master)
     try:
         return max(1, int(spark.sparkContext.defaultParallelism))
     except Exception:

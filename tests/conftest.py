@@ -17,7 +17,7 @@ import pytest
 from memwal.storage import ObjectStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from s3_decoy import isolate_environment
+from support.s3_decoy import isolate_environment
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
@@ -119,3 +119,52 @@ os.environ.setdefault("MEMWAL_LOCK_LEASE_S", "4")
 def _spark_python():
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+# --- Tiers and cores (issue 34). `make test-fast` deselects the slow tiers by marker; `make test` runs on two
+# cores with pytest-xdist (--dist loadgroup): tests that share a server or a per-session resource carry an
+# xdist_group, so each group runs serially on one worker while independent tests spread over both.
+# Marked by directory here (one place, so a new file in a tier's directory is in its tier).
+_TIER_MARKS = {
+    "spark": ("spark",),  # a SparkSession, a standalone cluster or spark-submit: JVMs, tens of seconds each
+    "e2e": ("slow", "server"),  # a real Airflow (PostgreSQL on 127.0.0.1:5432 when it answers) + Spark + moto
+    "deploy": ("slow", "server"),  # builds and installs the wheel into fresh environments, then runs Spark
+    "model": ("model",),  # hypothesis state machines: the longest single tests of the suite
+    "airflow": ("airflow",),  # DAG runs in child Airflow processes on one migrated Airflow home per session
+    "crash": ("slow",),  # each case a child process killed at a fault point
+    "concurrency": ("slow",),  # child processes racing on one table
+}
+# One worker each: the Spark tests share a session's SparkSession, standalone cluster and Connect server
+# (tests/spark/conftest.py); the real-Airflow tests start Airflow's servers and their PostgreSQL databases;
+# the DAG tests share one migrated Airflow home (tests/airflow/conftest.py). Starting these twice would cost
+# more than it saves and put two JVM clusters on two cores.
+_GROUPS = {"spark": "spark", "e2e": "server", "deploy": "server", "airflow": "airflow"}
+_SERVER_FIXTURES = {"ui_airflow"}  # tests/ui: a real local Airflow serving the MemWAL page
+_SLOW_FILES = {"test_make_airflow.py"}  # tests/ui: `make airflow` end to end
+
+
+def _params(item) -> list:
+    """The values of the item's parameters (the `location` fixture's, and tests' own `where`, are "s3")."""
+    callspec = getattr(item, "callspec", None)
+    return list(callspec.params.values()) if callspec is not None else []
+
+
+def pytest_collection_modifyitems(config, items):
+    tests = Path(__file__).resolve().parent
+    for item in items:
+        try:
+            parts = Path(item.path).resolve().relative_to(tests).parts
+        except ValueError:
+            continue
+        tier = parts[0] if len(parts) > 1 else ""
+        for name in _TIER_MARKS.get(tier, ()):
+            item.add_marker(getattr(pytest.mark, name))
+        if "s3_endpoint" in getattr(item, "fixturenames", ()) or "s3" in _params(item):
+            item.add_marker(pytest.mark.s3)  # moto S3: `make test` only, the inner loop stays on local files
+        group = _GROUPS.get(tier)
+        if _SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ())) or parts[-1] in _SLOW_FILES:
+            item.add_marker(pytest.mark.slow)
+            item.add_marker(pytest.mark.server)
+            group = "server"
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))

@@ -306,9 +306,10 @@ def main(argv: list[str] | None = None) -> int:
             return _search(args, table)
         if args.command == "status":
             from memwal.lag import breaches
+            from memwal.status import table_status
 
             check_job_input("status", table, JobOptions(), args.region)
-            summary = table.jobs.status(args.region)
+            summary = table_status(table, args.region).to_dict()
             if args.health:
                 from memwal.health import table_health
 

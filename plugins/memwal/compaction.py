@@ -1,8 +1,7 @@
 """Compaction of the base table with Lance's distributed API: plan on the driver, execute the tasks in
 process or on Spark executors (tasks pickle), commit on the driver with the options of the plan.
 
-When it is due (`due_reasons`): more fragments than `max_fragments`, at least `max_small_fragments`
-fragments below half the target size, or a deleted-row ratio at or above `max_deleted_ratio`.
+When it is due: `memwal.fragment_health.due_reasons` (re-exported here with the fragment health helpers).
 
 Merges race compaction. A merge that commits between the plan and the compaction's commit makes Lance
 refuse the commit as preempted when they share a fragment; then the results of the tasks whose fragments
@@ -41,9 +40,10 @@ from lance.optimize import Compaction, CompactionOptions, CompactionTask, Rewrit
 
 from memwal import naming
 from memwal.faults import fault_point
+from memwal.fragment_health import FragmentHealth, due_reasons, fragment_health, is_small
 from memwal.index_coverage import covers_every_fragment
 from memwal.maintenance_config import CompactionConfig
-from memwal.mem_wal_index import MemWalIndexDetails, _commit_details_locked, commit_details, open_table
+from memwal.mem_wal_index import MemWalIndexDetails, commit_details, commit_details_locked, open_table
 from memwal.table import MemWalTable, TableLike
 
 __all__ = ["PENDING_CATCHUP", "CompactionConfig", "CompactionSummary", "FragmentHealth", "compact_table",
@@ -65,60 +65,10 @@ _PREEMPTED = re.compile(r"Retryable commit conflict for version \d+: This \w+ tr
                         r"(?:concurrent transaction|a concurrent update)")
 
 
-@dataclass
-class FragmentHealth:
-    """The base table's fragments: how many, how many are small, and the share of deleted rows."""
-
-    fragments: int = 0
-    small_fragments: int = 0
-    physical_rows: int = 0
-    deleted_rows: int = 0
-
-    @property
-    def deleted_ratio(self) -> float:
-        return self.deleted_rows / self.physical_rows if self.physical_rows else 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "deleted_ratio": round(self.deleted_ratio, 6)}
-
-
 def lance_options(config: CompactionConfig) -> CompactionOptions:
     """Lance's options, the same for the plan and the commit (the commit remaps indexes with them)."""
     return CompactionOptions(target_rows_per_fragment=config.target_rows_per_fragment,
                              materialize_deletions_threshold=config.materialize_deletions_threshold)
-
-
-def _deleted_rows(meta: Any) -> int:
-    return (meta.deletion_file.num_deleted_rows or 0) if meta.deletion_file is not None else 0
-
-
-def is_small(meta: Any, target_rows_per_fragment: int) -> bool:
-    """Compaction's "small" fragment (from its manifest metadata): live rows under half the target."""
-    return meta.physical_rows - _deleted_rows(meta) < target_rows_per_fragment // 2
-
-
-def fragment_health(ds: lance.LanceDataset, target_rows_per_fragment: int) -> FragmentHealth:
-    """Read from the manifest (no data file is opened)."""
-    out = FragmentHealth()
-    for frag in ds.get_fragments():
-        meta = frag.metadata
-        out.fragments += 1
-        out.physical_rows += meta.physical_rows
-        out.deleted_rows += _deleted_rows(meta)
-        out.small_fragments += is_small(meta, target_rows_per_fragment)
-    return out
-
-
-def due_reasons(health: FragmentHealth, config: CompactionConfig) -> list[str]:
-    """Why compaction is due (empty: not due)."""
-    out = []
-    if health.fragments > config.max_fragments:
-        out.append(f"{health.fragments} fragments > {config.max_fragments}")
-    if health.small_fragments >= config.max_small_fragments and health.fragments > 1:
-        out.append(f"{health.small_fragments} small fragments >= {config.max_small_fragments}")
-    if health.deleted_rows and health.deleted_ratio >= config.max_deleted_ratio:
-        out.append(f"deleted-row ratio {health.deleted_ratio:.3f} >= {config.max_deleted_ratio}")
-    return out
 
 
 def execute_in_process(tasks: Sequence[CompactionTask], uri: str,
@@ -222,7 +172,7 @@ def _restore_catchup(table: MemWalTable, before: dict[str, dict[str, int]], lock
             return replace(d, index_catchup={**restored, **d.index_catchup})
 
         if locked:
-            _commit_details_locked(table, mutate, None)
+            commit_details_locked(table, mutate, None)
         else:
             commit_details(table, mutate)
         log.info("compaction of %s: index_catchup restored after Lance's index remap: %s", table.uri, restored)
@@ -317,7 +267,7 @@ def compact_table(table: TableLike, config: CompactionConfig | None = None,
     health_after = fragment_health(after, config.target_rows_per_fragment)
     summary.health_after = health_after.to_dict()
     if config.enabled and summary.due and due_reasons(health_after, config):
-        from memwal.index_segments import blocking_indexes  # it imports this module
+        from memwal.index_segments import blocking_indexes
 
         summary.blocked_by_index_segments, summary.blocked_by_unindexed_fragments = blocking_indexes(
             after, config.target_rows_per_fragment)

@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from memwal.reader import LsmReader
+from memwal.storage import lance_storage_options
 from memwal.table_writer import TableWriter
 from memwal.writer import WriterConfig
 
@@ -27,19 +28,20 @@ SCHEMA = pa.schema([
 ])
 
 
-def _rows(ids: np.ndarray, version: int) -> pa.Table:
+def rows(ids: np.ndarray, version: int) -> pa.Table:
+    """The demo's rows for `ids` at write number `version` (amount = id % 1000 + version / 10)."""
     return pa.table({"id": ids, "user": [f"user-{i % 97}" for i in ids],
                      "amount": (ids % 1000).astype(np.float64) + version / 10}, schema=SCHEMA)
 
 
 def write_batches(table: str, model: dict[int, float], rng: np.random.Generator, batches: int, batch_rows: int,
-                  first_version: int, id_space: int) -> None:
+                  first_version: int, id_space: int, storage_options: dict[str, str] | None = None) -> None:
     """Upsert batches of random ids (and delete a twentieth of each) through the writer; the model follows."""
     config = WriterConfig(max_memtable_rows=batch_rows // 2, max_flush_interval_s=None)
-    with TableWriter(table, config=config) as writer:
+    with TableWriter(table, storage_options=storage_options, config=config) as writer:
         for b in range(batches):
             ids = rng.choice(id_space, size=batch_rows, replace=False)
-            t = _rows(ids, first_version + b)
+            t = rows(ids, first_version + b)
             writer.put(t)
             model.update(zip(t.column("id").to_pylist(), t.column("amount").to_pylist(), strict=True))
             dead = rng.choice(ids, size=batch_rows // 20, replace=False)
@@ -49,13 +51,19 @@ def write_batches(table: str, model: dict[int, float], rng: np.random.Generator,
             print(f"demo: batch {b + 1}/{batches}: {batch_rows} upserts, {len(dead)} deletes", file=sys.stderr)
 
 
-def write(table: str, base_rows: int, batches: int, batch_rows: int, seed: int) -> dict[int, float]:
+def write(table: str, base_rows: int, batches: int, batch_rows: int, seed: int,
+          storage_options: dict[str, str] | None = None) -> dict[int, float]:
+    """The demo table at `table` (base rows, a 4-bucket MemWAL, a BTREE index on `user`, then `batches` of
+    upserts and deletes flushed as generations); returns the model of its rows. Also the compose deployment's
+    demo table (docker/write_demo_table.py), on S3 through `storage_options`."""
     rng = np.random.default_rng(seed)
     model = {int(i): float(i % 1000) for i in range(base_rows)}
-    ds = lance.write_dataset(_rows(np.arange(base_rows), 0), table, mode="create")
+    ds = lance.write_dataset(rows(np.arange(base_rows), 0), table, mode="create",
+                             storage_options=lance_storage_options(storage_options))
     ds.initialize_mem_wal(bucket_column="id", num_buckets=4)
     ds.create_scalar_index("user", "BTREE", name="user_idx")
-    write_batches(table, model, rng, batches, batch_rows, first_version=1, id_space=base_rows * 2)
+    write_batches(table, model, rng, batches, batch_rows, first_version=1, id_space=base_rows * 2,
+                  storage_options=storage_options)
     return model
 
 

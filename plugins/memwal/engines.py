@@ -121,7 +121,7 @@ def _plan_merge(table: MemWalTable, options: JobOptions, regions: Sequence[str] 
 
 
 def _plan_compaction(table: MemWalTable, options: JobOptions) -> WorkPlan:
-    from memwal.compaction import due_reasons, fragment_health
+    from memwal.fragment_health import due_reasons, fragment_health
 
     config = options.compaction
     health = fragment_health(table.dataset, config.target_rows_per_fragment)

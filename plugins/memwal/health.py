@@ -23,11 +23,11 @@ from typing import Any
 import lance
 
 from memwal import naming
-from memwal.compaction import fragment_health
+from memwal.fragment_health import fragment_health
 from memwal.gc import gc_table
 from memwal.job_config import GcConfig
 from memwal.maintenance_config import CompactionConfig
-from memwal.mem_wal_index import _U64_MAX
+from memwal.mem_wal_index import U64_MAX
 from memwal.storage import ObjectStore
 from memwal.table import MemWalTable, TableLike
 
@@ -101,7 +101,7 @@ def table_versions(store: ObjectStore) -> list[int]:
         match = _MANIFEST_NAME.match(meta.path.rsplit("/", 1)[-1])
         if match:
             digits = match.group(1)
-            out.append(_U64_MAX - int(digits) if len(digits) == 20 else int(digits))
+            out.append(U64_MAX - int(digits) if len(digits) == 20 else int(digits))
     return sorted(out)
 
 

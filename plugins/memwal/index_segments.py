@@ -18,7 +18,7 @@ from typing import Any
 import lance
 
 from memwal import naming
-from memwal.compaction import due_reasons, fragment_health, is_small
+from memwal.fragment_health import due_reasons, fragment_health, is_small
 from memwal.maintenance_config import CompactionConfig, IndexPolicy
 
 __all__ = ["VECTOR_REBUILD_TYPES", "blocking_indexes", "fold_options", "indices_to_merge", "is_vector_index",
@@ -48,7 +48,7 @@ def indices_to_merge(segments: int, appending: bool, max_segments: int | None, n
 
 
 def _small_fragments(ds: lance.LanceDataset, target_rows_per_fragment: int) -> set[int]:
-    """Fragments compaction would combine (`memwal.compaction.is_small`)."""
+    """Fragments compaction would combine (`memwal.fragment_health.is_small`)."""
     return {f.fragment_id for f in ds.get_fragments() if is_small(f.metadata, target_rows_per_fragment)}
 
 

@@ -1,5 +1,6 @@
-"""The four background jobs behind one calling convention, shared by the `memwal` command, the Spark
-entry points (`spark_jobs/`) and the Airflow operators: the same options, summaries and exit codes.
+"""The six background jobs (merge, catch-up, snapshot, GC, compaction, retention: `JOBS`) behind one calling
+convention, shared by the `memwal` command, the Spark entry points (`spark_jobs/`) and the Airflow operators:
+the same options, summaries and exit codes.
 
 In process, a job is `run_job(job, table handle, JobOptions, regions)`: typed, no argv. Argv is parsed only
 where it arrives (the CLI and the Spark entry points): the table URI, storage options (`--storage-option

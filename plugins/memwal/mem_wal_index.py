@@ -40,6 +40,7 @@ __all__ = [
     "MemWalIndex",
     "MemWalIndexDetails",
     "commit_details",
+    "commit_details_locked",
     "decode_details",
     "encode_details",
     "index_of",
@@ -51,9 +52,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-_U64_MAX = (1 << 64) - 1
+U64_MAX = (1 << 64) - 1
 _FOOTER = struct.Struct("<QHH4s")
-_LOOKBACK_VERSIONS = 16
+LOOKBACK_VERSIONS = 16
 _MAX_COMMIT_ATTEMPTS = 16
 
 
@@ -198,7 +199,7 @@ def encode_details(d: MemWalIndexDetails) -> bytes:
 
 def _manifest_paths(version: int) -> list[str]:
     # V2 naming (what Lance writes by default): u64::MAX - version, zero-padded to 20 digits; then V1.
-    return [f"_versions/{_U64_MAX - version:020d}.manifest", f"_versions/{version}.manifest"]
+    return [f"_versions/{U64_MAX - version:020d}.manifest", f"_versions/{version}.manifest"]
 
 
 def _read_manifest_file(store: ObjectStore, version: int) -> tuple[str, bytes]:
@@ -329,7 +330,7 @@ def _progress_floor(ds: lance.LanceDataset, store: ObjectStore) -> MemWalIndexDe
     floor: MemWalIndexDetails | None = None
     latest = ds.version
     try:
-        recent = recent_transactions(ds, _LOOKBACK_VERSIONS)
+        recent = recent_transactions(ds, LOOKBACK_VERSIONS)
     except (OSError, ValueError):
         return None
     for offset, txn in enumerate(recent):
@@ -416,10 +417,15 @@ def commit_details(
     The table handle ends at the committed version.
     """
     with table.index_lock():
-        return _commit_details_locked(table, mutate, prepare)
+        return commit_details_locked(table, mutate, prepare)
 
 
-def _commit_details_locked(table: MemWalTable, mutate, prepare) -> MemWalIndex:
+def commit_details_locked(
+    table: MemWalTable,
+    mutate: Callable[[MemWalIndexDetails], MemWalIndexDetails],
+    prepare: Callable[[str], None] | None = None,
+) -> MemWalIndex:
+    """`commit_details` for a caller that already holds the MemWAL index lock (compaction's round)."""
     store = table.store
     floor: MemWalIndexDetails | None = None
     for attempt in range(_MAX_COMMIT_ATTEMPTS):

@@ -33,7 +33,7 @@ import lance
 from memwal import naming
 from memwal.errors import MemWalError
 from memwal.maintenance_config import RetentionConfig
-from memwal.mem_wal_index import _LOOKBACK_VERSIONS, recent_transactions
+from memwal.mem_wal_index import LOOKBACK_VERSIONS, recent_transactions
 from memwal.storage import ObjectStore
 from memwal.table import MemWalTable, TableLike
 
@@ -156,7 +156,7 @@ def repair_window(ds: lance.LanceDataset) -> set[int]:
     latest = ds.version
     out: set[int] = set()
     try:
-        recent = recent_transactions(ds, _LOOKBACK_VERSIONS)
+        recent = recent_transactions(ds, LOOKBACK_VERSIONS)
     except (OSError, ValueError) as exc:
         raise MemWalError(f"{ds.uri}: retention cannot read the recent transactions that tell which versions "
                           f"the rebase repair reads, so it removes nothing: {str(exc).splitlines()[0]}") from exc

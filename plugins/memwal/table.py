@@ -164,14 +164,5 @@ class MemWalTable:
             return []
         return sorted({i.name for i in self.dataset.describe_indices() if i.name != naming.MEM_WAL_INDEX_NAME})
 
-    # --- the jobs -----------------------------------------------------------------------------------
-
-    @property
-    def jobs(self) -> Any:
-        """The table's jobs (`memwal.jobs.TableJobs`: merge, catchup, snapshot, gc, status)."""
-        from memwal.jobs import TableJobs
-
-        return TableJobs(self)
-
 
 TableLike = MemWalTable | str

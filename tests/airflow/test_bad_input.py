@@ -14,7 +14,6 @@ import pyarrow as pa
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 from airflow_support import lance_core_table, merged_generations, run_dag, tables_file, task_states
-from tables import create_base, open_base
 
 from memwal import naming
 from memwal.airflow.hooks.memwal import MemWalHook, MemWalTaskError
@@ -26,6 +25,8 @@ from memwal.airflow.operators.memwal import (
     MemWalSnapshotOperator,
 )
 from memwal.region_manifest import load_latest_manifest
+
+from support.tables import create_base, open_base
 
 
 def closed_port() -> int:

@@ -24,8 +24,9 @@ from airflow_support import (
     task_states,
     xcom,
 )
-from lancedb_peer import INDEX, LanceDbTable, round_batches
-from tables import open_base
+
+from support.lancedb_peer import INDEX, LanceDbTable, round_batches
+from support.tables import open_base
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 from e2e_support import SparkSubmitRecorder  # the e2e tests' recording spark-submit

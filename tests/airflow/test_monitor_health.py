@@ -8,13 +8,14 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from maintenance import build_table
-from open_counts import count_opens
 
 from memwal.airflow import history, monitor
 from memwal.airflow.config import TableConfig, Thresholds
 from memwal.maintenance_config import CompactionConfig
 from memwal.merge import merge_table
+
+from support.maintenance import build_table
+from support.open_counts import count_opens
 
 
 class _DictStore:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from airflow_support import lance_core_table, tables_file
-from open_counts import count_opens
 
 from memwal.airflow.config import get_table
 from memwal.airflow.hooks.memwal import MemWalHook
 from memwal.airflow.sensors.memwal import MemWalLagSensor
+
+from support.open_counts import count_opens
 
 
 def _table(location, tmp_path, monkeypatch) -> None:

@@ -9,10 +9,11 @@ import json
 
 import pytest
 from airflow_support import add_generations, lance_core_table
-from s3_decoy import NOT_REACHED
 
 from memwal.airflow.triggers.memwal import MemWalLagEventTrigger, MemWalLagTrigger
 from memwal.merge import merge_table
+
+from support.s3_decoy import NOT_REACHED
 
 
 def _roundtrip(trigger):

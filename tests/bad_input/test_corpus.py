@@ -24,8 +24,6 @@ import uuid
 import lance
 import pyarrow as pa
 import pytest
-from maintenance import merge_region
-from tables import SCHEMA, create_base, open_base, rows
 
 from memwal import naming, wal
 from memwal.catchup import catchup_table
@@ -57,6 +55,9 @@ from memwal.snapshot import read_snapshot, refresh_snapshot
 from memwal.status import table_status
 from memwal.table_writer import TableWriter
 from memwal.writer import RegionWriter, WriterConfig
+
+from support.maintenance import merge_region
+from support.tables import SCHEMA, create_base, open_base, rows
 
 NEVER = WriterConfig(max_memtable_rows=10**9, max_memtable_bytes=10**12, max_flush_interval_s=None)
 
@@ -97,11 +98,11 @@ def assert_nothing_lost(before: dict[str, bytes], loc, prefix: str = naming.MEM_
     assert not gone and not changed, f"deleted {gone}, modified {changed}"
 
 
-FAILED, BAD_ARGUMENTS, PARTIAL = 1, 2, 3  # the README's exit status table
+FAILED, BAD_ARGUMENTS, PARTIAL = 1, 2, 3  # the exit status table of docs/jobs.md
 
 
 def cli(*args: str) -> int:
-    """The memwal command's exit status (argparse errors exit too): the README's table, exactly
+    """The memwal command's exit status (argparse errors exit too): the table of docs/jobs.md, exactly
     (1 failed, 2 bad arguments, 3 some region or index failed)."""
     try:
         return cli_main(list(args))
@@ -341,7 +342,7 @@ def test_every_job_on_a_table_without_memwal(local_location):
     str(uuid.uuid4()),
     "not-a-uuid",
     "",
-])
+], ids=["unknown-uuid", "not-a-uuid", "empty"])  # fixed ids: xdist's workers must collect the same names
 def test_unknown_region_for_merge_and_gc(local_location, bogus):
     loc = local_location
     _, b = two_regions(loc)

@@ -10,7 +10,6 @@ from collections.abc import Callable
 
 import lance
 import numpy as np
-from vector_tables import create_vector_table, text_of, vectors, write_generation
 
 from memwal.catchup import DistributedBuild, catchup_table
 from memwal.compaction import compact_table
@@ -20,6 +19,8 @@ from memwal.maintenance_config import CompactionConfig, IndexPolicy
 from memwal.mem_wal_index import load_index
 from memwal.merge import MergeConfig, merge_table
 from memwal.table import MemWalTable
+
+from support.vector_tables import create_vector_table, text_of, vectors, write_generation
 
 BASE = 2000
 NAMES = ("vec_idx", "text_idx", "id_idx")

@@ -10,9 +10,6 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from maintenance import ONE_GEN_PER_FLUSH, merge_region
-from storage_hooks import before_first
-from tables import create_base, open_base, rows, view
 
 from memwal import naming
 from memwal.errors import CommitConflictError, CorruptFileError, FencedError, MissingGenerationError
@@ -24,6 +21,10 @@ from memwal.reader import LsmReader
 from memwal.region_manifest import latest_version, list_manifest_versions, load_latest_manifest
 from memwal.snapshot import read_snapshot, refresh_snapshot
 from memwal.writer import RegionWriter
+
+from support.maintenance import ONE_GEN_PER_FLUSH, merge_region
+from support.storage_hooks import before_first
+from support.tables import create_base, open_base, rows, view
 
 
 def _region(loc, flushes: int = 3) -> str:

@@ -31,7 +31,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from tables import SCHEMA, create_base, lance_core_scan, open_base, view
 
 from memwal.catchup import catchup_table
 from memwal.errors import FencedError, MissingGenerationError
@@ -42,6 +41,8 @@ from memwal.reader import LsmReader
 from memwal.region_manifest import latest_version, list_manifest_versions, load_latest_manifest, load_manifest
 from memwal.table import MemWalTable
 from memwal.writer import RegionWriter, WriterConfig
+
+from support.tables import SCHEMA, create_base, lance_core_scan, open_base, view
 
 WORKER = Path(__file__).with_name("worker.py")
 NEVER = WriterConfig(max_memtable_rows=10**9, max_memtable_bytes=10**12, max_flush_interval_s=None)
@@ -81,7 +82,7 @@ def spawn(tmp: Path, loc, role: str, **spec) -> Worker:
     spec = {"role": role, "uri": loc.uri, "storage_options": loc.storage_options, **spec}
     with open(out, "w") as o, open(err, "w") as e:
         # Nobody crashes here: a lease long enough that a loaded machine never makes a live holder's
-        # heartbeat late (takeover after a crash is tested deterministically in tests/test_lock.py).
+        # heartbeat late (takeover after a crash is tested deterministically in tests/library/test_lock.py).
         proc = subprocess.Popen([sys.executable, str(WORKER), json.dumps(spec)], stdout=o, stderr=e,
                                 env={**os.environ, "MEMWAL_LOCK_LEASE_S": "120"})
     return Worker(role, proc, out, err)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for the shared helpers
-from tables import SCHEMA
+from support.tables import SCHEMA
 
 
 def emit(record: dict) -> None:

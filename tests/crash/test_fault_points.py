@@ -22,7 +22,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from tables import SCHEMA, create_base, lance_core_scan, open_base, view
 
 from memwal import naming
 from memwal.catchup import catchup_table
@@ -36,6 +35,8 @@ from memwal.region_manifest import list_regions, load_latest_manifest
 from memwal.snapshot import read_snapshot, refresh_snapshot
 from memwal.table import MemWalTable
 from memwal.writer import RegionWriter, WriterConfig
+
+from support.tables import SCHEMA, create_base, lance_core_scan, open_base, view
 
 CHILD = Path(__file__).with_name("child.py")
 NEVER = WriterConfig(max_memtable_rows=10**9, max_memtable_bytes=10**12, max_flush_interval_s=None)

@@ -8,7 +8,7 @@ checkout on the path:
   packages, faster), run with a clean environment (no PYTHONPATH, no VIRTUAL_ENV, no AIRFLOW_*/PYSPARK_*);
 - the `memwal` command, Airflow's provider and connection-type listings, the repository's dags/ parsed with
   an empty plugins folder, and a maintenance DAG's `dag.test()` on a Spark standalone cluster whose
-  executors run a Python without memwal (tests/python_envs.py): the code reaches them with --py-files.
+  executors run a Python without memwal (tests/support/python_envs.py): the code reaches them with --py-files.
 """
 
 from __future__ import annotations
@@ -27,11 +27,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from maintenance import build_table
-from python_envs import imports, python_without_memwal
-from tables import open_base, sorted_rows
 
 from memwal.reader import LsmReader
+
+from support.maintenance import build_table
+from support.python_envs import imports, python_without_memwal
+from support.tables import open_base, sorted_rows
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "e2e"))

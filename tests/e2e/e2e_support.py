@@ -260,7 +260,7 @@ class WebhookServer:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        # The path carries a unique token, as a Slack webhook URL does: the whole URL is a secret (README).
+        # The path carries a unique token, as a Slack webhook URL does: the whole URL is a secret (docs/airflow.md).
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook/{uuid.uuid4().hex}"
         self._thread = threading.Thread(target=self.server.serve_forever, name="webhook", daemon=True)
 

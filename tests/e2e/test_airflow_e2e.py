@@ -294,7 +294,7 @@ def test_canary_secret_appears_nowhere(deployment: Deployment):
     in no task log (as the UI reads them and on disk), XCom value, rendered template field, asset event, DAG
     file, spark-submit argv (recorded by a wrapper and sampled from /proc), component log (scheduler,
     api-server, dag-processor, triggerer), Spark master, worker or executor log, or row of the metadata
-    database; nor does the webhook URL (a secret by the README). Controls: the same search finds the tables'
+    database; nor does the webhook URL (a secret by docs/airflow.md). Controls: the same search finds the tables'
     bucket name (which is no secret) in each of those places that the runs write it to, and every Spark
     application's id in the master's, worker's and executors' logs, so an empty result means absent, not
     unsearched; the secret reached every Spark job and the webhook URL reached the notifier."""
@@ -330,7 +330,7 @@ def test_canary_secret_appears_nowhere(deployment: Deployment):
     assert places_containing(deployment, "map_partitions")["spark_log"], "control: the Connect logs are searched"
     leaks = {kind: hits for kind, hits in places_containing(deployment, deployment.canary).items() if hits}
     assert not leaks, f"the canary secret leaked into: {leaks}"
-    # The webhook URL is a secret too (README, Alerts). Control: it reached the notifier (alerts arrived).
+    # The webhook URL is a secret too (docs/airflow.md, Alerts). Control: it reached the notifier (alerts arrived).
     assert deployment.webhook.messages(), "the lag alerts reached the webhook, through the connection's URL"
     leaks = {kind: hits for kind, hits in places_containing(deployment, deployment.webhook.url).items() if hits}
     assert not leaks, f"the webhook URL leaked into: {leaks}"

@@ -49,8 +49,6 @@ import lance
 import pyarrow as pa
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
-from maintenance import merge_region
-from tables import SCHEMA, Row, indexes_covering_every_fragment, lance_core_scan, view
 
 from memwal.catchup import catchup_table
 from memwal.compaction import CompactionConfig, compact_table
@@ -66,6 +64,9 @@ from memwal.storage import ObjectStore, lance_storage_options
 from memwal.table import MemWalTable
 from memwal.wal import list_wal_positions
 from memwal.writer import RegionWriter, WriterConfig
+
+from support.maintenance import merge_region
+from support.tables import SCHEMA, Row, indexes_covering_every_fragment, lance_core_scan, view
 
 
 def _caught_up(index_catchup) -> dict[str, dict[str, int]]:

@@ -63,7 +63,7 @@ APPLY_EXAMPLES = int(os.environ.get("MEMWAL_MODEL_APPLY_EXAMPLES", "60"))
 def test_lsm_model_local_fragment_apply(tmp_path, monkeypatch, record_property, capsys):
     """The same machine with every merge applied fragment by fragment (memwal.merge_apply), its tasks
     pickled as on executors: the model, hence the two-pass merge's result, on every sequence."""
-    from apply_runner import use_fragment_apply
+    from support.apply_runner import use_fragment_apply
 
     use_fragment_apply(monkeypatch)
     machine = local_machine(str(tmp_path))

@@ -10,8 +10,6 @@ from datetime import timedelta
 
 import lance
 import pyarrow as pa
-from maintenance import merge_region
-from tables import SCHEMA, create_base, lance_core_scan, open_base
 
 from memwal import naming
 from memwal.catchup import catchup_table
@@ -24,6 +22,9 @@ from memwal.snapshot import read_snapshot, refresh_snapshot
 from memwal.status import table_status
 from memwal.table import MemWalTable
 from memwal.writer import RegionWriter, WriterConfig
+
+from support.maintenance import merge_region
+from support.tables import SCHEMA, create_base, lance_core_scan, open_base
 
 Model = dict[int, tuple[str, float]]
 
@@ -134,16 +135,17 @@ def test_vector_and_fts_table_maintained_by_the_jobs_against_the_model(local_loc
     """A table with IVF_PQ, FTS and BTREE indexes through 8 cycles of writes (upserts, new keys, deletes)
     and the maintenance DAG's jobs in its order (merge -> catch-up with the default IndexPolicy -> compaction
     when due -> retention -> snapshot -> GC). After every job, through Lance: exact and ANN vector search,
-    FTS and scalar filters equal the brute-force model (tests/vector_model.py), and no index has more
+    FTS and scalar filters equal the brute-force model (tests/support/vector_model.py), and no index has more
     segments than the bound. Each catch-up adds a vector segment, so without folding the index would reach
     9 segments and compaction could not combine the fragments: certain here, so asserted."""
     from vector_machine import FTS_INDEX, VECTOR_INDEX, create_vector_indexes, vector_table
-    from vector_model import check_lance_searches
 
     from memwal.compaction import compact_table
     from memwal.index_segments import segment_counts
     from memwal.maintenance_config import DEFAULT_MAX_INDEX_SEGMENTS, CompactionConfig, RetentionConfig
     from memwal.retention import retain_versions
+
+    from support.vector_model import check_lance_searches
 
     loc, so = local_location, local_location.storage_options
     model: Model = {k: (f"base.{k}", float(-1 - k)) for k in range(16)}

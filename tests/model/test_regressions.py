@@ -12,8 +12,6 @@ from datetime import timedelta
 
 import pyarrow as pa
 import pytest
-from maintenance import build_table, merge_region, merge_without_our_lock
-from tables import SCHEMA, create_base, open_base, rows
 
 from memwal import naming, wal
 from memwal.errors import CorruptFileError, FencedError
@@ -25,6 +23,9 @@ from memwal.schema import with_tombstone
 from memwal.snapshot import refresh_snapshot
 from memwal.table import MemWalTable
 from memwal.writer import RegionWriter, WriterConfig
+
+from support.maintenance import build_table, merge_region, merge_without_our_lock
+from support.tables import SCHEMA, create_base, open_base, rows
 
 NEVER = WriterConfig(max_memtable_rows=10**9, max_memtable_bytes=10**12, max_flush_interval_s=None)
 

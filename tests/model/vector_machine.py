@@ -3,7 +3,7 @@ index (INVERTED) beside its BTREE, all maintained by the machine's jobs: catch-u
 (segments folded past the bound, or, with a compaction due at 2 small fragments, when they would block it),
 compaction, retention, snapshot and GC.
 
-Every row's vector and text are functions of its name (tests/vector_model.py), so the machine's model
+Every row's vector and text are functions of its name (tests/support/vector_model.py), so the machine's model
 (key -> name, score) is the model of the searches too. After every step, through Lance on the base table:
 an exact vector search (no index) equals the full ordered brute-force result, an ANN search with every
 partition probed and refinement over all rows returns the brute-force nearest rows, the FTS query of every
@@ -24,12 +24,22 @@ from typing import ClassVar
 import lance
 import numpy as np
 import pyarrow as pa
-from fts_model import assert_ranking, global_bm25
 from hypothesis import strategies as st
 from hypothesis.stateful import invariant, precondition, rule
 from machine import LsmMachine, _tracked, local_machine
-from tables import SCHEMA, Row, view
-from vector_model import (
+
+from memwal.catchup import catchup_table
+from memwal.compaction import compact_table
+from memwal.index_segments import segment_counts
+from memwal.maintenance_config import DEFAULT_MAX_INDEX_SEGMENTS, CompactionConfig
+from memwal.merge import merge_table
+from memwal.reader import LsmReader
+from memwal.storage import lance_storage_options
+from memwal.table import MemWalTable
+
+from support.fts_model import assert_ranking, global_bm25
+from support.tables import SCHEMA, Row, view
+from support.vector_model import (
     ANN_K,
     DIM,
     IVF_PQ_PARAMS,
@@ -42,15 +52,6 @@ from vector_model import (
     vector_column,
     vector_of,
 )
-
-from memwal.catchup import catchup_table
-from memwal.compaction import compact_table
-from memwal.index_segments import segment_counts
-from memwal.maintenance_config import DEFAULT_MAX_INDEX_SEGMENTS, CompactionConfig
-from memwal.merge import merge_table
-from memwal.reader import LsmReader
-from memwal.storage import lance_storage_options
-from memwal.table import MemWalTable
 
 VECTOR_INDEX, FTS_INDEX = "vec_idx", "text_idx"
 DUE_AT_TWO = CompactionConfig(max_small_fragments=2)

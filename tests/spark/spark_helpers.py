@@ -7,12 +7,13 @@ import uuid
 from dataclasses import dataclass
 
 import pyarrow as pa
-from tables import create_base, open_base, rows, sorted_rows
 
 from memwal.reader import LsmReader
 from memwal.storage import ObjectStore
 from memwal.table import MemWalTable
 from memwal.writer import RegionWriter, WriterConfig
+
+from support.tables import create_base, open_base, rows, sorted_rows
 
 ONE_GEN_PER_FLUSH = WriterConfig(max_memtable_rows=10**9, max_flush_interval_s=None)
 

@@ -2,11 +2,11 @@
 
 import json
 
-from maintenance import build_table
-from tables import open_base, sorted_rows
-
 from memwal.cli import main
 from memwal.reader import LsmReader
+
+from support.maintenance import build_table
+from support.tables import open_base, sorted_rows
 
 
 def test_memwal_merge_with_spark_matches_the_lsm_view(local_location, capsys):

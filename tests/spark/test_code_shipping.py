@@ -1,6 +1,6 @@
 """The library reaches the executors of a cluster whose Python does not have it: every spark-submit ships
 `memwal` and `spark_jobs` with --py-files (spark_jobs.submit.package_code). Executors here run a Python with
-every dependency and no memwal (tests/python_envs.py), on the standalone cluster of tests/spark."""
+every dependency and no memwal (tests/support/python_envs.py), on the standalone cluster of tests/spark."""
 
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ import json
 import zipfile
 
 import pytest
-from python_envs import imports, python_without_memwal
 from spark_helpers import FAST_JVM, Loc, build_table, lsm_view
 
 from memwal.cli import main
 from spark_jobs import submit
+
+from support.python_envs import imports, python_without_memwal
 
 pytestmark = pytest.mark.spark
 

@@ -14,7 +14,6 @@ import lance
 import pyarrow as pa
 import pytest
 from spark_helpers import ONE_GEN_PER_FLUSH, Loc, base_rows, build_table, lsm_view
-from tables import open_base
 
 from memwal import merge as merge_mod
 from memwal.mem_wal_index import load_index
@@ -23,6 +22,8 @@ from memwal.writer import RegionWriter
 from spark_jobs import merge as merge_job
 from spark_jobs import merge_dedup
 from spark_jobs.merge_dedup import STAGING_DIR, spark_dedup
+
+from support.tables import open_base
 
 pytestmark = pytest.mark.spark
 

@@ -9,7 +9,6 @@ import dataclasses
 import json
 
 import pytest
-from index_tables import append, create_index_table, search_results
 
 from memwal import index_build
 from memwal.catchup import DistributedBuild, catchup_table
@@ -17,6 +16,8 @@ from memwal.index_segments import segment_counts
 from memwal.table import MemWalTable
 from memwal.task_runner import in_process
 from spark_jobs import catchup as catchup_job
+
+from support.index_tables import append, create_index_table, search_results
 
 pytestmark = pytest.mark.spark
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from vector_tables import create_vector_table, write_generation
 
 from memwal.index_segments import segment_counts
 from memwal.job_config import JobOptions
@@ -14,6 +13,8 @@ from memwal.maintenance_config import IndexPolicy
 from memwal.merge import merge_table
 from memwal.table import MemWalTable
 from spark_jobs import catchup as catchup_job
+
+from support.vector_tables import create_vector_table, write_generation
 
 pytestmark = pytest.mark.spark
 

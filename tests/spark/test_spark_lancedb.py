@@ -6,10 +6,11 @@ the merge, and LanceDB writes on."""
 from __future__ import annotations
 
 import pytest
-from lancedb_peer import LanceDbTable, deletion_files, merge_and_maintain, round_batches
 
 from spark_jobs import merge_dedup
 from spark_jobs.merge_dedup import spark_dedup
+
+from support.lancedb_peer import LanceDbTable, deletion_files, merge_and_maintain, round_batches
 
 pytestmark = pytest.mark.spark
 

@@ -9,12 +9,13 @@ import uuid
 from types import SimpleNamespace
 
 import pytest
-from tables import open_base, view
 from test_merge_passes import _exact_everywhere, _lsm, _table
 
 from memwal import merge_apply
 from memwal.merge import MergeConfig, merge_table
 from spark_jobs.task_runner import spark_runner
+
+from support.tables import open_base, view
 
 pytestmark = pytest.mark.spark
 
@@ -113,9 +114,10 @@ def test_an_older_generation_merged_between_our_update_and_marker_on_spark_is_me
     Lance core's own merger merges gen 1 (its key 5 over our gen 2 row, marker 1). Our marker step (1) is
     refused as stale; the merge replans from 1 and merges gen 2 again: key 5 ends with gen 2's row."""
     from lance.mem_wal import CompactedSsTable
-    from tables import rows
 
     from memwal import merge_commit
+
+    from support.tables import rows
 
     loc = _loc(tmp_path)
     region = _table(loc, [([5], "g1", []), ([5, 50000], "g2", [])])

@@ -9,8 +9,6 @@ import uuid
 from types import SimpleNamespace
 
 import pytest
-from maintenance import write_generations
-from tables import create_base, open_base, view
 
 from memwal import merge as merge_module
 from memwal import merge_apply
@@ -18,6 +16,9 @@ from memwal.merge import MergeConfig, merge_table
 from memwal.storage import ObjectStore
 from spark_jobs.merge_dedup import DEFAULT_INLINE_BYTES, spark_dedup
 from spark_jobs.task_runner import spark_runner
+
+from support.maintenance import write_generations
+from support.tables import create_base, open_base, view
 
 pytestmark = pytest.mark.spark
 

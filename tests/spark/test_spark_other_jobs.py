@@ -8,7 +8,6 @@ import json
 
 import pytest
 from spark_helpers import FAST_JVM, Loc, base_rows, build_table, lsm_view
-from tables import open_base
 
 from memwal.mem_wal_index import load_index
 from memwal.merge import merge_table
@@ -20,6 +19,8 @@ from spark_jobs import merge as merge_job
 from spark_jobs import snapshot as snapshot_job
 from spark_jobs import submit
 from spark_jobs.merge_dedup import STAGING_DIR
+
+from support.tables import open_base
 
 pytestmark = pytest.mark.spark
 

@@ -8,13 +8,14 @@ import json
 import subprocess
 
 import pytest
-from s3_decoy import NOT_REACHED, S3_REMOVALS, s3_options_without
 from spark_helpers import FAST_JVM, Loc, base_rows, build_table, lsm_view
-from tables import create_base
 
 from memwal.mem_wal_index import load_index
 from spark_jobs import submit
 from spark_jobs.merge_dedup import STAGING_DIR
+
+from support.s3_decoy import NOT_REACHED, S3_REMOVALS, s3_options_without
+from support.tables import create_base
 
 pytestmark = pytest.mark.spark
 

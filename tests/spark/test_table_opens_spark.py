@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from maintenance import build_table
-from open_counts import count_opens
 
 from spark_jobs import merge as merge_job
+
+from support.maintenance import build_table
+from support.open_counts import count_opens
 
 
 @pytest.mark.parametrize(("apply", "index_loads"), [("passes", 2), ("fragments", 1)])

@@ -38,7 +38,8 @@ def ui_s3_table(s3_endpoint) -> str:
     from memwal.table_writer import TableWriter
     from memwal.writer import WriterConfig
     from tests.conftest import new_bucket, s3_options
-    from tests.tables import rows
+
+    from support.tables import rows
 
     uri = f"s3://{new_bucket(s3_endpoint)}/table.lance"
     options = {**s3_options(s3_endpoint), "aws_secret_access_key": S3_SECRET}

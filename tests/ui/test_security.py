@@ -8,8 +8,9 @@ import json
 import httpx
 import pytest
 
-from tests.s3_decoy import NOT_REACHED
 from tests.ui.conftest import S3_CONTROLS, S3_SECRET, S3_TABLE, TABLE
+
+from support.s3_decoy import NOT_REACHED
 
 ROUTES = [
     ("GET", "/memwal/"),

@@ -1,5 +1,5 @@
 """The Airflow side of the MemWAL maintenance platform, laid out as an Airflow provider: the tables
-configuration (`config`), the `memwal` connection type and hook (`hooks`), operators for the four jobs
+configuration (`config`), the `memwal` connection type and hook (`hooks`), operators for the six jobs
 (`operators`), the table assets (`assets`) and the plugin class (`plugin`).
 
 `get_provider_info` is what Airflow's providers manager reads through the `apache_airflow_provider`

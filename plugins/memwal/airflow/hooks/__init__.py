@@ -1,1 +1,1 @@
-"""Hooks: `memwal` (a MemWAL table: storage options from the connection, status, the four jobs)."""
+"""Hooks: `memwal` (a MemWAL table: storage options from the connection, status, the six jobs)."""

@@ -218,9 +218,11 @@ class MemWalHook(BaseHook):
     def status(self, table: str | TableConfig, regions: Sequence[str] | None = None) -> dict[str, Any]:
         """`memwal status` of the table (a URI or a TableConfig) as a dict."""
         _, what = _uri_and_name(table)
+        from memwal.status import table_status
+
         handle = self.table(table)
         try:
-            return handle.jobs.status(regions)
+            return table_status(handle, regions).to_dict()
         except Exception as exc:
             raise _storage_problem(exc, what, self.memwal_conn_id) from exc
 

@@ -1,4 +1,4 @@
-"""Operators for the four MemWAL jobs: merge, index catch-up, snapshot refresh, GC.
+"""Operators for the six MemWAL jobs: merge, index catch-up, snapshot refresh, GC, compaction, retention.
 
 Each resolves its table from the tables configuration at run time (`memwal.airflow.config.get_table`,
 the Variable override included), runs the job through `MemWalHook` on the table's engine (spark: the

@@ -1,0 +1,209 @@
+"""LsmReader.search: the k nearest live newest rows over the LSM view (base, merged-but-not-caught-up
+generations, unmerged generations, MemTables), filter as a prefilter, never short, exact with every partition
+probed and enough refinement, compared with a brute-force newest-wins model (tests/vector_model.py)."""
+
+from __future__ import annotations
+
+import math
+import uuid
+
+import lance
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from memwal import vector_search as vs
+from memwal.errors import BadInputError
+from memwal.merge import merge_table
+from memwal.reader import LsmReader
+from memwal.storage import lance_storage_options
+from memwal.writer import RegionWriter, WriterConfig
+
+from support.maintenance import ONE_GEN_PER_FLUSH
+from support.tables import PK
+from support.vector_model import DIM, IVF_PQ_PARAMS, PARTITIONS, QUERIES, assert_top_k, vector_column, vector_of
+
+SCHEMA = pa.schema([
+    pa.field("id", pa.int64(), nullable=False, metadata=PK),
+    pa.field("name", pa.string()),
+    pa.field("grp", pa.int64()),
+    pa.field("vec", pa.list_(pa.float32(), DIM)),
+])
+
+
+def table_of(names: dict[int, str]) -> pa.Table:
+    ids = sorted(names)
+    return pa.table({"id": pa.array(ids, pa.int64()), "name": [names[i] for i in ids],
+                     "grp": pa.array([i % 3 for i in ids], pa.int64()),
+                     "vec": vector_column([names[i] for i in ids])}, schema=SCHEMA)
+
+
+def flush(loc, region: str, puts: dict[int, str], deletes=()) -> None:
+    with RegionWriter(loc.uri, region, storage_options=loc.storage_options, config=ONE_GEN_PER_FLUSH) as w:
+        if puts:
+            w.put(table_of(puts))
+        if deletes:
+            w.delete(pa.table({"id": pa.array(list(deletes), pa.int64())}))
+        w.flush()
+
+
+def create_base(loc, model: dict[int, str], maintained: bool = False) -> dict:
+    """The base table of `model` with an IVF_PQ index `vec_idx` (maintained if asked), MemWAL initialised;
+    returns the Lance storage options."""
+    opts = lance_storage_options(loc.storage_options)
+    ds = lance.write_dataset(table_of(model), loc.uri, storage_options=opts)
+    ds.create_index("vec", "IVF_PQ", name="vec_idx", **IVF_PQ_PARAMS)
+    lance.dataset(loc.uri, storage_options=opts).initialize_mem_wal(
+        maintained_indexes=["vec_idx"] if maintained else None, unsharded=True)
+    return opts
+
+
+@pytest.fixture
+def lsm(local_location):
+    """The LSM view and its model (id -> name; a row's vector is vector_of(name)):
+
+    | level                                     | rows                                             |
+    | base (IVF_PQ index)                       | ids 0-299 'b{i}'                                 |
+    | generation 1, merged, index not caught up | ids 300-339 new, 100-119 updated                 |
+    | generation 2, unmerged                    | ids 0-59 updated, 60-69 deleted, 1000-1019 new   |
+    | MemTable                                  | ids 1000-1004 updated, 2000-2004 new, 70 deleted |
+    """
+    loc = local_location
+    model = {i: f"b{i}" for i in range(300)}
+    create_base(loc, model)
+    region = str(uuid.uuid4())
+    gen1 = {i: f"g1-{i}" for i in [*range(300, 340), *range(100, 120)]}
+    flush(loc, region, gen1)
+    merge_table(loc.uri)
+    model.update(gen1)
+    gen2 = {i: f"g2-{i}" for i in [*range(0, 60), *range(1000, 1020)]}
+    flush(loc, region, gen2, deletes=range(60, 70))
+    model.update(gen2)
+    for i in range(60, 70):
+        del model[i]
+    w = RegionWriter(loc.uri, region, storage_options=loc.storage_options,
+                     config=WriterConfig(max_flush_interval_s=None))
+    mem = {i: f"m-{i}" for i in [*range(1000, 1005), *range(2000, 2005)]}
+    w.put(table_of(mem))
+    w.delete(pa.table({"id": pa.array([70], pa.int64())}))
+    model.update(mem)
+    del model[70]
+    reader = LsmReader(loc.uri, memtables=[(region, w.memtable.generation, w.memtable_table())])
+    yield reader, model
+    w.close()
+
+
+def _pairs(t: pa.Table) -> list[tuple[float, int]]:
+    return list(zip(t.column("_distance").to_pylist(), t.column("id").to_pylist(), strict=True))
+
+
+def _exact(reader: LsmReader, model: dict, q, k: int, **kw) -> pa.Table:
+    return reader.search(q, k=k, nprobes=PARTITIONS, refine_factor=math.ceil(len(model) / k) + 1, **kw)
+
+
+def _assert_newest(t: pa.Table, model: dict, what: str) -> None:
+    rows = t.to_pylist()
+    assert len({r["id"] for r in rows}) == len(rows), f"{what}: a key came back twice"
+    for r in rows:
+        assert model.get(r["id"]) == r["name"], f"{what}: row {r['id']} {r['name']!r} is not its newest version"
+        assert np.array_equal(r["vec"], vector_of(r["name"])), f"{what}: row {r['id']} has another row's vector"
+
+
+@pytest.mark.parametrize("qi", range(len(QUERIES)))
+@pytest.mark.parametrize("k", [1, 10, 500])
+def test_exact_search_equals_brute_force_newest_wins(lsm, qi, k):
+    reader, model = lsm
+    got = _exact(reader, model, QUERIES[qi], k)
+    _assert_newest(got, model, f"query {qi}, k={k}")
+    assert_top_k(_pairs(got), model, QUERIES[qi], min(k, len(model)), f"query {qi}, k={k}")
+
+
+@pytest.mark.parametrize("filter, allowed", [
+    ("grp = 1", lambda i: i % 3 == 1),
+    ("id >= 1000", lambda i: i >= 1000),
+    ("grp = 2 AND id < 150", lambda i: i % 3 == 2 and i < 150),
+])
+def test_filter_is_a_prefilter_on_the_newest_versions(lsm, filter, allowed):
+    reader, model = lsm
+    kept = {i: n for i, n in model.items() if allowed(i)}
+    for qi, q in enumerate(QUERIES):
+        got = _exact(reader, model, q, 10, filter=filter)
+        _assert_newest(got, model, f"filter {filter!r}")
+        assert_top_k(_pairs(got), kept, q, min(10, len(kept)), f"filter {filter!r}, query {qi}")
+
+
+def test_stale_and_deleted_versions_never_come_back(lsm):
+    """Rows 0-59 were updated in generation 2, 60-69 deleted there, 70 in the MemTable: searching for their old
+    vectors finds only newest versions, every live row once."""
+    reader, model = lsm
+    for i in (0, 59, 65, 70, 100):
+        got = reader.search(vector_of(f"b{i}"), k=len(model) + 50)
+        _assert_newest(got, model, f"old vector of {i}")
+        assert sorted(got.column("id").to_pylist()) == sorted(model), "the live rows are not each returned once"
+
+
+def test_a_source_whose_candidates_were_shadowed_is_asked_for_more(lsm):
+    """With filter id < 60 every base row passing it is stale (updated in generation 2): the base's first
+    candidates are all shadowed, so it is asked again until exhausted, and the result is never short."""
+    reader, model = lsm
+    got = reader.search(vector_of("b0"), k=5, filter="id < 60")
+    assert got.num_rows == 5, "short result"
+    _assert_newest(got, model, "filter id < 60")
+    plan = reader.last_vector_plan
+    assert plan.extra_rounds > 0 and plan.shadowed >= 60, plan.to_dict()
+
+
+@pytest.mark.parametrize("k", [3, 10, 40])
+def test_ann_at_defaults_returns_live_newest_rows_never_short(lsm, k):
+    reader, model = lsm
+    for q in QUERIES:
+        got = reader.search(q, k=k, columns=["id", "name", "vec"])
+        assert got.num_rows == k, "short result"
+        _assert_newest(got, model, f"ANN k={k}")
+        d = got.column("_distance").to_pylist()
+        assert d == sorted(d), "not nearest first"
+
+
+def test_plan_counts_indexed_and_flat_sources(lsm):
+    """The base is asked through its IVF_PQ index (the merged, not yet indexed rows of generation 1 flat); our
+    writer's generation and the MemTable have no vector index and are read flat; all are counted."""
+    reader, _ = lsm
+    reader.search(QUERIES[0])
+    plan = reader.last_vector_plan
+    assert (plan.indexed_sources, plan.flat_sources) == (1, 2), plan.to_dict()
+    assert plan.rows_served_flat >= 60 + 90 + 11, plan.to_dict()
+
+
+def test_a_generation_with_its_own_index_is_still_searched_exactly(lsm, monkeypatch):
+    """A generation carrying an IVF_PQ index of its own (as Lance core's flush writes) is asked through it when
+    it is large; with enough refinement the result stays exact."""
+    reader, model = lsm
+    gen = next(s for s in reader.sources if s.generation == 2)
+    gen.dataset.create_index("vec", "IVF_PQ", name="vec_idx", replace=True, **IVF_PQ_PARAMS)  # over our flush's
+    fresh = LsmReader(reader.table, memtables=[(s.region_id, s.generation, s.dataset.to_table())
+                                                for s in reader.sources if s.dataset.uri.startswith("memory://")])
+    monkeypatch.setattr(vs, "FLAT_ROWS", 0)
+    for qi, q in enumerate(QUERIES):
+        got = _exact(fresh, model, q, 10)
+        _assert_newest(got, model, "indexed generation")
+        assert_top_k(_pairs(got), model, q, 10, f"indexed generation, query {qi}")
+    assert fresh.last_vector_plan.indexed_sources >= 2, fresh.last_vector_plan.to_dict()
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"k": 0}, "k must be a positive integer"),
+    ({"nprobes": -1}, "nprobes must be a positive integer"),
+    ({"refine_factor": 1.5}, "refine_factor must be a positive integer"),
+    ({"column": "name"}, "column 'name' for search is not a fixed-size vector column"),
+    ({"columns": ["nope"]}, "columns ['nope'] are not in the table"),
+])
+def test_bad_arguments_are_refused_naming_the_parameter(lsm, kwargs, message):
+    reader, _ = lsm
+    with pytest.raises(BadInputError, match=r"table .*" + __import__("re").escape(message)):
+        reader.search(QUERIES[0], **kwargs)
+
+
+def test_a_vector_of_the_wrong_length_is_refused(lsm):
+    reader, _ = lsm
+    with pytest.raises(BadInputError, match=f"search vector must be {DIM} finite numbers for column 'vec'"):
+        reader.search([1.0, 2.0])
