@@ -318,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
 
             summary["indexes"] = [h.to_dict() for h in index_health(table.refresh().dataset)]
             if args.search:
-                from memwal.search_plan import search_costs
+                from memwal.search_costs import search_costs
 
                 summary["search"] = search_costs(table)
             alerts = [b["message"] for b in breaches(summary, {key: getattr(args, key) for _, key, *_ in _THRESHOLDS})]

@@ -9,10 +9,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["GEN_COLUMN", "ROWADDR_COLUMN", "newest_per_key"]
+__all__ = ["GEN_COLUMN", "ROWADDR_COLUMN", "SOURCE_COLUMN", "newest_per_key"]
 
 GEN_COLUMN = "__memwal_gen"
 ROWADDR_COLUMN = "__memwal_rowaddr"
+SOURCE_COLUMN = "__memwal_src"  # which source (an LsmReader position) a row came from
 
 
 def newest_per_key(rows: pa.Table, pk: Sequence[str]) -> pa.Table:

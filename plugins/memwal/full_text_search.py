@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from memwal.errors import BadInputError
 from memwal.fts_tokenizer import TokenizerConfig, analyze, query_terms
-from memwal.search_plan import live_addresses, member, source_index, unindexed_rows
+from memwal.search_plan import is_inverted_index, live_addresses, member, source_index, unindexed_rows
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -60,10 +60,6 @@ class FtsPlan:
         return asdict(self)
 
 
-def _is_inverted(desc: Any, column: str) -> bool:
-    return str(desc.index_type).upper() == "INVERTED" and list(desc.field_names) == [column]
-
-
 def _resolve_column(reader: LsmReader, column: str | None) -> tuple[str, TokenizerConfig]:
     """The searched column and its tokenizer config, taken from the base table's INVERTED index."""
     table = reader.store.uri
@@ -79,7 +75,8 @@ def _resolve_column(reader: LsmReader, column: str | None) -> tuple[str, Tokeniz
         raise BadInputError(f"table {table}: column {column!r} for full_text_search is not a string column")
     desc = next((d for d in base_indexes if list(d.field_names) == [column]), None)
     if desc is None:
-        desc = next((d for s in reader.sources[1:] for d in s.dataset.describe_indices() if _is_inverted(d, column)),
+        desc = next((d for s in reader.sources[1:] for d in s.dataset.describe_indices()
+                     if is_inverted_index(d, column)),
                     None)
     return column, TokenizerConfig.from_index_details(desc.details if desc else None,
                                                       index=desc.name if desc else column)
@@ -219,7 +216,7 @@ def full_text_search(reader: LsmReader, query: str, *, column: str | None = None
         source_terms, source_docs, live_mask = cache[("totals", i, column, config)]
         total_terms += source_terms
         live_docs += source_docs
-        index = source_index(reader, i, column, _is_inverted)
+        index = source_index(reader, i, column, is_inverted_index)
         tf_all = np.stack([terms_of.tf(t) for t in unique])
         if index is None:
             plan.flat_sources += 1
@@ -256,8 +253,8 @@ def full_text_search(reader: LsmReader, query: str, *, column: str | None = None
         scores = bm25(tf[rows].astype(np.float64), lengths.astype(np.float64), weights, avg)
         keep = scores > 0
         if filter is not None:
-            keep &= member(addrs, _allowed(source, column, query, filter, source_index(reader, i, column, _is_inverted),
-                                            reader.pk))
+            index = source_index(reader, i, column, is_inverted_index)
+            keep &= member(addrs, _allowed(source, column, query, filter, index, reader.pk))
         n = int(keep.sum())
         parts.append((scores[keep], np.full(n, source.generation), addrs[keep], np.full(n, i), ids[keep]))
     if not parts:

@@ -90,7 +90,7 @@ def measure(table: TableLike, now: float | None = None, health: bool = False, *,
     retained version's manifest), which a frequent check must not take.
 
     snapshot_age_s is None when no snapshot was ever written. With search=True also `search`: per vector or
-    FTS index, what a search pays now (memwal.search_plan.search_costs: opens each unmerged generation).
+    FTS index, what a search pays now (memwal.search_costs.search_costs: opens each unmerged generation).
     """
     from memwal.status import table_status  # here, not at import: DAG files import this module
     from memwal.table import MemWalTable
@@ -110,7 +110,7 @@ def measure(table: TableLike, now: float | None = None, health: bool = False, *,
 
     summary["indexes"] = [h.to_dict() for h in index_health(table.dataset)]
     if search:
-        from memwal.search_plan import search_costs
+        from memwal.search_costs import search_costs
 
         summary["search"] = search_costs(table)
     return summary

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memwal import naming
-from memwal.dedup import GEN_COLUMN, ROWADDR_COLUMN, newest_per_key
+from memwal.dedup import GEN_COLUMN, ROWADDR_COLUMN, SOURCE_COLUMN, newest_per_key
 from memwal.errors import MemWalError, MemWalNotInitializedError, MissingGenerationError
 from memwal.field_ids import source_names_from_schema
 from memwal.generation import open_generation
@@ -36,7 +36,6 @@ log = logging.getLogger(__name__)
 _MAX_OPEN_ATTEMPTS = 16
 
 Filter = str | pc.Expression | None
-_SRC = "__memwal_src"
 _GEN, _ADDR = GEN_COLUMN, ROWADDR_COLUMN
 _memory_ids = itertools.count()
 
@@ -174,7 +173,7 @@ class LsmReader:
                 naming.TOMBSTONE_COLUMN: tomb,
                 _GEN: pa.array(np.full(n, source.generation, np.int64)),
                 _ADDR: t.column("_rowaddr"),
-                _SRC: pa.array(np.full(n, source_index, np.int32)),
+                SOURCE_COLUMN: pa.array(np.full(n, source_index, np.int32)),
             }
         )
 
@@ -191,7 +190,7 @@ class LsmReader:
         winners = self._winners(active)
         parts = []
         for i, source in active:
-            mine = winners.filter(pc.equal(winners.column(_SRC), i)).column(_ADDR)
+            mine = winners.filter(pc.equal(winners.column(SOURCE_COLUMN), i)).column(_ADDR)
             if len(mine) == 0:
                 continue
             rows = source.dataset.to_table(columns=columns, filter=filter, with_row_address=True)

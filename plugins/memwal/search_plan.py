@@ -17,11 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from memwal.dedup import ROWADDR_COLUMN as _ADDR
+from memwal.dedup import SOURCE_COLUMN as _SRC
+
 if TYPE_CHECKING:
     from memwal.reader import Filter, LsmReader, Source
 
-__all__ = ["PlannedSource", "SearchCost", "is_live", "live_addresses", "member", "plan_sources", "search_cost",
-           "search_costs", "source_index", "unindexed_rows"]
+__all__ = ["PlannedSource", "SearchCost", "is_inverted_index", "is_live", "is_vector_index", "live_addresses",
+           "member", "plan_sources", "search_cost", "source_index", "unindexed_rows"]
 
 IndexMatch = Callable[[Any, str], bool]
 
@@ -68,8 +71,6 @@ def live_addresses(reader: LsmReader) -> dict[int, np.ndarray]:
     (the whole view, unfiltered), computed once per snapshot."""
     cache = reader._search_cache
     if "live" not in cache:
-        from memwal.reader import _ADDR, _SRC
-
         winners = reader._winners(list(enumerate(reader.sources)))
         src = winners.column(_SRC).to_numpy()
         addr = winners.column(_ADDR).to_numpy().astype(np.uint64)
@@ -127,30 +128,12 @@ def search_cost(reader: LsmReader, column: str, matches: IndexMatch) -> SearchCo
     return cost
 
 
-def _searched_index(desc: Any) -> str | None:
-    """'vector' or 'fts' for a single-column index a search uses, else None."""
-    from memwal.vector_search import is_vector_index
-
-    if len(desc.field_names) != 1:
-        return None
-    if is_vector_index(desc, desc.field_names[0]):
-        return "vector"
-    return "fts" if str(desc.index_type).upper() == "INVERTED" else None
+def is_vector_index(desc: Any, column: str) -> bool:
+    """A describe_indices entry is a vector index (IVF_*, HNSW) on exactly `column`."""
+    kind = str(desc.index_type).upper()
+    return (kind.startswith("IVF") or "HNSW" in kind or "VECTOR" in kind) and list(desc.field_names) == [column]
 
 
-def search_costs(table: Any) -> list[dict[str, Any]]:
-    """What a vector or full-text search pays right now on the table's latest snapshot (no MemTables), per
-    searched index of the base table: SearchCost with the index's name and kind (status and the lag monitor)."""
-    from memwal.full_text_search import _is_inverted
-    from memwal.reader import LsmReader
-    from memwal.vector_search import is_vector_index
-
-    reader = LsmReader(table)
-    out = []
-    for desc in reader.base.describe_indices():
-        kind = _searched_index(desc) if desc.field_names else None
-        if kind is None:
-            continue
-        cost = search_cost(reader, desc.field_names[0], is_vector_index if kind == "vector" else _is_inverted)
-        out.append({"index": desc.name, "kind": kind, **cost.to_dict()})
-    return out
+def is_inverted_index(desc: Any, column: str) -> bool:
+    """A describe_indices entry is a full-text (INVERTED) index on exactly `column`."""
+    return str(desc.index_type).upper() == "INVERTED" and list(desc.field_names) == [column]

@@ -17,14 +17,14 @@ import numpy as np
 import pyarrow as pa
 
 from memwal.errors import BadInputError
-from memwal.search_plan import is_live, plan_sources
+from memwal.search_plan import is_live, is_vector_index, plan_sources
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from memwal.reader import Filter, LsmReader
 
-__all__ = ["DISTANCE_COLUMN", "FLAT_ROWS", "VectorPlan", "is_vector_index", "vector_search"]
+__all__ = ["DISTANCE_COLUMN", "FLAT_ROWS", "VectorPlan", "vector_search"]
 
 DISTANCE_COLUMN = "_distance"
 # Generations and MemTables of at most this many rows are searched flat (exact), whatever index they carry.
@@ -51,12 +51,6 @@ class VectorPlan:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def is_vector_index(desc: Any, column: str) -> bool:
-    """A describe_indices entry is a vector index (IVF_*, HNSW) on exactly `column`."""
-    kind = str(desc.index_type).upper()
-    return (kind.startswith("IVF") or "HNSW" in kind or "VECTOR" in kind) and list(desc.field_names) == [column]
 
 
 def _is_vector_field(field: pa.Field) -> bool:

@@ -27,11 +27,7 @@ KNOWN_UPWARD: dict[str, str] = {
 }
 
 # Private names imported from another module (`from memwal.x import _y`), each with its reason.
-KNOWN_PRIVATE_IMPORTS: dict[str, str] = {
-    f"memwal.merge_apply <- memwal.merge_commit.{name}": "issue 34 item 4: merge_commit's checked pass goes "
-    "public with the merge's untangling (the merge files are being changed in parallel)"
-    for name in ("_check_progress", "_run_pass", "_use_index")
-}
+KNOWN_PRIVATE_IMPORTS: dict[str, str] = {}
 
 
 def _module_name(path: Path) -> str:
