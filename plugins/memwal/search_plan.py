@@ -115,10 +115,13 @@ def plan_sources(reader: LsmReader, column: str, matches: IndexMatch, filter: Fi
     return planned
 
 
-def search_cost(reader: LsmReader, column: str, matches: IndexMatch) -> SearchCost:
-    """SearchCost of a search on `column` over the reader's snapshot (no filter): cheap, index metadata only."""
+def search_cost(reader: LsmReader, column: str, matches: IndexMatch, flat_rows: int = 0) -> SearchCost:
+    """SearchCost of a search on `column` over the reader's snapshot (no filter): cheap, index metadata only.
+    Generations and MemTables of at most `flat_rows` rows count as read flat (the vector search does so)."""
     cost = SearchCost(column)
     for p in plan_sources(reader, column, matches):
+        if p.index is not None and p.source.generation > 0 and p.source.dataset.count_rows() <= flat_rows:
+            p = PlannedSource(p.position, p.source, None, 0)
         if p.index is None:
             cost.flat_sources += 1
         else:
@@ -143,7 +146,7 @@ def search_costs(table: Any) -> list[dict[str, Any]]:
     searched index of the base table: SearchCost with the index's name and kind (status and the lag monitor)."""
     from memwal.full_text_search import _is_inverted
     from memwal.reader import LsmReader
-    from memwal.vector_search import is_vector_index
+    from memwal.vector_search import FLAT_ROWS, is_vector_index
 
     reader = LsmReader(table)
     out = []
@@ -151,6 +154,9 @@ def search_costs(table: Any) -> list[dict[str, Any]]:
         kind = _searched_index(desc) if desc.field_names else None
         if kind is None:
             continue
-        cost = search_cost(reader, desc.field_names[0], is_vector_index if kind == "vector" else _is_inverted)
+        if kind == "vector":
+            cost = search_cost(reader, desc.field_names[0], is_vector_index, FLAT_ROWS)
+        else:
+            cost = search_cost(reader, desc.field_names[0], _is_inverted)
         out.append({"index": desc.name, "kind": kind, **cost.to_dict()})
     return out
