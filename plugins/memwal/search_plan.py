@@ -116,10 +116,13 @@ def plan_sources(reader: LsmReader, column: str, matches: IndexMatch, filter: Fi
     return planned
 
 
-def search_cost(reader: LsmReader, column: str, matches: IndexMatch) -> SearchCost:
-    """SearchCost of a search on `column` over the reader's snapshot (no filter): cheap, index metadata only."""
+def search_cost(reader: LsmReader, column: str, matches: IndexMatch, flat_rows: int = 0) -> SearchCost:
+    """SearchCost of a search on `column` over the reader's snapshot (no filter): cheap, index metadata only.
+    Generations and MemTables of at most `flat_rows` rows count as read flat (the vector search does so)."""
     cost = SearchCost(column)
     for p in plan_sources(reader, column, matches):
+        if p.index is not None and p.source.generation > 0 and p.source.dataset.count_rows() <= flat_rows:
+            p = PlannedSource(p.position, p.source, None, 0)
         if p.index is None:
             cost.flat_sources += 1
         else:

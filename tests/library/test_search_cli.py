@@ -64,8 +64,9 @@ def test_bad_search_input_exits_2_naming_it(table, capsys, argv, message):
 
 
 def test_status_search_shows_what_a_search_pays(table, capsys):
-    """Base through its IVF_PQ and INVERTED indexes, our writer's generation 1 flat (no index): status --search
-    counts the sources and the rows served flat, per index; without --search the JSON is unchanged."""
+    """Base through its IVF_PQ index, our writer's small generation 1 read flat by the vector search (whatever
+    index it carries): status --search counts the sources and the rows served flat, per index; without --search
+    the JSON is unchanged."""
     assert main(["status", table, "--search", "--json"]) == 0
     costs = {c["index"]: c for c in json.loads(capsys.readouterr().out)["search"]}
     assert set(costs) == {"vec_idx", "text_idx"}, costs
@@ -85,3 +86,4 @@ def test_lag_measure_reports_search_costs_when_asked(table):
     assert "search" not in measure(table)
     costs = {c["index"]: c for c in measure(table, search=True)["search"]}
     assert costs["vec_idx"]["flat_sources"] == 1 and costs["text_idx"]["kind"] == "fts", costs
+    assert costs["text_idx"]["indexed_sources"] + costs["text_idx"]["flat_sources"] == 2, costs

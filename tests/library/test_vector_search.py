@@ -166,7 +166,7 @@ def test_ann_at_defaults_returns_live_newest_rows_never_short(lsm, k):
 
 def test_plan_counts_indexed_and_flat_sources(lsm):
     """The base is asked through its IVF_PQ index (the merged, not yet indexed rows of generation 1 flat); our
-    writer's generation and the MemTable have no vector index and are read flat; all are counted."""
+    writer's small generation (whatever index it carries) and the MemTable are read flat; all are counted."""
     reader, _ = lsm
     reader.search(QUERIES[0])
     plan = reader.last_vector_plan
@@ -175,11 +175,11 @@ def test_plan_counts_indexed_and_flat_sources(lsm):
 
 
 def test_a_generation_with_its_own_index_is_still_searched_exactly(lsm, monkeypatch):
-    """A generation carrying an IVF_PQ index of its own (as Lance core's flush writes) is asked through it when
-    it is large; with enough refinement the result stays exact."""
+    """A generation carrying an IVF_PQ index of its own is asked through it when it is large; with enough
+    refinement the result stays exact (replace=True: our flush may already have built one of another type)."""
     reader, model = lsm
     gen = next(s for s in reader.sources if s.generation == 2)
-    gen.dataset.create_index("vec", "IVF_PQ", name="vec_idx", replace=True, **IVF_PQ_PARAMS)  # over our flush's
+    gen.dataset.create_index("vec", "IVF_PQ", name="vec_idx", replace=True, **IVF_PQ_PARAMS)
     fresh = LsmReader(reader.table, memtables=[(s.region_id, s.generation, s.dataset.to_table())
                                                 for s in reader.sources if s.dataset.uri.startswith("memory://")])
     monkeypatch.setattr(vs, "FLAT_ROWS", 0)
