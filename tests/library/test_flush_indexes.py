@@ -98,9 +98,9 @@ def test_lance_core_vector_search_finds_rows_our_writer_flushed(tmp_path):
 
 
 def lance_core_snapshots_of(uri: str):
-    from conftest import Location
+    from types import SimpleNamespace
 
-    return lance_core_snapshots(Location("local", uri, None))
+    return lance_core_snapshots(SimpleNamespace(kind="local", uri=uri, storage_options=None))
 
 
 def test_maintain_all_indexes_builds_scalar_indexes_of_the_base_type(tmp_path):
