@@ -38,8 +38,12 @@ dist: $(STAMP)
 lint: setup
 	$(BIN)/ruff check .
 
+# The server tier (a real Airflow on PostgreSQL, the wheel installs: tests that build on one another's state)
+# runs after the rest, in one process; both passes always run, and either failing fails `make test`.
 test: setup lint
-	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(XDIST) -m "not server" $(PYTEST_ARGS); first=$$?; \
+	$(BIN)/python -m pytest -p no:xdist -m server $(PYTEST_ARGS); second=$$?; \
+	test $$first = 0 && test $$second = 0
 
 test-fast: setup
 	$(BIN)/python -m pytest $(XDIST) -m "$(FAST)" $(PYTEST_ARGS)
