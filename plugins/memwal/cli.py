@@ -291,7 +291,7 @@ def _blocked(s: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The command's exit status (the README's table); bad input is one line on stderr and 2, as a status."""
+    """The command's exit status (docs/jobs.md's table); bad input is one line on stderr and 2, as a status."""
     try:
         args = _parse(argv)
     except SystemExit as exc:  # --help (0), or bad input already written as one line (2)

@@ -27,7 +27,7 @@ from memwal.errors import BadInputError
 __all__ = ["Analyzed", "TokenizerConfig", "analyze", "query_terms"]
 
 # tantivy's English stop words (StopWordFilter::new(English)): Snowball's list without cannot, could, no, nor, not,
-# ought, would, with can, just, now, re, will (checked against Lance in tests/test_full_text_search.py).
+# ought, would, with can, just, now, re, will (checked against Lance in tests/library/test_full_text_search.py).
 _ENGLISH_STOP_WORDS = frozenset((
     "i", "me", "my", "myself", "we", "our", "ours", "ourselves", "you", "your", "yours", "yourself",
     "yourselves", "he", "him", "his", "himself", "she", "her", "hers", "herself", "it", "its", "itself", "they",

@@ -4,7 +4,8 @@ Why: Lance rebases a CreateIndex rewrite (snapshot refresh, catch-up) over a con
 conflict, leaving merged_generations regressed until commit_details repairs it; a stale merge committing
 in that window passes Lance's marker check against the regressed value and writes older rows over newer
 ones. Holding this lock around every merge commit and every rewrite (read, commit, verify) means a rewrite
-is never rebased over one of our merges. Merges by other tools are not covered (see README).
+is never rebased over one of our merges. Merges by other tools are not covered here; merge progress is
+safe against them anyway (docs/safety-merge.md).
 
 How: lock objects `_mem_wal/_locks/{name}/{seq}.json`, each created with put-if-not-exists (the CAS).
 The newest object says who holds the lock and until when (a lease), or that it was released. To acquire,

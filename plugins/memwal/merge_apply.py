@@ -27,7 +27,7 @@ further generation of the batch (`merge_commit.advance_markers`). pylance 14's `
 marker (LANCE-MAINTENANCE-NOTES), so the marker follows the data, as the two-pass merge's upsert pass
 follows its delete pass; stepping one generation at a time is what makes that safe (merge_commit).
 
-Why it is safe (tests/test_merge_apply.py, tests/test_merge_window.py, tests/crash/, tests/concurrency/):
+Why it is safe (tests/library/test_merge_apply.py and test_merge_window.py, tests/crash/, tests/concurrency/):
 - Before the Update, progress is checked at the latest version (`Overtaken` unless every region is still
   at `since`) and our lease on the MemWAL index lock (`LeaseLostError`); Lance's own retry is not
   involved: a concurrent commit that touched any fragment we update (a compaction's Rewrite, a retention

@@ -21,7 +21,7 @@ upsert's key scan about 3x slower (0.61 against 0.23 s at 32M rows, bench/merge_
 rebases the upsert onto our Delete, keeping both deletion vectors (the two passes' keys are disjoint:
 one winner per key); should it refuse, the pass reruns on the latest version.
 
-Why it is safe (each case is a test in tests/test_merge_passes.py and tests/crash/):
+Why it is safe (each case is a test in tests/library/test_merge_passes.py and tests/crash/):
 - Each pass refreshes the table handle to the latest version v and first checks that merged_generations
   of every region in the commit is still where the plan started (`since`); if not, another merger
   overtook us and the whole commit is replanned (`Overtaken`, handled like a stale marker). So a pass only

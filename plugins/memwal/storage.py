@@ -88,7 +88,7 @@ def join_uri(uri: str, *parts: str) -> str:
 # It covers every credential key of obstore / Lance (S3, Azure, GCS, with their aliases: the secret access
 # key, session token, SSE-C customer key, account / master / SAS keys, client secret, bearer token, the
 # service account key and its path) and Spark / Hadoop's (`fs.s3a.access.key`, `fs.azure.account.key.*`,
-# `fs.azure.sas.*`, `*.private.key`, `*Password`); tests/test_secret_options.py checks it against obstore's.
+# `fs.azure.sas.*`, `*.private.key`, `*Password`); tests/library/test_secret_options.py checks it against obstore's.
 _SECRET_KEY = re.compile(
     r"secret|passw(or)?d|token(?!_service_url)"  # Azure's fabric_token_service_url is where tokens come from
     r"|(^|_)(access|account|master|sas|customer|encryption|private|api)_key(_|$)"
