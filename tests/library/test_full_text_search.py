@@ -17,6 +17,7 @@ from memwal.storage import lance_storage_options
 from memwal.writer import RegionWriter, WriterConfig
 
 from support.fts_model import assert_ranking, global_bm25
+from support.lance_core_writes import write_through_lance_core
 from support.maintenance import ONE_GEN_PER_FLUSH
 from support.tables import PK
 
@@ -244,13 +245,7 @@ def test_generations_lance_core_flushed_are_searched_through_their_fts_index(loc
     ds = lance.dataset(loc.uri, storage_options=opts)
     ds.initialize_mem_wal(maintained_indexes=["text_idx"], unsharded=True)
     puts = [{i: new_text(i, 1) for i in range(0, 40)}, {i: new_text(i, 2) for i in range(200, 260)}]
-    with lance.dataset(loc.uri, storage_options=opts).mem_wal_writer(str(uuid.uuid4()), max_memtable_rows=70) as w:
-        for batch in puts:
-            w.put(table_of(batch))
-            model.update(batch)
-        w.delete(pa.table({"id": pa.array(range(5, 10), pa.int64())}))
-        for i in range(5, 10):
-            del model[i]
+    write_through_lance_core(loc.uri, opts, puts, range(5, 10), model, table_of)
     reader = LsmReader(loc.uri)
     generations = reader.sources[1:]
     assert len(generations) >= 2, "the scenario must span several Lance core generations"

@@ -5,9 +5,7 @@ refined, live newest rows otherwise, never short."""
 from __future__ import annotations
 
 import math
-import uuid
 
-import lance
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -16,6 +14,7 @@ from test_vector_search import create_base, table_of
 from memwal import vector_search as vs
 from memwal.reader import LsmReader
 
+from support.lance_core_writes import write_through_lance_core
 from support.vector_model import PARTITIONS, QUERIES, assert_top_k, vector_of
 
 
@@ -34,13 +33,7 @@ def lance_core_lsm(local_location):
     model = {i: f"b{i}" for i in range(300)}
     opts = create_base(loc, model, maintained=True)
     puts = [{i: f"g-{i}" for i in range(0, 40)}, {i: f"g-{i}" for i in range(300, 360)}]
-    with lance.dataset(loc.uri, storage_options=opts).mem_wal_writer(str(uuid.uuid4()), max_memtable_rows=70) as w:
-        for batch in puts:
-            w.put(table_of(batch))
-            model.update(batch)
-        w.delete(pa.table({"id": pa.array(range(5, 10), pa.int64())}))
-        for i in range(5, 10):
-            del model[i]
+    write_through_lance_core(loc.uri, opts, puts, range(5, 10), model, table_of)
     reader = LsmReader(loc.uri)
     generations = reader.sources[1:]
     assert len(generations) >= 2, "the scenario must span several Lance core generations"
