@@ -14,11 +14,12 @@ from memwal.errors import BadInputError
 from memwal.merge import merge_table
 from memwal.reader import LsmReader
 from memwal.storage import lance_storage_options
-from memwal.writer import RegionWriter, WriterConfig
+from memwal.writer import RegionWriter
 
 from support.fts_model import assert_ranking, global_bm25
 from support.lance_core_writes import write_through_lance_core
 from support.maintenance import ONE_GEN_PER_FLUSH
+from support.memtable_views import reader_with_memtable
 from support.tables import PK
 
 SCHEMA = pa.schema([
@@ -95,16 +96,9 @@ def lsm(local_location):
     model.update(gen2)
     for i in range(60, 70):
         del model[i]
-    w = RegionWriter(loc.uri, region, storage_options=loc.storage_options,
-                     config=WriterConfig(max_flush_interval_s=None))
     mem = {**{i: new_text(i, 3) for i in range(1000, 1005)}, **{i: new_text(i, 3) for i in range(2000, 2005)}}
-    w.put(table_of(mem))
-    w.delete(pa.table({"id": pa.array([70], pa.int64())}))
-    model.update(mem)
-    del model[70]
-    reader = LsmReader(loc.uri, memtables=[(region, w.memtable.generation, w.memtable_table())])
-    yield reader, model
-    w.close()
+    with reader_with_memtable(loc, region, mem, [70], model, table_of) as reader:
+        yield reader, model
 
 
 def _ours(reader: LsmReader, query: str, k: int, **kw) -> tuple[list[int], list[float]]:

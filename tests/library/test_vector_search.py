@@ -17,9 +17,10 @@ from memwal.errors import BadInputError
 from memwal.merge import merge_table
 from memwal.reader import LsmReader
 from memwal.storage import lance_storage_options
-from memwal.writer import RegionWriter, WriterConfig
+from memwal.writer import RegionWriter
 
 from support.maintenance import ONE_GEN_PER_FLUSH
+from support.memtable_views import reader_with_memtable
 from support.tables import PK
 from support.vector_model import DIM, IVF_PQ_PARAMS, PARTITIONS, QUERIES, assert_top_k, vector_column, vector_of
 
@@ -81,16 +82,9 @@ def lsm(local_location):
     model.update(gen2)
     for i in range(60, 70):
         del model[i]
-    w = RegionWriter(loc.uri, region, storage_options=loc.storage_options,
-                     config=WriterConfig(max_flush_interval_s=None))
     mem = {i: f"m-{i}" for i in [*range(1000, 1005), *range(2000, 2005)]}
-    w.put(table_of(mem))
-    w.delete(pa.table({"id": pa.array([70], pa.int64())}))
-    model.update(mem)
-    del model[70]
-    reader = LsmReader(loc.uri, memtables=[(region, w.memtable.generation, w.memtable_table())])
-    yield reader, model
-    w.close()
+    with reader_with_memtable(loc, region, mem, [70], model, table_of) as reader:
+        yield reader, model
 
 
 def _pairs(t: pa.Table) -> list[tuple[float, int]]:
