@@ -4,7 +4,7 @@ on the executors.
     spark-submit [spark options] /abs/path/spark_jobs/compaction.py TABLE [--force] \
         [--target-rows-per-fragment N] [--max-tasks-per-round N] ...
 
-`memwal.compaction.compact_table` takes an `execute(tasks, uri, storage_options)` hook; here it is
+`memwal.compaction.compact_table` takes an `execute(tasks, table)` hook; here it is
 `spark_executor(spark)`: the pickled `CompactionTask`s go out one per Spark task through the TaskRunner
 (`spark_jobs.task_runner`: DataFrame operations only, so classic and Spark Connect sessions alike), each
 executor opens the table and runs `task.execute`, and the pickled `RewriteResult`s come back to the driver,
@@ -23,11 +23,10 @@ from spark_jobs import common
 from spark_jobs.task_runner import spark_runner
 
 
-def _execute_on_executor(uri: str, storage_options: dict | None):
+def _execute_on_executor(table):
+    """The task function: the handle pickles to its URI and storage options and opens the table there."""
     def run(task):
-        from memwal.mem_wal_index import open_table
-
-        return task.execute(open_table(uri, storage_options))
+        return task.execute(table.dataset)
 
     return run
 
@@ -37,8 +36,8 @@ def spark_executor(spark) -> Execute:
 
     runner = spark_runner(spark, "memwal compaction: rewrite fragments")
 
-    def execute(tasks: Sequence, uri: str, storage_options: dict | None) -> list:
-        return runner(_execute_on_executor(uri, storage_options), list(tasks))
+    def execute(tasks: Sequence, table) -> list:
+        return runner(_execute_on_executor(table), list(tasks))
 
     return execute
 

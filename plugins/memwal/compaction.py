@@ -52,7 +52,7 @@ __all__ = ["PENDING_CATCHUP", "CompactionConfig", "CompactionSummary", "Fragment
 log = logging.getLogger(__name__)
 
 # Runs the planned tasks against the table (uri, storage options) and returns their results in task order.
-Execute = Callable[[Sequence[CompactionTask], str, dict[str, str] | None], list[RewriteResult]]
+Execute = Callable[[Sequence[CompactionTask], MemWalTable], list[RewriteResult]]
 
 # index_catchup as it was before a round's commit, kept until the round has put it back (module docstring).
 PENDING_CATCHUP = f"{naming.MEM_WAL_DIR}/_compaction/index_catchup.json"
@@ -71,10 +71,9 @@ def lance_options(config: CompactionConfig) -> CompactionOptions:
                              materialize_deletions_threshold=config.materialize_deletions_threshold)
 
 
-def execute_in_process(tasks: Sequence[CompactionTask], uri: str,
-                       storage_options: dict[str, str] | None) -> list[RewriteResult]:
+def execute_in_process(tasks: Sequence[CompactionTask], table: MemWalTable) -> list[RewriteResult]:
     """Run the tasks here, one after another (each uses Lance's own threads)."""
-    ds = open_table(uri, storage_options)
+    ds = open_table(table.uri, table.storage_options)  # the version the plan read (still the latest)
     return [task.execute(ds) for task in tasks]
 
 
@@ -186,30 +185,33 @@ def _to_restore(table: MemWalTable) -> dict[str, dict[str, int]]:
     return {**_read_pending(table), **now}
 
 
-def _round(uri: str, storage_options: dict[str, str] | None, config: CompactionConfig, execute: Execute,
-           summary: CompactionSummary) -> bool:
-    """Plan, execute and commit one round; True when there may be more to do."""
-    ds = open_table(uri, storage_options)
+def _round(table: MemWalTable, config: CompactionConfig, execute: Execute, summary: CompactionSummary) -> bool:
+    """Plan, execute and commit one round; True when there may be more to do. Under the MemWAL index lock,
+    each commit is fenced by the lease (`MemWalTable.check_lease`): a stalled round whose lock was taken over
+    does not commit."""
+    ds = open_table(table.uri, table.storage_options)  # its own object: the commits read at the plan's version
     plan = Compaction.plan(ds, lance_options(config))
     tasks = list(plan.tasks)[: config.max_tasks_per_round or None]
     if not tasks:
         return False
     summary.tasks_planned += len(tasks)
-    results = execute(tasks, uri, storage_options)
+    results = execute(tasks, table)
     fault_point("compaction.before_commit")
     try:
+        table.check_lease()
         _commit(ds, results, config, summary)
         summary.tasks_committed += len(tasks)
     except OSError as exc:
         if not is_preempted(exc):
             raise
         summary.preempted_commits += 1
-        keep = untouched_tasks(tasks, open_table(uri, storage_options))
+        keep = untouched_tasks(tasks, open_table(table.uri, table.storage_options))
         log.info("compaction of %s preempted by a concurrent commit; committing %d of %d tasks whose fragments "
-                 "it did not touch", uri, len(keep), len(tasks))
+                 "it did not touch", table.uri, len(keep), len(tasks))
         summary.tasks_preempted += len(tasks) - len(keep)
         if keep:
             try:
+                table.check_lease()
                 _commit(ds, [results[i] for i in keep], config, summary)
                 summary.tasks_committed += len(keep)
             except OSError as again:
@@ -228,7 +230,7 @@ def compact_table(table: TableLike, config: CompactionConfig | None = None,
     config = config or CompactionConfig()
     started = time.monotonic()
     table = MemWalTable.of(table)
-    uri, storage_options = table.uri, table.storage_options
+    uri = table.uri
     ds = table.refresh().dataset
     summary = CompactionSummary(uri, config.enabled, table_version_before=ds.version)
     health = fragment_health(ds, config.target_rows_per_fragment)
@@ -248,7 +250,7 @@ def compact_table(table: TableLike, config: CompactionConfig | None = None,
             if catchup:
                 _record_pending(table, catchup)
             try:
-                more = _round(uri, storage_options, config, execute, summary)
+                more = _round(table, config, execute, summary)
             finally:
                 _restore_catchup(table, catchup, config.use_lock)
             if config.use_lock:

@@ -127,9 +127,10 @@ def test_merge_commits_first_then_untouched_tasks_are_committed(local_location):
     region = fragmented_table(loc, base_rows=80)
     write(loc, region, [([0], [])], tag="new")
 
-    def execute_then_merge(tasks, uri, so):
-        results = execute_in_process(tasks, uri, so)
-        merge_table(MemWalTable(uri, so))  # lands between the plan's read version and the compaction's commit
+    def execute_then_merge(tasks, table):
+        results = execute_in_process(tasks, table)
+        # lands between the plan's read version and the compaction's commit
+        merge_table(MemWalTable(table.uri, table.storage_options))
         return results
 
     summary = compact_table(loc.uri, config=PAIRS, execute=execute_then_merge)
@@ -171,9 +172,9 @@ def test_tasks_pickle_across_the_executor_boundary(local_location):
     fragmented_table(loc, base_rows=40)
     expected = base(loc)
 
-    def pickled(tasks, uri, so):
+    def pickled(tasks, table):
         return [pickle.loads(pickle.dumps(r)) for r in
-                execute_in_process([pickle.loads(pickle.dumps(t)) for t in tasks], uri, so)]
+                execute_in_process([pickle.loads(pickle.dumps(t)) for t in tasks], pickle.loads(pickle.dumps(table)))]
 
     summary = compact_table(loc.uri, config=PAIRS, execute=pickled)
     assert summary.tasks_committed == 2 and summary.health_after["fragments"] == 2
@@ -345,3 +346,39 @@ def test_the_retry_of_a_compaction_whose_restore_failed_puts_the_entries_back(lo
     assert gc_table(loc.uri, config=GcConfig(dry_run=True)).regions[0].safe_generation == 2
     compact_table(loc.uri, CompactionConfig(force=True, target_rows_per_fragment=1000))
     assert load_index(loc.uri).details.index_catchup == before
+
+
+def test_a_round_whose_lease_was_taken_over_does_not_commit(local_location, monkeypatch):
+    """
+    compaction holds the MemWAL index lock | its tasks ran, it stalls past its lease before the commit |
+    another job takes the lock over | the round must not commit (LeaseLostError, table version unchanged,
+    rows intact) | once the lock is free again, a rerun compacts.
+    """
+    from memwal import compaction as compaction_module
+    from memwal import table as table_module
+    from memwal.errors import LeaseLostError
+    from memwal.lock import TableLock
+
+    loc = local_location
+    fragmented_table(loc, base_rows=40)
+    expected, v0 = base(loc), open_base(loc).version
+    now = [1_000_000.0]
+    monkeypatch.setattr(table_module, "index_lock", lambda store: TableLock(store, "mem_wal_index", 60.0,
+                                                                              wait_s=5.0, clock=lambda: now[0]))
+    taken: list[TableLock] = []
+
+    def stall_and_lose_the_lease(name: str) -> None:
+        if name == "compaction.before_commit" and not taken:
+            now[0] += 120.0  # our lease (60 s) ran out while the tasks ran
+            taken.append(TableLock(loc.store(), "mem_wal_index", 60.0, wait_s=5.0, clock=lambda: now[0]).acquire())
+
+    monkeypatch.setattr(compaction_module, "fault_point", stall_and_lose_the_lease)
+    locked = CompactionConfig(force=True, target_rows_per_fragment=20, use_lock=True)
+    with pytest.raises(LeaseLostError, match="taken over"):
+        compact_table(loc.uri, config=locked)
+    assert taken, "the lease was never taken over"
+    assert open_base(loc).version == v0, "the round committed after its lease was taken over"
+    taken[0].release()
+    summary = compact_table(loc.uri, config=locked)
+    assert summary.tasks_committed == 2 and summary.health_after["fragments"] == 2
+    assert base(loc) == expected
