@@ -141,8 +141,8 @@ def _route(ds0: lance.LanceDataset, name: str, rows: int, distributed: Distribut
 def _build_distributed(table: MemWalTable, ds0: lance.LanceDataset, name: str, uncovered: list[int],
                        distributed: DistributedBuild, result: IndexCatchupResult) -> None:
     """Plan, build the segments through the runner, commit them at V0 under the MemWAL index lock."""
-    plan = index_build.plan_build(ds0, name, uncovered, distributed.groups, table.storage_options,
-                                  distributed.threads, distributed.min_group_rows)
+    plan = index_build.plan_build(table, ds0, name, uncovered, distributed.groups, distributed.threads,
+                                  distributed.min_group_rows)
     try:
         segments = index_build.build_segments(plan, distributed.runner)
     except Exception as exc:  # a task's failure, as its runner raises it (Lance's error, Spark's job failure)
@@ -150,7 +150,7 @@ def _build_distributed(table: MemWalTable, ds0: lance.LanceDataset, name: str, u
                            f"{' '.join(str(exc).split())[:2000]}") from exc
     with table.index_lock():
         table.check_lease()
-        index_build.commit_segments(table.uri, table.storage_options, plan.read_version, segments)
+        index_build.commit_segments(table, plan.read_version, segments)
     result.segments_built = len(segments)
     log.info("index %s: %d segments over %d rows built (%s) and committed at version %d", name, len(segments),
              plan.rows, result.where, plan.read_version)

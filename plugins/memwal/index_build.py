@@ -32,7 +32,7 @@ import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import lance
 import numpy as np
@@ -40,6 +40,9 @@ import numpy as np
 from memwal.faults import fault_point
 from memwal.storage import lance_storage_options
 from memwal.task_runner import TaskRunner
+
+if TYPE_CHECKING:
+    from memwal.table import MemWalTable
 
 __all__ = ["DISTRIBUTED_MIN_ROWS", "MIN_GROUP_ROWS", "SEGMENT_TYPES", "BuildPlan", "SegmentTask", "build_segment",
            "build_segments", "commit_segments", "fallback", "min_rows", "plan_build", "plan_groups", "vector_model"]
@@ -157,11 +160,12 @@ def _pb_tensor(buf: bytes) -> tuple[list[int], bytes]:
     return shape, data
 
 
-def vector_model(ds: lance.LanceDataset, name: str, storage_options: dict | None = None) -> dict[str, Any]:
+def vector_model(ds: lance.LanceDataset, name: str, table: MemWalTable | None = None) -> dict[str, Any]:
     """The trained model of vector index `name` as `create_index_uncommitted` takes it: metric,
     num_partitions, ivf_centroids (Lance's index statistics), for PQ num_sub_vectors and pq_codebook (the
     codebook tensor in the segment's auxiliary.idx, laid out (sub_vectors, 256, dim / sub_vectors)), for HNSW
-    m and ef_construction. ValueError naming the index when Lance does not report it."""
+    m and ef_construction (the codebook is read with `table`'s storage options). ValueError naming the index
+    when Lance does not report it."""
     desc = next(d for d in ds.describe_indices() if d.name == name)
     kind = normalized_type(desc)
     os.environ.setdefault("LANCE_INCLUDE_VECTOR_CENTROIDS", "true")
@@ -177,7 +181,7 @@ def vector_model(ds: lance.LanceDataset, name: str, storage_options: dict | None
         from lance.file import LanceFileReader
 
         reader = LanceFileReader(f"{ds.uri.rstrip('/')}/_indices/{first['uuid']}/auxiliary.idx",
-                                 storage_options=storage_options)
+                                 storage_options=lance_storage_options(table and table.storage_options))
         meta = json.loads(json.loads(reader.metadata().schema.metadata[b"storage_metadata"])[0])
         shape, data = _pb_tensor(bytes(reader.read_global_buffer(meta["codebook_position"])))
         m, dim, bits = int(meta["num_sub_vectors"]), int(meta["dimension"]), int(meta.get("nbits", 8))
@@ -197,10 +201,10 @@ def vector_model(ds: lance.LanceDataset, name: str, storage_options: dict | None
 
 @dataclass(frozen=True)
 class SegmentTask:
-    """One task: build index `index_name`'s segment over `fragment_ids` of version `read_version`."""
+    """One task: build index `index_name`'s segment over `fragment_ids` of version `read_version` of `table`
+    (the handle pickles to its URI and storage options: the task opens the table where it runs)."""
 
-    uri: str
-    storage_options: dict[str, str] | None
+    table: MemWalTable
     read_version: int
     index_name: str
     column: str
@@ -220,11 +224,11 @@ class BuildPlan:
     tasks: list[SegmentTask]
 
 
-def plan_build(ds0: lance.LanceDataset, name: str, uncovered: Sequence[int], groups: int,
-               storage_options: dict[str, str] | None = None, threads: int | None = None,
-               min_group_rows: int = MIN_GROUP_ROWS) -> BuildPlan:
-    """The tasks building index `name`'s segments over the `uncovered` fragments of ds0's version: at most
-    `groups` groups, each of at least `min_group_rows` rows (one group when there are fewer)."""
+def plan_build(table: MemWalTable, ds0: lance.LanceDataset, name: str, uncovered: Sequence[int], groups: int,
+               threads: int | None = None, min_group_rows: int = MIN_GROUP_ROWS) -> BuildPlan:
+    """The tasks building index `name`'s segments over the `uncovered` fragments of ds0 (`table` at the
+    version the build reads): at most `groups` groups, each of at least `min_group_rows` rows (one group when
+    there are fewer)."""
     desc = next(d for d in ds0.describe_indices() if d.name == name)
     reason = fallback(desc)
     if reason:
@@ -235,14 +239,14 @@ def plan_build(ds0: lance.LanceDataset, name: str, uncovered: Sequence[int], gro
     total = sum(rows.values())
     n = max(1, min(groups, total // max(1, min_group_rows)))
     if kind.startswith("IVF"):
-        params = vector_model(ds0, name, lance_storage_options(storage_options))
+        params = vector_model(ds0, name, table)
     elif kind == "INVERTED":
         details = desc.details or {}
         params = {k: details[k] for k in _TOKENIZER_KEYS if details.get(k) is not None}
     else:
         params = {}
-    tasks = [SegmentTask(ds0.uri, storage_options, ds0.version, name, desc.field_names[0], kind, tuple(g), params,
-                         threads) for g in plan_groups(rows, n)]
+    tasks = [SegmentTask(table, ds0.version, name, desc.field_names[0], kind, tuple(g), params, threads)
+             for g in plan_groups(rows, n)]
     return BuildPlan(name, ds0.version, total, tasks)
 
 
@@ -253,7 +257,7 @@ def build_segment(task: SegmentTask) -> Any:
         # Read when Lance starts its CPU pool (the first Lance work of this process, e.g. a fresh executor
         # worker); sizes Lance to the task's cores so tasks sharing an executor do not oversubscribe it.
         os.environ.setdefault("LANCE_CPU_THREADS", str(task.threads))
-    ds = lance.dataset(task.uri, version=task.read_version, storage_options=lance_storage_options(task.storage_options))
+    ds = task.table.checkout(task.read_version).dataset
     segment = ds.create_index_uncommitted(task.column, task.index_type, name=task.index_name, replace=True,
                                           fragment_ids=list(task.fragment_ids), **task.params)
     if task.index_type == "INVERTED":  # its partial files are merged into the segment's own files
@@ -269,13 +273,12 @@ def build_segments(plan: BuildPlan, runner: TaskRunner) -> list[Any]:
     return segments
 
 
-def commit_segments(uri: str, storage_options: dict[str, str] | None, read_version: int,
-                    segments: Sequence[Any]) -> lance.LanceDataset:
+def commit_segments(table: MemWalTable, read_version: int, segments: Sequence[Any]) -> lance.LanceDataset:
     """Commit the segments as one CreateIndex at `read_version` (call under the MemWAL index lock): they join
     their indexes as new segments. Lance refuses it (OSError) when a concurrent commit rewrote a covered
     fragment."""
     op = lance.LanceOperation.CreateIndex(new_indices=list(segments), removed_indices=[])
-    ds = lance.LanceDataset.commit(uri, op, read_version=read_version,
-                                   storage_options=lance_storage_options(storage_options))
+    ds = lance.LanceDataset.commit(table.uri, op, read_version=read_version,
+                                   storage_options=lance_storage_options(table.storage_options))
     fault_point("index_build.after_commit")
     return ds
