@@ -43,7 +43,7 @@ from memwal.faults import fault_point
 from memwal.fragment_health import FragmentHealth, due_reasons, fragment_health, is_small
 from memwal.index_coverage import covers_every_fragment
 from memwal.maintenance_config import CompactionConfig
-from memwal.mem_wal_index import MemWalIndexDetails, commit_details, commit_details_locked, open_table
+from memwal.mem_wal_index import MemWalIndexDetails
 from memwal.table import MemWalTable, TableLike
 
 __all__ = ["PENDING_CATCHUP", "CompactionConfig", "CompactionSummary", "FragmentHealth", "compact_table",
@@ -73,7 +73,7 @@ def lance_options(config: CompactionConfig) -> CompactionOptions:
 
 def execute_in_process(tasks: Sequence[CompactionTask], table: MemWalTable) -> list[RewriteResult]:
     """Run the tasks here, one after another (each uses Lance's own threads)."""
-    ds = open_table(table.uri, table.storage_options)  # the version the plan read (still the latest)
+    ds = table.open_dataset()  # the version the plan read (still the latest)
     return [task.execute(ds) for task in tasks]
 
 
@@ -171,9 +171,9 @@ def _restore_catchup(table: MemWalTable, before: dict[str, dict[str, int]], lock
             return replace(d, index_catchup={**restored, **d.index_catchup})
 
         if locked:
-            commit_details_locked(table, mutate, None)
+            table.commit_details_locked(mutate)
         else:
-            commit_details(table, mutate)
+            table.commit_details(mutate)
         log.info("compaction of %s: index_catchup restored after Lance's index remap: %s", table.uri, restored)
     if before:
         table.store.delete(PENDING_CATCHUP)
@@ -189,7 +189,7 @@ def _round(table: MemWalTable, config: CompactionConfig, execute: Execute, summa
     """Plan, execute and commit one round; True when there may be more to do. Under the MemWAL index lock,
     each commit is fenced by the lease (`MemWalTable.check_lease`): a stalled round whose lock was taken over
     does not commit."""
-    ds = open_table(table.uri, table.storage_options)  # its own object: the commits read at the plan's version
+    ds = table.open_dataset()  # its own object: the commits read at the plan's version
     plan = Compaction.plan(ds, lance_options(config))
     tasks = list(plan.tasks)[: config.max_tasks_per_round or None]
     if not tasks:
@@ -205,7 +205,7 @@ def _round(table: MemWalTable, config: CompactionConfig, execute: Execute, summa
         if not is_preempted(exc):
             raise
         summary.preempted_commits += 1
-        keep = untouched_tasks(tasks, open_table(table.uri, table.storage_options))
+        keep = untouched_tasks(tasks, table.open_dataset())
         log.info("compaction of %s preempted by a concurrent commit; committing %d of %d tasks whose fragments "
                  "it did not touch", table.uri, len(keep), len(tasks))
         summary.tasks_preempted += len(tasks) - len(keep)

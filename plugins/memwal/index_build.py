@@ -257,7 +257,7 @@ def build_segment(task: SegmentTask) -> Any:
         # Read when Lance starts its CPU pool (the first Lance work of this process, e.g. a fresh executor
         # worker); sizes Lance to the task's cores so tasks sharing an executor do not oversubscribe it.
         os.environ.setdefault("LANCE_CPU_THREADS", str(task.threads))
-    ds = task.table.checkout(task.read_version).dataset
+    ds = task.table.open_dataset(task.read_version)
     segment = ds.create_index_uncommitted(task.column, task.index_type, name=task.index_name, replace=True,
                                           fragment_ids=list(task.fragment_ids), **task.params)
     if task.index_type == "INVERTED":  # its partial files are merged into the segment's own files

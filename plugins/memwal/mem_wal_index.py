@@ -8,8 +8,9 @@ Writing: merge progress is committed by Lance merge-insert together with the dat
 Everything else (snapshot fields, index_catchup, initialisation) is committed as a CreateIndex that
 replaces the entry. Lance rebases such a commit over concurrent merges without treating them as a
 conflict, which would silently regress merged_generations (INTEROP.md, measured hazard). So:
-- `commit_details` inspects every version committed between its read version and its own commit and, if
-  it overwrote higher progress, immediately commits a repair with the per-region maximum;
+- `MemWalTable.commit_details` (the commit loop lives with the handle) inspects every version committed
+  between its read version and its own commit and, if it overwrote higher progress, immediately commits a
+  repair with the per-region maximum (`fold_progress`);
 - `load_index(monotone=True)` takes the same maximum over any rebased rewrite among the last versions, so
   a job of ours never acts on a regressed value even in the instant before the repair lands.
 """
@@ -19,30 +20,27 @@ from __future__ import annotations
 import logging
 import struct
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import lance
 from google.protobuf.message import DecodeError
 
 from memwal import naming
 from memwal._proto import memwal_pb2
-from memwal.errors import CommitConflictError, CorruptFileError, MemWalNotInitializedError, RegionSpecError
-from memwal.faults import fault_point
+from memwal.errors import CorruptFileError, MemWalNotInitializedError, RegionSpecError
 from memwal.region_spec import RegionSpec
 from memwal.storage import ObjectStore, lance_storage_options, normalize_uri
 
-if TYPE_CHECKING:
-    from memwal.table import MemWalTable
-
 __all__ = [
+    "MAX_COMMIT_ATTEMPTS",
     "MemWalIndex",
     "MemWalIndexDetails",
-    "commit_details",
-    "commit_details_locked",
+    "create_index_op",
     "decode_details",
     "encode_details",
+    "fold_progress",
     "index_of",
     "initialize_mem_wal",
     "load_index",
@@ -55,7 +53,7 @@ log = logging.getLogger(__name__)
 U64_MAX = (1 << 64) - 1
 _FOOTER = struct.Struct("<QHH4s")
 LOOKBACK_VERSIONS = 16
-_MAX_COMMIT_ATTEMPTS = 16
+MAX_COMMIT_ATTEMPTS = 16
 
 
 @dataclass(frozen=True)
@@ -274,7 +272,7 @@ def _details_if_kept(store: ObjectStore, version: int) -> MemWalIndexDetails | N
         return None
 
 
-def _fold_progress(
+def fold_progress(
     store: ObjectStore, versions: range, floor: MemWalIndexDetails | None
 ) -> MemWalIndexDetails | None:
     """floor raised to the progress recorded at each of the versions still kept."""
@@ -341,7 +339,7 @@ def _progress_floor(ds: lance.LanceDataset, store: ObjectStore) -> MemWalIndexDe
             continue
         if not any(i.name == naming.MEM_WAL_INDEX_NAME for i in txn.operation.new_indices):
             continue
-        floor = _fold_progress(store, range(txn.read_version + 1, version), floor)
+        floor = fold_progress(store, range(txn.read_version + 1, version), floor)
     return floor
 
 
@@ -375,7 +373,7 @@ def load_index(
     return index_of(open_table(uri, storage_options, version), ObjectStore(uri, storage_options), monotone=monotone)
 
 
-def _create_index_op(
+def create_index_op(
     index: MemWalIndex | None, details: MemWalIndexDetails, read_version: int, entry_uuid: str | None = None
 ) -> Any:
     from lance.dataset import Index
@@ -404,69 +402,6 @@ def _create_index_op(
     return lance.LanceOperation.CreateIndex(new_indices=[new], removed_indices=removed)
 
 
-def commit_details(
-    table: MemWalTable,
-    mutate: Callable[[MemWalIndexDetails], MemWalIndexDetails],
-    prepare: Callable[[str], None] | None = None,
-) -> MemWalIndex:
-    """Commit mutate(latest details) as a new table version without ever regressing progress.
-
-    mutate must only change what its job owns (snapshot fields, index_catchup, config); progress it
-    did not raise is taken from the latest version, and a rebase over a concurrent merge is repaired.
-    prepare(entry_uuid), if given, runs before each commit attempt, e.g. to write _indices/{uuid}/ files.
-    The table handle ends at the committed version.
-    """
-    with table.index_lock():
-        return commit_details_locked(table, mutate, prepare)
-
-
-def commit_details_locked(
-    table: MemWalTable,
-    mutate: Callable[[MemWalIndexDetails], MemWalIndexDetails],
-    prepare: Callable[[str], None] | None = None,
-) -> MemWalIndex:
-    """`commit_details` for a caller that already holds the MemWAL index lock (compaction's round)."""
-    store = table.store
-    floor: MemWalIndexDetails | None = None
-    for attempt in range(_MAX_COMMIT_ATTEMPTS):
-        current = table.refresh().index
-        proposed = mutate(current.details)
-        if floor is not None:
-            proposed = proposed.with_progress_at_least(floor)
-        proposed = proposed.with_progress_at_least(
-            replace(current.details, index_catchup={})  # never lower merged_generations by mutation
-        )
-        entry_uuid = str(uuid.uuid4())
-        if prepare is not None:
-            prepare(entry_uuid)
-        table.check_lease()
-        ds = lance.LanceDataset.commit(
-            table.uri,
-            _create_index_op(current, proposed, current.table_version, entry_uuid),
-            read_version=current.table_version,
-            storage_options=lance_storage_options(table.storage_options),
-        )
-        fault_point("details.after_commit")
-        if ds.version == current.table_version + 1:
-            return _adopt(table, ds)
-        # Other commits landed between our read and our commit: check what we overwrote.
-        floor = _fold_progress(store, range(current.table_version + 1, ds.version), floor)
-        if floor is None or not proposed.progress_below(floor):
-            return _adopt(table, ds)
-        log.warning(
-            "details commit at version %d rebased over a concurrent merge (%s); repairing (attempt %d)",
-            ds.version, "; ".join(proposed.progress_below(floor)), attempt + 1,
-        )
-    raise CommitConflictError(f"MemWAL index details of {table.uri} kept conflicting with concurrent commits")
-
-
-def _adopt(table: MemWalTable, ds: lance.LanceDataset) -> MemWalIndex:
-    """The index as committed (read as it is: no monotone floor), now the handle's state."""
-    index = index_of(ds, table.store, monotone=False)
-    table.adopt(ds, index)
-    return index
-
-
 def initialize_mem_wal(
     uri: str,
     storage_options: dict[str, str] | None,
@@ -492,7 +427,7 @@ def initialize_mem_wal(
     )
     lance.LanceDataset.commit(
         uri,
-        _create_index_op(None, details, ds.version),
+        create_index_op(None, details, ds.version),
         read_version=ds.version,
         storage_options=lance_storage_options(storage_options),
     )

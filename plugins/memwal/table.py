@@ -9,23 +9,29 @@ needs to open the table again), never to open handles.
 
 from __future__ import annotations
 
+import logging
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from functools import cached_property
 from typing import Any
 
 import lance
 import pyarrow as pa
 
-from memwal import naming
-from memwal.errors import TableNotFoundError, is_table_not_found
+from memwal import mem_wal_index, naming
+from memwal.errors import CommitConflictError, TableNotFoundError, is_table_not_found
+from memwal.faults import fault_point
 from memwal.lock import TableLock, index_lock
-from memwal.mem_wal_index import MemWalIndex, MemWalIndexDetails, commit_details, index_of
+from memwal.mem_wal_index import MemWalIndex, MemWalIndexDetails, index_of
 from memwal.primary_key import primary_key_columns
 from memwal.region_manifest import RegionManifest, list_regions, load_latest_manifest
 from memwal.storage import ObjectStore, lance_storage_options
 
 __all__ = ["MemWalTable", "TableLike"]
+
+log = logging.getLogger(__name__)
 
 
 class MemWalTable:
@@ -148,8 +154,56 @@ class MemWalTable:
 
     def commit_details(self, mutate: Callable[[MemWalIndexDetails], MemWalIndexDetails],
                        prepare: Callable[[str], None] | None = None) -> MemWalIndex:
-        """Commit mutate(latest details) without regressing progress (`mem_wal_index.commit_details`)."""
-        return commit_details(self, mutate, prepare)
+        """Commit mutate(latest details) as a new table version, under the MemWAL index lock, without ever
+        regressing progress.
+
+        mutate must only change what its job owns (snapshot fields, index_catchup, config); progress it did
+        not raise is taken from the latest version, and a rebase over a concurrent merge is repaired.
+        prepare(entry_uuid), if given, runs before each commit attempt, e.g. to write _indices/{uuid}/ files.
+        The handle ends at the committed version.
+        """
+        with self.index_lock():
+            return self.commit_details_locked(mutate, prepare)
+
+    def commit_details_locked(self, mutate: Callable[[MemWalIndexDetails], MemWalIndexDetails],
+                              prepare: Callable[[str], None] | None = None) -> MemWalIndex:
+        """`commit_details` for a caller that already holds the MemWAL index lock (compaction's round)."""
+        floor: MemWalIndexDetails | None = None
+        for attempt in range(mem_wal_index.MAX_COMMIT_ATTEMPTS):
+            current = self.refresh().index
+            proposed = mutate(current.details)
+            if floor is not None:
+                proposed = proposed.with_progress_at_least(floor)
+            # never lower merged_generations by mutation
+            proposed = proposed.with_progress_at_least(replace(current.details, index_catchup={}))
+            entry_uuid = str(uuid.uuid4())
+            if prepare is not None:
+                prepare(entry_uuid)
+            self.check_lease()
+            ds = lance.LanceDataset.commit(
+                self.uri, mem_wal_index.create_index_op(current, proposed, current.table_version, entry_uuid),
+                read_version=current.table_version, storage_options=lance_storage_options(self.storage_options))
+            fault_point("details.after_commit")
+            if ds.version == current.table_version + 1:
+                return self._adopt_committed(ds)
+            # Other commits landed between our read and our commit: check what we overwrote.
+            floor = mem_wal_index.fold_progress(self.store, range(current.table_version + 1, ds.version), floor)
+            if floor is None or not proposed.progress_below(floor):
+                return self._adopt_committed(ds)
+            log.warning("details commit at version %d rebased over a concurrent merge (%s); repairing (attempt %d)",
+                        ds.version, "; ".join(proposed.progress_below(floor)), attempt + 1)
+        raise CommitConflictError(f"MemWAL index details of {self.uri} kept conflicting with concurrent commits")
+
+    def _adopt_committed(self, ds: lance.LanceDataset) -> MemWalIndex:
+        """The index as committed (read as it is: no monotone floor), now the handle's state."""
+        index = index_of(ds, self.store, monotone=False)
+        self.adopt(ds, index)
+        return index
+
+    def open_dataset(self, version: int | None = None) -> lance.LanceDataset:
+        """A dataset object of its own at `version` (default the latest), apart from the handle's: for a
+        commit that must read at a fixed version while the handle moves on."""
+        return lance.dataset(self.uri, version=version, storage_options=lance_storage_options(self.storage_options))
 
     def adopt(self, dataset: lance.LanceDataset, index: MemWalIndex | None = None) -> None:
         """Take a dataset this process just committed (and its index) as the handle's current state."""

@@ -264,17 +264,15 @@ def test_a_compaction_mixing_rows_merged_since_the_last_catch_up_reads_as_not_ca
 
 def _fail_the_restore_once(monkeypatch) -> list[str]:
     """The next commit of compaction's index_catchup restore (under the lock) raises an OSError, once."""
-    import memwal.compaction as compaction
+    real, failed = MemWalTable.commit_details_locked, []
 
-    real, failed = compaction.commit_details_locked, []
-
-    def once(*args, **kwargs):
+    def once(self, *args, **kwargs):
         if not failed:
             failed.append("restore")
             raise OSError("injected: the store refused the restore commit")
-        return real(*args, **kwargs)
+        return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(compaction, "commit_details_locked", once)
+    monkeypatch.setattr(MemWalTable, "commit_details_locked", once)
     return failed
 
 

@@ -129,7 +129,7 @@ def test_a_rebased_snapshot_rewrite_protects_the_version_it_was_rebased_over(loc
 
     loc = local_location
     (region,) = build_table(loc, regions=1, generations=2)
-    real_op = mwi._create_index_op
+    real_op = mwi.create_index_op
     merged: list[int] = []
 
     def merge_first(*args, **kwargs):
@@ -138,7 +138,7 @@ def test_a_rebased_snapshot_rewrite_protects_the_version_it_was_rebased_over(loc
             merged.append(open_base(loc).version)
         return real_op(*args, **kwargs)
 
-    monkeypatch.setattr(mwi, "_create_index_op", merge_first)
+    monkeypatch.setattr(mwi, "create_index_op", merge_first)
     refresh_snapshot(loc.uri)
     monkeypatch.undo()
     assert merged[0] in repair_window(open_base(loc))

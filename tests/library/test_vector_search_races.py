@@ -11,7 +11,8 @@ import lance
 import pytest
 from test_vector_search import create_base, flush
 
-from memwal import gc, mem_wal_index, merge, merge_commit, naming
+from memwal import gc, merge, merge_commit, naming
+from memwal import table as table_module
 from memwal.catchup import catchup_table
 from memwal.gc import GcConfig, gc_table
 from memwal.merge import merge_table
@@ -68,7 +69,7 @@ def _hook(monkeypatch, module, uri: str, model: dict, hits: list[str]) -> None:
 def test_searches_during_merge_catchup_and_gc_never_miss_or_return_stale_rows(table, monkeypatch):
     loc, _, model = table
     hits: list[str] = []
-    for module in (merge, merge_commit, mem_wal_index, gc):
+    for module in (merge, merge_commit, table_module, gc):
         _hook(monkeypatch, module, loc.uri, model, hits)
     check_search(loc.uri, model, "before the merge")
     assert not merge_table(loc.uri).failed_regions

@@ -138,6 +138,7 @@ def test_stale_merge_in_the_details_rebase_window_loses_an_update(local_location
     import memwal.mem_wal_index as mwi
     import memwal.merge as merge_mod
     import memwal.snapshot as snapshot_mod
+    import memwal.table as table_module
     from memwal.merge import local_dedup, pending_generations
     from memwal.primary_key import primary_key_columns
 
@@ -184,7 +185,7 @@ def test_stale_merge_in_the_details_rebase_window_loses_an_update(local_location
             pass
         outcome[f"{name}_blocked"] = waiting[name].is_set() and threads[name].is_alive() and name not in outcome
 
-    real_op = mwi._create_index_op
+    real_op = mwi.create_index_op
 
     def merger_y_while_rewriting(*args, **kwargs):
         if "y" not in threads:  # merger Y (another process) tries to merge 2..3 mid-rewrite
@@ -195,8 +196,8 @@ def test_stale_merge_in_the_details_rebase_window_loses_an_update(local_location
         if name == "details.after_commit" and "x" not in threads:  # stale merger X tries to commit now
             start("x", merger_x)
 
-    monkeypatch.setattr(mwi, "_create_index_op", merger_y_while_rewriting)
-    monkeypatch.setattr(mwi, "fault_point", merger_x_in_window)
+    monkeypatch.setattr(mwi, "create_index_op", merger_y_while_rewriting)
+    monkeypatch.setattr(table_module, "fault_point", merger_x_in_window)  # the commit loop lives with the handle
     snapshot_mod.refresh_snapshot(loc.uri)
     for t in threads.values():
         t.join(timeout=60)
@@ -327,7 +328,7 @@ def test_load_index_fails_after_cleanup_of_a_rebased_over_version(local_location
             w.put(rows([k]))
             w.flush()
     merge_region(loc.uri, None, region, up_to_generation=1)
-    real_op = mwi._create_index_op
+    real_op = mwi.create_index_op
     merged: list[bool] = []
 
     def merge_first(*args, **kwargs):
@@ -336,7 +337,7 @@ def test_load_index_fails_after_cleanup_of_a_rebased_over_version(local_location
             merge_without_our_lock(loc.uri, None, region)  # lands between the details read and its commit
         return real_op(*args, **kwargs)
 
-    monkeypatch.setattr(mwi, "_create_index_op", merge_first)
+    monkeypatch.setattr(mwi, "create_index_op", merge_first)
     refresh_snapshot(loc.uri)
     monkeypatch.undo()
     merge_version = open_base(loc).version - 2
