@@ -298,7 +298,8 @@ class MemWalIndex:
         return self.details.merged_generations
 
 
-def open_table(uri: str, storage_options: dict[str, str] | None, version: int | None = None) -> lance.LanceDataset:
+def _open_base(uri: str, storage_options: dict[str, str] | None, version: int | None = None) -> lance.LanceDataset:
+    """The base table of a URI not otherwise open (load_index, initialize_mem_wal); jobs carry a handle."""
     return lance.dataset(normalize_uri(uri), version=version, storage_options=lance_storage_options(storage_options))
 
 
@@ -370,7 +371,7 @@ def load_index(
 ) -> MemWalIndex:
     """The MemWAL index at version (default latest) of a table not otherwise open (a job carries a
     `memwal.table.MemWalTable` instead); MemWalNotInitializedError if there is none."""
-    return index_of(open_table(uri, storage_options, version), ObjectStore(uri, storage_options), monotone=monotone)
+    return index_of(_open_base(uri, storage_options, version), ObjectStore(uri, storage_options), monotone=monotone)
 
 
 def create_index_op(
@@ -416,7 +417,7 @@ def initialize_mem_wal(
         return load_index(uri, storage_options)
     except MemWalNotInitializedError:
         pass
-    ds = open_table(uri, storage_options)
+    ds = _open_base(uri, storage_options)
     from memwal.primary_key import primary_key_columns
 
     primary_key_columns(ds.schema, where=uri)
