@@ -193,10 +193,11 @@ def catchup_table(table: TableLike, index_names: Sequence[str] | None = None,
             else:
                 appending = bool(uncovered)
             fold = fold_options(ds0, name, policy, appending, compaction)
-            if appending or fold:
+            folded = fold.get("num_indices_to_merge", 0)
+            if appending or folded:
                 ds0.optimize.optimize_indices(index_names=[name], **fold)
                 result.optimized = True
-                result.folded_segments = fold.get("num_indices_to_merge", 0)
+                result.folded_segments = folded
                 summary.commits += 1
             set_coverage(result, frags0, table.refresh().dataset, merged, index0.table_version)
         except OSError as exc:

@@ -1,8 +1,9 @@
 """Index segments: how many each index has, when catch-up folds them, what blocks compaction, and the
 explicit rebuild of a vector index.
 
-Lance's `optimize_indices()` appends a delta segment to a vector index on every call (scalar and FTS
-indexes are merged by default), and Lance's compaction does not combine fragments covered by different
+Catch-up's `optimize_indices(num_indices_to_merge=0)` appends a delta segment to a vector index (scalar and
+FTS indexes are merged by default; `fold_options` says why never Lance's default on a vector index), and
+Lance's compaction does not combine fragments covered by different
 segments of one index. Catch-up therefore folds an index's newest segments into one (Lance's
 `num_indices_to_merge`: the trained centroids and codebook are reused, nothing is retrained) when it has,
 or would have after the append, more than the policy's `max_segments` (`memwal.maintenance_config.IndexPolicy`),
@@ -54,23 +55,34 @@ def _small_fragments(ds: lance.LanceDataset, target_rows_per_fragment: int) -> s
 
 def fold_options(ds: lance.LanceDataset, name: str, policy: IndexPolicy, appending: bool,
                  compaction: CompactionConfig | None = None) -> dict[str, int]:
-    """The extra `optimize_indices` keyword arguments of catch-up for index `name` (empty: no fold), by
-    `indices_to_merge`; "small" and "due" by `compaction`'s rules (default: CompactionConfig())."""
+    """The `optimize_indices` keyword arguments of catch-up for index `name`: `num_indices_to_merge` by
+    `indices_to_merge` ("small" and "due" by `compaction`'s rules, default CompactionConfig()); when nothing
+    folds, 0 for a vector index (a delta segment over the trained model) and nothing for the others.
+
+    Never Lance's default for a vector index: pylance 14's `optimize_indices()` without
+    `num_indices_to_merge` rebuilt a 64-partition IVF_PQ over 44,000 rows as one segment of 2 partitions
+    (recall@10 at nprobes 1 from 0.60 to 0.24; at 100,000 rows, 78 partitions became 1: every query then
+    reads every PQ code), where 0 appends a 64-partition delta (tests/library/test_index_segments.py)."""
     desc = next((d for d in ds.describe_indices() if d.name == name), None)
-    limit = policy.limit(name)
-    if desc is None or limit is None:
+    if desc is None:
         return {}
-    config = compaction or CompactionConfig()
-    small = _small_fragments(ds, config.target_rows_per_fragment)
-    covering = [i for i, seg in enumerate(desc.segments) if small & {int(f) for f in seg.fragment_ids}]
-    segments = len(desc.segments)
-    blocked = (len(covering) > 1 and config.enabled
-               and bool(due_reasons(fragment_health(ds, config.target_rows_per_fragment), config)))
-    n = indices_to_merge(segments, appending, limit, segments - covering[0] if covering else 0, blocked)
-    if n is not None:
-        log.info("index %s: folding the newest %d of %d segments (%s)", name, n, segments,
-                 "they block a due compaction" if blocked else f"bound {limit}")
-    return {} if n is None else {"num_indices_to_merge": n}
+    limit = policy.limit(name)
+    n = None
+    if limit is not None:
+        config = compaction or CompactionConfig()
+        small = _small_fragments(ds, config.target_rows_per_fragment)
+        covering = [i for i, seg in enumerate(desc.segments) if small & {int(f) for f in seg.fragment_ids}]
+        segments = len(desc.segments)
+        # the delta an append adds covers the new (small) fragments too: it would split them from the rest
+        blocked = (len(covering) + (1 if appending else 0) > 1 and config.enabled
+                   and bool(due_reasons(fragment_health(ds, config.target_rows_per_fragment), config)))
+        n = indices_to_merge(segments, appending, limit, segments - covering[0] if covering else 0, blocked)
+        if n is not None:
+            log.info("index %s: folding the newest %d of %d segments (%s)", name, n, segments,
+                     "they block a due compaction" if blocked else f"bound {limit}")
+    if n is None:
+        return {"num_indices_to_merge": 0} if is_vector_index(desc) else {}
+    return {"num_indices_to_merge": n}
 
 
 def blocking_indexes(ds: lance.LanceDataset, target_rows_per_fragment: int) -> tuple[dict[str, int], dict[str, int]]:

@@ -27,10 +27,11 @@ STATS_FIELDS = {"segments": "num_segments", "indexed_rows": "num_indexed_rows", 
 
 @pytest.fixture
 def table_with_lagging_indexes(local_location):
-    """Three segments in the vector index, deletions in the base fragment, and one merge not caught up."""
+    """Three segments in the vector index (the base's and one delta per catch-up), deletions in the base
+    fragment, and one merge not caught up."""
     loc = local_location
     (region,) = create_vector_table(loc, 3000)
-    for c in range(3):
+    for c in range(2):
         write_generation(loc, region, range(3000 + 30 * c, 3030 + 30 * c), c + 1, delete_ids=[c, 100 + c])
         merge_table(loc.uri)
         catchup_table(loc.uri, policy=IndexPolicy(max_segments=None))

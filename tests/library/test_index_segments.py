@@ -110,9 +110,9 @@ def test_compaction_names_blocking_segments_then_the_fold_lets_it_combine_fragme
     loc = local_location
     (region,) = create_vector_table(loc, BASE_ROWS)
     model = _model()
-    for c in range(4):
+    for c in range(3):
         _cycle(loc, region, c, model)
-        catchup_table(loc.uri, policy=IndexPolicy(max_segments=None))  # today's behaviour: one more segment
+        catchup_table(loc.uri, policy=IndexPolicy(max_segments=None))  # unbounded: one more segment each
     assert segment_counts(_dataset(loc))["vec_idx"] == 4
     blocked = compact_table(loc.uri, DUE)
     assert blocked.due, "compaction is due"
@@ -144,7 +144,7 @@ def test_unbounded_policy_never_folds(local_location):
         _cycle(loc, region, c, model)
         summary = catchup_table(loc.uri, policy=IndexPolicy(max_segments=None), compaction=DUE)
         assert not any(r.folded_segments for r in summary.indexes)
-    assert segment_counts(_dataset(loc))["vec_idx"] == 6
+    assert segment_counts(_dataset(loc))["vec_idx"] == 7, "the base's segment and one delta per catch-up"
 
 
 def test_rebuild_retrains_the_vector_index_with_its_parameters(local_location):
@@ -234,3 +234,28 @@ def test_compaction_before_catch_up_names_the_fragments_no_index_covers_yet(loca
     after = compact_table(loc.uri, due_at_two)
     assert after.blocked_by_unindexed_fragments == {} and after.health_after["fragments"] == 1, after.to_dict()
     _assert_searches_match(_dataset(loc), model)
+
+
+def test_catch_up_keeps_the_vector_index_partitions(local_location):
+    """A 64-partition IVF_PQ over 20,000 rows, new rows merged, caught up with the default policy (no fold
+    due): the index keeps its 64 partitions in every segment. Lance's default optimize_indices (what
+    catch-up called before) rebuilt it as one segment of 1-2 partitions: every query then reads every code."""
+    import uuid
+
+    from memwal.storage import lance_storage_options
+
+    from support.vector_tables import vector_rows
+
+    loc = local_location
+    opts = lance_storage_options(loc.storage_options)
+    ds = lance.write_dataset(vector_rows(range(20_000)), loc.uri, storage_options=opts)
+    ds.create_index("vec", "IVF_PQ", name="vec_idx", num_partitions=64, num_sub_vectors=4)
+    lance.dataset(loc.uri, storage_options=opts).initialize_mem_wal(unsharded=True)
+    region = str(uuid.uuid4())
+    write_generation(loc, region, range(20_000, 22_000), version=1)
+    assert not merge_table(loc.uri).failed_regions
+    (result,) = catchup_table(loc.uri).indexes
+    assert result.covered and not result.error and result.folded_segments == 0, result
+    stats = _dataset(loc).stats.index_stats("vec_idx")
+    assert stats["num_unindexed_rows"] == 0
+    assert [s["num_partitions"] for s in stats["segments"]] == [64, 64], stats["segments"]
