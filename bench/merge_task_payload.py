@@ -21,9 +21,7 @@ sys.path[:0] = [str(HERE.parent / "plugins"), str(HERE.parent), str(HERE.parent 
                 str(HERE.parent / "tests" / "spark")]
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from maintenance import write_generations  # noqa: E402
 from spark_helpers import FAST_JVM  # noqa: E402
-from tables import create_base, open_base  # noqa: E402
 
 from memwal import merge_apply  # noqa: E402
 from memwal.merge import MergeConfig, merge_table  # noqa: E402
@@ -31,6 +29,9 @@ from memwal.storage import ObjectStore  # noqa: E402
 from spark_jobs import common  # noqa: E402
 from spark_jobs.merge_dedup import spark_dedup  # noqa: E402
 from spark_jobs.task_runner import spark_runner  # noqa: E402
+
+from support.maintenance import write_generations  # noqa: E402
+from support.tables import create_base, open_base  # noqa: E402
 
 
 def one(spark, root: str, path: str) -> None:

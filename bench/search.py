@@ -1,5 +1,6 @@
 """Vector search over the LSM view (issue 33): our `LsmReader.search` against a brute-force newest-wins truth,
-the base-table ANN alone on a fully merged and caught-up copy, and Lance core's LsmVectorSearchPlanner.
+the base-table ANN alone on a fully merged and caught-up copy, Lance core's LsmVectorSearchPlanner and
+LanceDB 0.40's LSM query.
 
 Table A: `--base-rows` vectors (dim `--dim`, IVF_PQ) in 256 clusters, each spread over 8 dimensions
 (isotropic noise in all 128 would leave every row of a cluster about equally far: no meaningful
@@ -7,7 +8,8 @@ neighbours), MemWAL maintaining the index; our writer flushes `--gap + --unmerge
 `--gen-rows` rows (half updates of base keys with new vectors, half new keys); our merge merges the first
 `--gap` of them without index catch-up (their rows sit in unindexed base fragments). Copy B: A after
 catch-up (no gap, the same unmerged generations). Copy C: A fully merged and caught up (the base-table ANN
-alone serves the same view).
+alone serves the same view). Copy D: C with its vector index trained afresh (catch-up's optimize_indices
+leaves a one-partition IVF_PQ, so C's base ANN is not what a fresh index gives); printed beside C.
 Truth: exact L2 top-k over the view's newest rows. Latency: p50 over `--repeat` rounds of the queries, warm.
 """
 
@@ -37,7 +39,7 @@ def log(msg: str) -> None:
 
 
 def rows(ids: np.ndarray, vecs: np.ndarray) -> pa.Table:
-    from tables import PK
+    from support.tables import PK
 
     schema = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK),
                         pa.field("vec", pa.list_(pa.float32(), vecs.shape[1]))])
@@ -48,9 +50,10 @@ def rows(ids: np.ndarray, vecs: np.ndarray) -> pa.Table:
 
 def build(uri: str, args: argparse.Namespace, rng: np.random.Generator, centers: np.ndarray) -> str:
     import lance
-    from maintenance import ONE_GEN_PER_FLUSH, merge_region
 
     from memwal.writer import RegionWriter
+
+    from support.maintenance import ONE_GEN_PER_FLUSH, merge_region
 
     mix = rng.standard_normal((8, args.dim))  # rows near an 8-dimensional surface: neighbours are meaningful
 
@@ -95,6 +98,27 @@ def recall(results: list, truth: list, k: int) -> float:
     return float(np.mean([len(set(r) & set(t)) / k for r, t in zip(results, truth, strict=True)]))
 
 
+def retrain(uri: str, index: str) -> None:
+    """Index `index` of the table at `uri` trained afresh by the rule of A's base index (sqrt(rows) partitions,
+    dim / 8 sub-vectors). Copy D: pylance 14.0.2's optimize_indices (which catch-up runs) leaves an IVF_PQ reporting one
+    partition (bench/README.md), so C's index is not the base-table ANN a fresh build would give."""
+    import lance
+
+    ds = lance.dataset(uri)
+    n = ds.count_rows()
+    ds.create_index("vec", "IVF_PQ", name=index, replace=True, num_partitions=max(4, int(math.sqrt(n))),
+                    num_sub_vectors=ds.schema.field("vec").type.list_size // 8)
+
+
+def unindexed_fragments(ds, index: str) -> list:
+    """The fragments of `ds` that no segment of `index` covers (the merged-not-caught-up rows on table A)."""
+    covered: set[int] = set()
+    for d in ds.list_indices():
+        if d["name"] == index:
+            covered |= set(d["fragment_ids"])
+    return [f for f in ds.get_fragments() if f.fragment_id not in covered]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--base-rows", type=int, default=1_000_000)
@@ -111,16 +135,19 @@ def main() -> None:
     args = p.parse_args()
 
     import lance
-    from tables import lance_core_snapshots
+    from lancedb_client import LanceDbClient
 
     from memwal.catchup import catchup_table
     from memwal.merge import merge_table
     from memwal.reader import LsmReader
 
+    from support.tables import lance_core_snapshots
+
     root = args.dir or tempfile.mkdtemp(prefix="memwal-search-bench-")
     rng = np.random.default_rng(33)
     centers = rng.standard_normal((256, args.dim)) * 3
-    a, b, c = (os.path.join(root, x) for x in ("a", "b", "c"))
+    # `<name>.lance` in one directory: LanceDB opens them as tables "a", "b", "c" of that database.
+    a, b, c = (os.path.join(root, f"{x}.lance") for x in ("a", "b", "c"))
     build(a, args, rng, centers)
     shutil.copytree(a, b)
     shutil.copytree(a, c)
@@ -128,6 +155,10 @@ def main() -> None:
     merge_table(c)
     catchup_table(c)
     log("copies B (caught up) and C (merged and caught up) ready")
+    d = os.path.join(root, "d.lance")
+    shutil.copytree(c, d)
+    retrain(d, "vec_idx")
+    log("copy D (C with its vector index retrained) ready")
 
     view = LsmReader(a).scan(columns=["id", "vec"])
     ids = view.column("id").to_numpy()
@@ -140,54 +171,128 @@ def main() -> None:
 
     k, tuned = args.k, {"nprobes": args.nprobes, "refine_factor": args.refine}
     reader_a, reader_b = LsmReader(a), LsmReader(b)
-    base_c = lance.dataset(c)
+    base_c, base_d = lance.dataset(c), lance.dataset(d)
     ds_a = lance.dataset(a)
+    gap_fragments = unindexed_fragments(ds_a, "vec_idx")
     snapshots = lance_core_snapshots(SimpleNamespace(uri=a, storage_options=None))
     planner = lance.LsmVectorSearchPlanner(ds_a, snapshots, "vec")
+    lancedb_a = LanceDbClient(root, "a")
 
     def ours(reader, **kw):
         return lambda q: reader.search(q, k=k, columns=["id"], **kw).column("id").to_pylist()
 
-    def base(**kw):
-        return lambda q: base_c.to_table(columns=["id"], nearest={"column": "vec", "q": q, "k": k, **kw}
-                                         ).column("id").to_pylist()
+    def base(ds=base_c, **kw):
+        return lambda q: ds.to_table(columns=["id"], nearest={"column": "vec", "q": q, "k": k, **kw}
+                                     ).column("id").to_pylist()
+
+    # What serving the gap costs with no index at all. Lance refuses a KNN over chosen fragments and reads every
+    # fragment for a `_rowaddr` filter, so its rows are copied into a table of their own and searched flat there;
+    # and, as ours holds a small flat source, as an in-memory matrix product.
+    gap_rows_table = pa.concat_tables([f.to_table(columns=["id", "vec"]) for f in gap_fragments]) \
+        if gap_fragments else rows(np.zeros(0, np.int64), np.zeros((0, args.dim)))
+    gap_ds = lance.write_dataset(gap_rows_table, os.path.join(root, "gap.lance"))
+    gap_ids = gap_rows_table.column("id").to_numpy()
+    gap_vecs = np.asarray(gap_rows_table.column("vec").combine_chunks().flatten(), np.float32).reshape(-1, args.dim)
+
+    def gap_flat(q):
+        return gap_ds.to_table(columns=["id"], nearest={"column": "vec", "q": q, "k": k, "use_index": False}
+                               ).column("id").to_pylist()
+
+    def gap_numpy(q):
+        return gap_ids[np.argsort(((gap_vecs - q) ** 2).sum(axis=1))[:k]].tolist()
 
     def lance_core(overfetch: float):
         return lambda q: planner.plan_search(pa.array(q), k=k, nprobes=args.nprobes, columns=["id"],
                                              overfetch_factor=overfetch).to_table().column("id").to_pylist()
 
+    def lancedb(**kw):
+        return lambda q: lancedb_a.vector_ids(q, k, **kw)
+
+    settings = f"nprobes {args.nprobes} refine {args.refine}"
+    names = SimpleNamespace(
+        ours_default="ours, defaults (A)", base_default="base ANN alone, defaults (C)",
+        ours=f"ours, {settings} (A)", base=f"base ANN alone, {settings} (C)",
+        base_d_default="base ANN alone, defaults, retrained (D)", base_d=f"base ANN alone, {settings}, retrained (D)",
+        ours_b=f"ours, {settings}, no gap (B)", ours_default_b="ours, defaults, no gap (B)",
+        gap_flat=f"gap alone, Lance flat KNN ({gap_rows_table.num_rows} rows, {len(gap_fragments)} fragments of A)",
+        gap_numpy="gap alone, flat in memory (numpy)",
+        core1=f"Lance core planner, nprobes {args.nprobes}, over-fetch 1.0 (A)",
+        core10=f"Lance core planner, nprobes {args.nprobes}, over-fetch 10 (A)",
+        lancedb_default="LanceDB 0.40 LSM query, defaults (A)", lancedb=f"LanceDB 0.40 LSM query, {settings} (A)")
     contestants = [
-        ("ours, defaults (A)", ours(reader_a)),
-        ("base ANN alone, defaults (C)", base()),
-        (f"ours, nprobes {args.nprobes} refine {args.refine} (A)", ours(reader_a, **tuned)),
-        (f"base ANN alone, nprobes {args.nprobes} refine {args.refine} (C)", base(**tuned)),
-        (f"ours, nprobes {args.nprobes} refine {args.refine}, no gap (B)", ours(reader_b, **tuned)),
-        (f"Lance core planner, nprobes {args.nprobes}, over-fetch 1.0 (A)", lance_core(1.0)),
-        (f"Lance core planner, nprobes {args.nprobes}, over-fetch 10 (A)", lance_core(10.0)),
+        (names.ours_default, ours(reader_a)),
+        (names.base_default, base()),
+        (names.ours, ours(reader_a, **tuned)),
+        (names.base, base(**tuned)),
+        (names.base_d_default, base(base_d)),
+        (names.base_d, base(base_d, **tuned)),
+        (names.ours_b, ours(reader_b, **tuned)),
+        (names.ours_default_b, ours(reader_b)),
+        (names.gap_flat, gap_flat),
+        (names.gap_numpy, gap_numpy),
+        (names.core1, lance_core(1.0)),
+        (names.core10, lance_core(10.0)),
+        (names.lancedb_default, lancedb()),
+        (names.lancedb, lancedb(**tuned)),
     ]
     print(f"base {args.base_rows} rows dim {args.dim}; {args.unmerged} unmerged + {args.gap} merged-not-caught-up "
-          f"generations of {args.gen_rows} rows; {args.queries} queries, k={k}")
-    figures = {}
+          f"generations of {args.gen_rows} rows; {len(ids)} live rows; {args.queries} queries, k={k}")
+    figures: dict[str, tuple[float, float]] = {}
+    width = max(len(n) for n, _ in contestants)
     for name, fn in contestants:
         try:
             got, ms = p50(fn, queries, args.repeat)
         except Exception as exc:
-            print(f"{name:58s} failed: {str(exc).splitlines()[0][:100]}")
+            print(f"{name:{width}s} failed: {str(exc).splitlines()[0][:100]}")
+            continue
+        if fn in (gap_flat, gap_numpy):  # a part of the view, not an answer: its recall means nothing
+            figures[name] = (float("nan"), ms)
+            print(f"{name:{width}s} recall@{k}   -    p50 {ms:7.2f} ms")
             continue
         short = sum(len(g) < k for g in got)
         figures[name] = (recall(got, truth, k), ms)
-        print(f"{name:58s} recall@{k} {figures[name][0]:.3f}  p50 {ms:7.2f} ms  short {short}")
-    plan = reader_a.last_vector_plan
-    print(f"ours on A: {plan.indexed_sources} sources through an index, {plan.flat_sources} flat, "
-          f"{plan.rows_served_flat} rows served flat")
-    names = [n for n, _ in contestants]
-    if names[2] in figures and names[3] in figures:
-        print(f"recall ours - base (tuned): {figures[names[2]][0] - figures[names[3]][0]:+.3f}; "
-              f"latency ours / base (tuned): {figures[names[2]][1] / figures[names[3]][1]:.2f}x")
-    if names[2] in figures and names[4] in figures:
-        print(f"latency with the gap / without: {figures[names[2]][1] / figures[names[4]][1]:.2f}x")
+        print(f"{name:{width}s} recall@{k} {figures[name][0]:.3f}  p50 {ms:7.2f} ms  short {short} of {len(got)}")
+        if fn is contestants[0][1]:
+            plan = reader_a.last_vector_plan
+            print(f"  ours on A: {plan.indexed_sources} sources through an index, {plan.flat_sources} flat, "
+                  f"{plan.rows_served_flat} rows served flat")
+    lancedb_a.close()
+    print_ratios(figures, names, k)
     if not args.dir:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def print_ratios(figures: dict[str, tuple[float, float]], names: SimpleNamespace, k: int) -> None:
+    """The issue's ratios (and the peers' beside them), each from this run's figures, with its target."""
+    def recall_of(name: str) -> float | None:
+        return figures[name][0] if name in figures else None
+
+    def line(label: str, value: float | None, fmt: str, target: str = "") -> None:
+        shown = "n/a (a contestant failed)" if value is None else format(value, fmt)
+        print(f"  {label:62s} {shown}{'  (target ' + target + ')' if target else ''}")
+
+    def diff(x: str, y: str) -> float | None:
+        return figures[x][0] - figures[y][0] if x in figures and y in figures else None
+
+    def ratio(x: str, y: str) -> float | None:
+        return figures[x][1] / figures[y][1] if x in figures and y in figures else None
+
+    print("ratios (this run):")
+    line(f"recall@{k} ours at defaults (A)", recall_of(names.ours_default), ".3f", ">= 0.95")
+    line("recall ours - base alone, same settings (A vs C)", diff(names.ours, names.base), "+.3f", ">= -0.02")
+    line("  Lance core planner over-fetch 1.0 - base alone", diff(names.core1, names.base), "+.3f")
+    line("  Lance core planner over-fetch 10 - base alone", diff(names.core10, names.base), "+.3f")
+    line("  LanceDB LSM query - base alone, same settings", diff(names.lancedb, names.base), "+.3f")
+    line("  against D (C's vector index retrained): ours - base alone", diff(names.ours, names.base_d), "+.3f")
+    line("p50 ours / base alone, same settings (A / C)", ratio(names.ours, names.base), ".2f", "<= 2")
+    line("  Lance core planner over-fetch 1.0 / base alone", ratio(names.core1, names.base), ".2f")
+    line("  LanceDB LSM query / base alone, same settings", ratio(names.lancedb, names.base), ".2f")
+    line("  against D (C's vector index retrained): ours / base alone", ratio(names.ours, names.base_d), ".2f")
+    line("p50 ours with the gap / without, same settings (A / B)", ratio(names.ours, names.ours_b), ".2f", "<= 1.2")
+    line("p50 ours with the gap / without, defaults (A / B)", ratio(names.ours_default, names.ours_default_b), ".2f",
+         "<= 1.2")
+    line("  gap alone, Lance flat KNN / ours without the gap (B)", ratio(names.gap_flat, names.ours_b), ".2f")
+    line("  gap alone, flat in memory / ours without the gap (B)", ratio(names.gap_numpy, names.ours_b), ".2f")
 
 
 if __name__ == "__main__":
