@@ -267,8 +267,10 @@ class MemWalHook(BaseHook):
         """Run one job (merge, catchup, snapshot, gc, compaction, retention) with its typed options. Returns
         the summary with exit 0 or 3; raises a one-line AirflowException otherwise.
 
-        The engine (`memwal.engines`) is decided here, after a cheap plan in this process: a job with no
-        executor work runs in process whatever the engine; `auto` takes `auto_spark_engine` for large work.
+        `memwal.engines.dispatch` plans in this process, chooses the engine and runs the job on this hook's
+        runner for it (in process, SparkSubmitHook, Spark Connect: each turns its errors into task errors): a
+        job with no executor work runs in process whatever the engine; `auto` takes `auto_spark_engine` for
+        large work.
         The summary says where each part ran and why (`ran_on`, `engine`, `engine_reason`, `plan`)."""
         from memwal import jobs
         from memwal.engines import ENGINES, dispatch
