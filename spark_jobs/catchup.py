@@ -14,17 +14,21 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from memwal import index_build, jobs
 from memwal.catchup import DistributedBuild
 from spark_jobs import common
 from spark_jobs.task_runner import default_parallelism, spark_runner
 
+if TYPE_CHECKING:
+    from memwal.job_config import JobOptions
+    from memwal.table import MemWalTable
+
 log = logging.getLogger(__name__)
 
-
-def build_parser():
-    return common.job_parser("catchup", "Bring the maintained base-table indexes up to date (index_catchup).")
+DESCRIPTION = "Bring the maintained base-table indexes up to date (index_catchup)."
 
 
 def task_slots(spark) -> tuple[int, int]:
@@ -48,13 +52,12 @@ def distributed_build(spark, **overrides) -> DistributedBuild:
     return DistributedBuild(spark_runner(spark, "memwal catch-up: index segments"), **settings)
 
 
-def run(spark, args):
-    return jobs.run_job("catchup", common.table(args), args.options, args.regions,
-                        distributed=distributed_build(spark))
+def run(spark: Any, table: MemWalTable, options: JobOptions, regions: Sequence[str] | None) -> dict[str, Any]:
+    return jobs.run_job("catchup", table, options, regions, distributed=distributed_build(spark))
 
 
 def main(argv: list[str] | None = None) -> int:
-    return common.run_job("catchup", build_parser(), run, argv)
+    return common.run_job("catchup", run, argv, DESCRIPTION)
 
 
 if __name__ == "__main__":

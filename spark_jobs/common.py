@@ -32,22 +32,27 @@ import stat
 import sys
 import time
 import warnings
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from memwal import errors, jobs
+
+if TYPE_CHECKING:
+    from memwal.job_config import JobOptions
+    from memwal.table import MemWalTable
 
 __all__ = [
     "EXIT_FAILED",
     "EXIT_OK",
     "EXIT_PARTIAL",
     "EXIT_USAGE",
+    "SparkJob",
     "build_spark",
     "job_parser",
     "one_line",
+    "parse_args",
     "run_job",
     "spark_error_line",
-    "table",
 ]
 
 log = logging.getLogger("spark_jobs")
@@ -67,7 +72,6 @@ JobArgumentParser = jobs.OneLineArgumentParser  # a usage error is one line on s
 def job_parser(job: str, description: str | None = None) -> JobArgumentParser:
     """The job's arguments (memwal.jobs: the same as the `memwal` command's) plus the log levels."""
     p = JobArgumentParser(prog=f"memwal-{job}", description=description)
-    p.job = job
     jobs.add_common_arguments(p, job)
     jobs.add_job_arguments(p, job)
     p.add_argument("--log-level", default="INFO", type=str.upper, choices=_LOG_LEVELS,
@@ -77,28 +81,21 @@ def job_parser(job: str, description: str | None = None) -> JobArgumentParser:
     return p
 
 
-def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> argparse.Namespace:
-    """parse_args plus what the library takes: `args.options` (`memwal.job_config.JobOptions`),
-    `args.storage_options` (dict or None) and `args.regions` (list or None); `table(args)` is the handle."""
+def parse_args(job: str, argv: list[str] | None = None,
+               parser: argparse.ArgumentParser | None = None) -> argparse.Namespace:
+    """The job's command line (`parser`, default `job_parser(job)`) plus what the library takes:
+    `args.options` (`memwal.job_config.JobOptions`), `args.storage_options` (dict or None) and
+    `args.regions` (list or None). A bad one exits 2 with one line."""
+    parser = parser or job_parser(job)
     args = parser.parse_args(argv)
     args.regions = list(dict.fromkeys(args.region or [])) or None
     try:
-        args.options = jobs.job_options(parser.job, args)
-        jobs.validate_job_options(parser.job, args.options, args.regions)
+        args.options = jobs.job_options(job, args)
+        jobs.validate_job_options(job, args.options, args.regions)
         args.storage_options = jobs.storage_options_of(args)
     except (argparse.ArgumentTypeError, ValueError) as exc:
         parser.error(errors.one_line(exc))
     return args
-
-
-def table(args: argparse.Namespace) -> Any:
-    """The job's table (`memwal.table.MemWalTable`) from its parsed arguments: one handle per job run, so
-    what the input check before the Spark session opened is what the job uses."""
-    from memwal.table import MemWalTable
-
-    if getattr(args, "table_handle", None) is None:
-        args.table_handle = MemWalTable(args.table, args.storage_options)
-    return args.table_handle
 
 
 # --- SparkSession -------------------------------------------------------------------------------------
@@ -270,28 +267,27 @@ def _write_result(code: int, summary: dict | None, error: str | None) -> None:
         log.warning("could not write the result file %s: %s", path, exc)
 
 
-def run_job(
-    job: str,
-    parser: argparse.ArgumentParser,
-    run: Callable[[Any, argparse.Namespace], Any],
-    argv: list[str] | None = None,
-) -> int:
-    """Parse, build the session, `run(spark, args)` -> summary (dict or `.to_dict()`), print it; exit code."""
-    code, summary, error = _run_job(job, parser, run, argv)
+# A job's entry: run(spark, table, options, regions) -> its summary (a dict, or an object with `.to_dict()`).
+SparkJob = Callable[[Any, "MemWalTable", "JobOptions", "Sequence[str] | None"], Any]
+
+
+def run_job(job: str, run: SparkJob, argv: list[str] | None = None, description: str | None = None) -> int:
+    """A job's `main`: parse argv, open the table, build the session, `run(spark, table, options, regions)`
+    -> summary (dict or `.to_dict()`), print it; the exit code."""
+    code, summary, error = _run_job(job, run, argv, description)
     _write_result(code, summary, error)
     return code
 
 
-def _run_job(
-    job: str,
-    parser: argparse.ArgumentParser,
-    run: Callable[[Any, argparse.Namespace], Any],
-    argv: list[str] | None,
-) -> tuple[int, dict | None, str | None]:
+def _run_job(job: str, run: SparkJob, argv: list[str] | None,
+             description: str | None) -> tuple[int, dict | None, str | None]:
+    from memwal.table import MemWalTable
+
     prefix = f"memwal-{job}"
+    parser = job_parser(job, description)
     with _Streams() as streams:
         try:
-            args = parse_args(parser, argv)
+            args = parse_args(job, argv, parser)
         except SystemExit as exc:  # --help, or a usage error already written as one line
             code = exc.code if isinstance(exc.code, int) else EXIT_USAGE
             line = getattr(parser, "error_line", None) or f"bad arguments to {prefix} (exit {code})"
@@ -301,13 +297,15 @@ def _run_job(
         started = time.monotonic()
         try:
             # Bad input (a missing table, an unknown region or index) exits 2 before a Spark session starts.
-            jobs.check_job_input(job, table(args), args.options, args.regions)
+            # One handle per job run: what the input check before the Spark session opened is what the job uses.
+            table = MemWalTable(args.table, args.storage_options)
+            jobs.check_job_input(job, table, args.options, args.regions)
             log.info("%s: starting on %s", prefix, args.table)
             spark, owned = build_spark(job, spark_log_level=args.spark_log_level)
             session_s = time.monotonic() - started
             sc = spark.sparkContext
             log.info("%s: Spark %s, master %s, application %s", prefix, spark.version, sc.master, sc.applicationId)
-            result = run(spark, args)
+            result = run(spark, table, args.options, args.regions)
             summary = dict(result.to_dict() if hasattr(result, "to_dict") else result)
             summary.setdefault("job", job)
             summary.setdefault("spark_master", sc.master)

@@ -16,11 +16,16 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from memwal import jobs
 from memwal.compaction import Execute
 from spark_jobs import common
 from spark_jobs.task_runner import spark_runner
+
+if TYPE_CHECKING:
+    from memwal.job_config import JobOptions
+    from memwal.table import MemWalTable
 
 
 def _execute_on_executor(table):
@@ -42,16 +47,15 @@ def spark_executor(spark) -> Execute:
     return execute
 
 
-def build_parser():
-    return common.job_parser("compaction", "Compact the base table's fragments (tasks on the executors).")
+DESCRIPTION = "Compact the base table's fragments (tasks on the executors)."
 
 
-def run(spark, args):
-    return jobs.run_job("compaction", common.table(args), args.options, args.regions, execute=spark_executor(spark))
+def run(spark: Any, table: MemWalTable, options: JobOptions, regions: Sequence[str] | None) -> dict[str, Any]:
+    return jobs.run_job("compaction", table, options, regions, execute=spark_executor(spark))
 
 
 def main(argv: list[str] | None = None) -> int:
-    return common.run_job("compaction", build_parser(), run, argv)
+    return common.run_job("compaction", run, argv, DESCRIPTION)
 
 
 if __name__ == "__main__":

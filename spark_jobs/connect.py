@@ -5,6 +5,7 @@ operations (`mapInArrow`, `spark_jobs.task_runner`), with our code shipped as a 
 spark-submit).
 
     summary = run_job_on_connect("merge", "sc://spark-connect:15002", table, options, regions, conn_id="sc")
+    summary = ConnectRunner("sc://spark-connect:15002", conn_id="sc")("merge", table, options, regions)  # the same
 
 Sessions are shared: every client of one code version attaches to the same server-side session (its id
 derived from the code zip's name and the hour, `shared_session_url`), so the artifact is already there and
@@ -30,7 +31,6 @@ import re
 import socket
 import time
 import uuid
-from argparse import Namespace
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SESSION_PERIOD_S",
+    "ConnectRunner",
     "ConnectServerError",
     "connect_mode",
     "connect_session",
@@ -178,11 +179,9 @@ def _error_line(exc: BaseException) -> str:
 def run_on_session(job: str, spark: Any, table: MemWalTable, options: JobOptions,
                    regions: Sequence[str] | None = None) -> dict[str, Any]:
     """Run one job with its executor work on `spark` (classic or Connect): the job's own `spark_jobs`
-    entry point's `run`, given the open table handle instead of argv."""
+    entry point's typed `run(spark, table, options, regions)`."""
     module = importlib.import_module(f"spark_jobs.{job}")
-    args = Namespace(table=table.uri, table_handle=table, options=options, regions=list(regions) if regions else None,
-                     storage_options=table.storage_options)
-    result = module.run(spark, args)
+    result = module.run(spark, table, options, list(regions) if regions else None)
     summary = dict(result.to_dict() if hasattr(result, "to_dict") else result)
     summary.setdefault("job", job)
     return summary
@@ -199,6 +198,19 @@ def run_job_on_connect(job: str, url: str, table: MemWalTable, options: JobOptio
     summary.setdefault("spark_connect_url", redact_url(url))
     summary.setdefault("spark_session_s", round(session_s, 3))
     return summary
+
+
+class ConnectRunner:
+    """The `spark_connect` engine's runner for `memwal.engines.dispatch`: the job's driver logic here, its
+    executor work on the Spark Connect server at `url` (`conn_id`: the connection named in errors)."""
+
+    def __init__(self, url: str, conn_id: str | None = None) -> None:
+        self.url = url
+        self.conn_id = conn_id
+
+    def __call__(self, job: str, table: MemWalTable, options: JobOptions,
+                 regions: Sequence[str] | None) -> dict[str, Any]:
+        return run_job_on_connect(job, self.url, table, options, regions, conn_id=self.conn_id)
 
 
 def _run_guarded(job: str, url: str, conn_id: str | None, spark: Any, table: MemWalTable, options: JobOptions,

@@ -11,21 +11,26 @@ Calls `memwal.gc.gc_table` on the driver (the library has no parallel hook). Sam
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from memwal import jobs
 from spark_jobs import common
 
+if TYPE_CHECKING:
+    from memwal.job_config import JobOptions
+    from memwal.table import MemWalTable
 
-def build_parser():
-    return common.job_parser("gc", "Remove what no reader of the MemWAL table needs any more.")
+
+DESCRIPTION = "Remove what no reader of the MemWAL table needs any more."
 
 
-def run(spark, args):
-    return jobs.run_job("gc", common.table(args), args.options, args.regions)
+def run(spark: Any, table: MemWalTable, options: JobOptions, regions: Sequence[str] | None) -> dict[str, Any]:
+    return jobs.run_job("gc", table, options, regions)
 
 
 def main(argv: list[str] | None = None) -> int:
-    return common.run_job("gc", build_parser(), run, argv)
+    return common.run_job("gc", run, argv, DESCRIPTION)
 
 
 if __name__ == "__main__":

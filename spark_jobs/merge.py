@@ -14,23 +14,28 @@ Prints one JSON line (`MergeSummary.to_dict()`) on stdout; see `spark_jobs.commo
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from memwal import jobs
 from spark_jobs import common
 from spark_jobs.merge_dedup import spark_dedup, warm_up
 from spark_jobs.task_runner import default_parallelism, spark_runner
 
+if TYPE_CHECKING:
+    from memwal.job_config import JobOptions
+    from memwal.table import MemWalTable
 
-def build_parser():
-    return common.job_parser("merge", "Merge flushed MemWAL generations into the base table (dedup on Spark).")
+
+DESCRIPTION = "Merge flushed MemWAL generations into the base table (dedup on Spark)."
 
 
-def run(spark, args) -> dict:
+def run(spark: Any, table: MemWalTable, options: JobOptions, regions: Sequence[str] | None) -> dict[str, Any]:
     # Part of a new application's start-up, reported apart (spark_warmup_s). A Spark Connect session's
     # workers are shared and warm (spark_jobs.connect): nothing to start there.
     warm_s = 0.0 if type(spark).__module__.startswith("pyspark.sql.connect") else warm_up(spark)
     dedup = spark_dedup(spark)
-    summary = jobs.run_job("merge", common.table(args), args.options, args.regions, dedup=dedup,
+    summary = jobs.run_job("merge", table, options, regions, dedup=dedup,
                            runner=spark_runner(spark, "memwal merge apply"), parallelism=default_parallelism(spark))
     summary["spark_warmup_s"] = round(warm_s, 3)
     summary["spark_dedup"] = {k: round(v, 3) if isinstance(v, float) else v for k, v in dedup.stats.items()}
@@ -38,7 +43,7 @@ def run(spark, args) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return common.run_job("merge", build_parser(), run, argv)
+    return common.run_job("merge", run, argv, DESCRIPTION)
 
 
 if __name__ == "__main__":

@@ -11,21 +11,26 @@ Calls `memwal.retention.retain_versions` (Lance deletes the files itself). Same 
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from memwal import jobs
 from spark_jobs import common
 
+if TYPE_CHECKING:
+    from memwal.job_config import JobOptions
+    from memwal.table import MemWalTable
 
-def build_parser():
-    return common.job_parser("retention", "Remove base-table versions the retention policy no longer keeps.")
+
+DESCRIPTION = "Remove base-table versions the retention policy no longer keeps."
 
 
-def run(spark, args):
-    return jobs.run_job("retention", common.table(args), args.options, args.regions)
+def run(spark: Any, table: MemWalTable, options: JobOptions, regions: Sequence[str] | None) -> dict[str, Any]:
+    return jobs.run_job("retention", table, options, regions)
 
 
 def main(argv: list[str] | None = None) -> int:
-    return common.run_job("retention", build_parser(), run, argv)
+    return common.run_job("retention", run, argv, DESCRIPTION)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -27,8 +28,10 @@ from memwal.table import MemWalTable
 from spark_jobs import common
 from spark_jobs.task_runner import default_parallelism
 
-log = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from memwal.job_config import JobOptions
 
+log = logging.getLogger(__name__)
 
 def _manifest_task(region_ids: list[str], table: MemWalTable):
     """The executors' task: `table` arrives pickled down to its URI and storage options and opens nothing
@@ -69,17 +72,15 @@ def spark_manifest_reader(spark, max_tasks: int | None = None) -> ManifestReader
     return read_manifests
 
 
-def build_parser():
-    return common.job_parser("snapshot", "Refresh the region snapshots in the MemWAL index.")
+DESCRIPTION = "Refresh the region snapshots in the MemWAL index."
 
 
-def run(spark, args):
-    return jobs.run_job("snapshot", common.table(args), args.options, args.regions,
-                        read_manifests=spark_manifest_reader(spark))
+def run(spark: Any, table: MemWalTable, options: JobOptions, regions: Sequence[str] | None) -> dict[str, Any]:
+    return jobs.run_job("snapshot", table, options, regions, read_manifests=spark_manifest_reader(spark))
 
 
 def main(argv: list[str] | None = None) -> int:
-    return common.run_job("snapshot", build_parser(), run, argv)
+    return common.run_job("snapshot", run, argv, DESCRIPTION)
 
 
 if __name__ == "__main__":

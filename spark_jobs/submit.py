@@ -39,14 +39,22 @@ import time
 import zipfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import memwal
+from memwal.errors import MemWalError
 from memwal.jobs import JOBS
 from memwal.storage import is_secret_option, redact_value
+
+if TYPE_CHECKING:
+    from memwal.job_config import JobOptions
+    from memwal.table import MemWalTable
 
 __all__ = [
     "JOBS",
     "SparkJobError",
+    "SparkSubmitRunner",
+    "application_args",
     "code_cache_dir",
     "job_script",
     "package_code",
@@ -145,8 +153,6 @@ def spark_submit_command(
     executors' Python workers; `conf` entries override the defaults set here. `ship_code`: the zip of
     `package_code()` goes first in `--py-files`, ahead of `py_files`. `storage_options` go on argv, so a
     secret one is refused: pass it in `storage_options_file` (run_spark_job does)."""
-    from memwal.storage import normalize_uri
-
     secret = sorted(k for k in storage_options or {} if is_secret_option(k))
     if secret:
         raise ValueError(f"storage option(s) {', '.join(secret)} would be on spark-submit's command line: pass "
@@ -158,14 +164,32 @@ def spark_submit_command(
     py_files = [package_code(), *py_files] if ship_code else list(py_files)
     if py_files:
         cmd += ["--py-files", ",".join(str(p) for p in py_files)]
-    cmd += [str(job_script(job)), normalize_uri(table)]
+    return [*cmd, str(job_script(job)), *application_args(
+        table, storage_options=storage_options, storage_options_file=storage_options_file, regions=regions,
+        extra_args=extra_args)]
+
+
+def application_args(
+    table: str,
+    *,
+    storage_options: Mapping[str, str] | None = None,
+    storage_options_file: str | Path | None = None,
+    regions: Sequence[str] | None = None,
+    extra_args: Sequence[str] = (),
+) -> list[str]:
+    """A job's arguments after its script on the spark-submit command line (also what the Airflow hook hands
+    the provider's SparkSubmitHook): the table, its storage options (secrets only in the file), the regions,
+    then the job's options (`JobOptions.argv(job)`). `storage_options` go on argv: give only non-secret ones."""
+    from memwal.storage import normalize_uri
+
+    args = [normalize_uri(table)]
     if storage_options_file:
-        cmd += ["--storage-options-json", f"@{storage_options_file}"]
+        args += ["--storage-options-json", f"@{storage_options_file}"]
     for key, value in (storage_options or {}).items():
-        cmd += ["--storage-option", f"{key}={value}"]
+        args += ["--storage-option", f"{key}={value}"]
     for region in regions or ():
-        cmd += ["--region", str(region)]
-    return cmd + [str(a) for a in extra_args]
+        args += ["--region", str(region)]
+    return args + [str(a) for a in extra_args]
 
 
 def redact(cmd: Sequence[str]) -> list[str]:
@@ -238,6 +262,27 @@ def run_spark_job(
         if storage_options:
             kwargs["storage_options_file"] = str(write_storage_options_file(workdir, storage_options))
         return _run_spark_submit(job, table, logger or log, env, timeout, kwargs)
+
+
+class SparkSubmitRunner:
+    """The `spark` engine's runner for `memwal.engines.dispatch` (the `memwal` command's `--spark`): the job
+    as one spark-submit application on `master` with the Spark `conf`. A job that ran with some regions
+    failed returns its summary (`failure_reason` names them); one that did not run raises MemWalError with
+    the job's one-line reason."""
+
+    def __init__(self, master: str = "local[*]", conf: Mapping[str, str] | None = None) -> None:
+        self.master = master
+        self.conf = dict(conf or {})
+
+    def __call__(self, job: str, table: MemWalTable, options: JobOptions,
+                 regions: Sequence[str] | None) -> dict[str, Any]:
+        try:
+            return run_spark_job(job, table.uri, master=self.master, storage_options=table.storage_options,
+                                 regions=regions, extra_args=options.argv(job), conf=self.conf)
+        except SparkJobError as exc:
+            if exc.summary is not None:
+                return exc.summary
+            raise MemWalError(exc.reason or str(exc)) from exc
 
 
 def _run_spark_submit(job: str, table: str, logger: logging.Logger, env: Mapping[str, str] | None,

@@ -351,37 +351,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run_on_engine(args: argparse.Namespace, table: MemWalTable) -> dict[str, Any]:
-    """--spark / --spark-connect (/ --auto): plan here, then run here, on spark-submit or on Spark Connect
-    (memwal.engines); the summary says where and why."""
-    from memwal.engines import choose_engine, plan_work, record_choice
+    """--spark / --spark-connect (/ --auto): `memwal.engines.dispatch` plans here, then runs here, on
+    spark-submit or on Spark Connect (the installed runner); the summary says where and why."""
+    from memwal.engines import dispatch, load_runner
 
     spark_engine = "spark_connect" if args.spark_connect else "spark"
     engine = "auto" if args.auto else spark_engine
     check_job_input(args.command, table, args.options, args.region)  # before any Spark starts
-    plan = plan_work(args.command, table, args.options, args.region)
-    choice = choose_engine(engine, plan, spark_engine=spark_engine)
-    if choice.engine == "in_process":
-        summary = run_job(args.command, table, args.options, args.region)
-    elif choice.engine == "spark":
-        summary = _run_with_spark(args, table, args.options)
-    else:
-        from spark_jobs.connect import run_job_on_connect
-
-        summary = run_job_on_connect(args.command, args.spark_connect, table, args.options, args.region)
-    return record_choice(summary, plan, choice, engine)
-
-
-def _run_with_spark(args: argparse.Namespace, table: MemWalTable, options: JobOptions) -> dict[str, Any]:
-    """The same job through spark-submit; its JSON summary, or the job's one-line reason as an error."""
-    from spark_jobs.submit import SparkJobError, run_spark_job
-
-    try:
-        return run_spark_job(args.command, table.uri, master=args.master, storage_options=table.storage_options,
-                             regions=args.region, extra_args=options.argv(args.command), conf=dict(args.conf))
-    except SparkJobError as exc:
-        if exc.summary is not None:
-            return exc.summary  # the job ran; failure_reason() reports which regions failed
-        raise MemWalError(exc.reason or str(exc)) from exc
+    settings = {"url": args.spark_connect} if args.spark_connect else {"master": args.master, "conf": dict(args.conf)}
+    runners = {spark_engine: load_runner(spark_engine, **settings)}
+    return dispatch(args.command, table, args.options, args.region, engine=engine, runners=runners,
+                    spark_engine=spark_engine)
 
 
 if __name__ == "__main__":

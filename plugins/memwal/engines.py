@@ -9,21 +9,29 @@ Whatever the engine, a job with no executor work runs in process: retention and 
 work), a merge with no batch to deduplicate, compaction that is not due, catch-up with no rows to index,
 a snapshot of few regions. The summary records where each part ran (`ran_on`), the engine chosen and why
 (`engine`, `engine_reason`) and what the plan found (`plan`).
+
+`dispatch` is the one path plan -> choose -> run -> record, for the `memwal` command and the Airflow hook
+alike. The runners are injected (`Runner`): the library imports neither Spark nor Airflow, so the caller
+passes them, or `load_runner` finds the installed ones by engine name (entry point group `memwal.runners`:
+`spark_jobs` registers `spark` and `spark_connect`).
 """
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from memwal.job_config import JobOptions
     from memwal.table import MemWalTable
 
-__all__ = ["ENGINES", "SPARK_ENGINES", "AutoThresholds", "EngineChoice", "WorkPlan", "choose_engine", "plan_work",
-           "record_choice"]
+__all__ = ["ENGINES", "RUNNER_ENTRY_POINTS", "SPARK_ENGINES", "AutoThresholds", "EngineChoice", "Runner", "WorkPlan",
+           "choose_engine", "dispatch", "in_process", "load_runner", "plan_work", "record_choice"]
+
+log = logging.getLogger(__name__)
 
 ENGINES = ("in_process", "spark", "spark_connect", "auto")
 SPARK_ENGINES = ("spark", "spark_connect")
@@ -200,3 +208,55 @@ def record_choice(summary: dict[str, Any], plan: WorkPlan, choice: EngineChoice,
     summary["engine_reason"] = choice.reason
     summary["plan"] = plan.to_dict()
     return summary
+
+
+class Runner(Protocol):
+    """Runs one job on one engine and returns its JSON-ready summary; raises when the job did not run."""
+
+    def __call__(self, job: str, table: MemWalTable, options: JobOptions,
+                 regions: Sequence[str] | None) -> dict[str, Any]: ...
+
+
+def in_process(job: str, table: MemWalTable, options: JobOptions, regions: Sequence[str] | None) -> dict[str, Any]:
+    """The `in_process` runner: the job in the caller's process (`memwal.jobs.run_job`)."""
+    from memwal.jobs import run_job
+
+    return run_job(job, table, options, regions)
+
+
+RUNNER_ENTRY_POINTS = "memwal.runners"  # name: an engine; value: a factory taking that engine's settings
+
+
+def load_runner(engine: str, **settings: Any) -> Runner:
+    """The installed runner of a Spark engine, built with its settings (e.g. `master=`, `conf=` for spark,
+    `url=` for spark_connect): found by name in the `memwal.runners` entry points, so the library names no
+    module above it."""
+    from importlib.metadata import entry_points
+
+    from memwal.errors import MemWalError
+
+    found = sorted(entry_points(group=RUNNER_ENTRY_POINTS, name=engine), key=lambda ep: ep.value)
+    if not found:
+        raise MemWalError(f"engine {engine!r} has no runner installed (entry point group {RUNNER_ENTRY_POINTS}: "
+                          "memwal-platform's spark_jobs registers spark and spark_connect; reinstall it)")
+    return found[0].load()(**settings)
+
+
+def dispatch(job: str, table: MemWalTable, options: JobOptions, regions: Sequence[str] | None = None, *,
+             engine: str, runners: Mapping[str, Runner], spark_engine: str = "spark_connect",
+             thresholds: AutoThresholds | None = None,
+             on_choice: Callable[[WorkPlan, EngineChoice], None] | None = None) -> dict[str, Any]:
+    """Plan the job here, choose its engine, run it on that engine's runner (`runners[engine]`; in process
+    by default) and record where and why in its summary. `spark_engine`: what `auto` takes for large work;
+    `on_choice`: told the plan and the choice before the job runs (the hook logs them). An error of the plan
+    or of the runner propagates as raised; a runner missing for the chosen engine is a ValueError."""
+    plan = plan_work(job, table, options, regions)
+    choice = choose_engine(engine, plan, spark_engine=spark_engine, thresholds=thresholds)
+    log.debug("memwal %s on %s: engine %s (%s): %s", job, table.uri, choice.engine, engine, choice.reason)
+    if on_choice is not None:
+        on_choice(plan, choice)
+    runner = runners.get(choice.engine) or (in_process if choice.engine == "in_process" else None)
+    if runner is None:
+        raise ValueError(f"memwal {job}: engine {choice.engine!r} was chosen but no runner was given for it")
+    summary = runner(job, table, options, regions)
+    return record_choice(summary, plan, choice, engine)

@@ -117,9 +117,10 @@ def test_compaction_not_due_and_bad_policy_values(local_location, capsys):
 
 def test_spark_runs_are_refused_before_spark_submit_on_bad_input(local_location, tmp_path, capsys, monkeypatch):
     """`--spark` checks the table, region and index in process first: bad input never starts a JVM."""
-    import memwal.cli as cli
+    import spark_jobs.submit
 
-    monkeypatch.setattr(cli, "_run_with_spark", lambda *a: pytest.fail("spark-submit started on bad input"))
+    monkeypatch.setattr(spark_jobs.submit, "run_spark_job",
+                        lambda *a, **k: pytest.fail("spark-submit started on bad input"))
     build_table(local_location, regions=1, generations=1)
     missing = str(tmp_path / "nope.lance")
     unknown = "0b6e5f3c-1111-4222-8333-444455556666"

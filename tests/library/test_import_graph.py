@@ -19,12 +19,7 @@ GENERATED = ("memwal._proto",)
 KNOWN_CIRCLES: dict[frozenset[str], str] = {}
 
 # Arrows up that cannot be cut yet, each with its reason (the same rule: the list only shrinks).
-KNOWN_UPWARD: dict[str, str] = {
-    "memwal.cli -> spark_jobs.connect": "issue 34 item 3: the CLI runs a job on Spark Connect itself until one "
-                                       "engine dispatcher in memwal.engines takes the runners injected",
-    "memwal.cli -> spark_jobs.submit": "issue 34 item 3: the CLI builds the spark-submit argv itself until the "
-                                      "dispatcher takes the runners injected",
-}
+KNOWN_UPWARD: dict[str, str] = {}
 
 # Private names imported from another module (`from memwal.x import _y`), each with its reason.
 KNOWN_PRIVATE_IMPORTS: dict[str, str] = {}

@@ -178,12 +178,11 @@ def test_package_code_ships_both_packages(tmp_path):
 
 def test_job_arguments(tmp_path):
     from spark_jobs import common
-    from spark_jobs import merge as merge_job
 
     secrets = tmp_path / "so.json"
     secrets.write_text(json.dumps({"aws_secret_access_key": "s", "allow_http": True, "aws_region": "x"}))
     region = "6F9619FF-8B86-D011-B42D-00C04FC964FF"
-    args = common.parse_args(merge_job.build_parser(), [
+    args = common.parse_args("merge", [
         "s3://b/t", "--storage-options-json", f"@{secrets}", "--storage-option", "aws_region=us-east-1",
         "--region", region, "--region", region.lower(), "--max-bytes-per-commit", "64MiB", "--log-level", "debug",
     ])
@@ -191,4 +190,4 @@ def test_job_arguments(tmp_path):
     assert args.regions == [region.lower()], "region ids are normalised UUIDs, deduplicated"
     assert args.max_bytes_per_commit == 64 * 1024 * 1024 and args.log_level == "DEBUG"
     assert args.max_generations_per_commit == 8 and args.up_to_generation is None
-    assert common.parse_args(merge_job.build_parser(), ["t"]).storage_options is None
+    assert common.parse_args("merge", ["t"]).storage_options is None

@@ -23,7 +23,7 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from memwal.job_config import JobOptions
     from memwal.table import MemWalTable
 
-__all__ = ["JobRun", "MemWalHook", "MemWalTaskError"]
+__all__ = ["JobRun", "MemWalHook", "MemWalTaskError", "spark_master"]
 
 log = logging.getLogger(__name__)
 
@@ -267,41 +267,50 @@ class MemWalHook(BaseHook):
         """Run one job (merge, catchup, snapshot, gc, compaction, retention) with its typed options. Returns
         the summary with exit 0 or 3; raises a one-line AirflowException otherwise.
 
-        The engine (`memwal.engines`) is decided here, after a cheap plan in this process: a job with no
-        executor work runs in process whatever the engine; `auto` takes `auto_spark_engine` for large work.
+        `memwal.engines.dispatch` plans in this process, chooses the engine and runs the job on this hook's
+        runner for it (in process, SparkSubmitHook, Spark Connect: each turns its errors into task errors): a
+        job with no executor work runs in process whatever the engine; `auto` takes `auto_spark_engine` for
+        large work.
         The summary says where each part ran and why (`ran_on`, `engine`, `engine_reason`, `plan`)."""
-        from memwal.engines import ENGINES, choose_engine, plan_work, record_choice
+        from memwal import jobs
+        from memwal.engines import ENGINES, dispatch
         from memwal.job_config import JobOptions
-        from memwal.jobs import JOBS, validate_job_options
 
-        if job not in JOBS:
-            raise AirflowFailException(f"unknown job {job!r} (one of {', '.join(JOBS)})")
+        if job not in jobs.JOBS:
+            raise AirflowFailException(f"unknown job {job!r} (one of {', '.join(jobs.JOBS)})")
         _, what = _uri_and_name(table)
         if engine not in ENGINES:
             raise AirflowFailException(f"{what}: engine {engine!r} is not one of {', '.join(ENGINES)}")
         handle = self.table(table)  # a missing table, no MemWAL or unreachable storage: one line, nothing run
         options = options or JobOptions()
         try:
-            validate_job_options(job, options, regions)
+            jobs.validate_job_options(job, options, regions)
         except ValueError as exc:
             raise AirflowFailException(f"memwal {job}: {exc}") from None
         if job == "merge":
             self._check_primary_key(handle, what)  # a merge needs the key: a bad one fails once, not per region
+        runners = {
+            "in_process": partial(self._run_in_process, what=what),
+            "spark": partial(self._run_spark, what=what, spark_conn_id=spark_conn_id, spark_conf=spark_conf or {},
+                             on_spark_hook=on_spark_hook),
+            "spark_connect": partial(self._run_connect, what=what, conn_id=spark_connect_conn_id),
+        }
+
+        chosen: list[str] = []
+
+        def on_choice(plan: Any, choice: Any) -> None:
+            chosen.append(choice.engine)
+            log.info("memwal %s on %s: engine %s (%s): %s", job, what, choice.engine, engine, choice.reason)
+
         try:
-            plan = plan_work(job, handle, options, regions)
+            summary = dispatch(job, handle, options, regions, engine=engine, runners=runners,
+                               spark_engine=auto_spark_engine, on_choice=on_choice)
         except Exception as exc:
+            if chosen or isinstance(exc, AirflowException):
+                raise  # the runner's (its own one-line errors)
             raise _storage_problem(exc, f"memwal {job} on {what} (planning)", self.memwal_conn_id) from exc
-        choice = choose_engine(engine, plan, spark_engine=auto_spark_engine)
-        log.info("memwal %s on %s: engine %s (%s): %s", job, what, choice.engine, engine, choice.reason)
-        if choice.engine == "in_process":
-            run = self._run_in_process(job, handle, what, regions, options)
-        elif choice.engine == "spark":
-            run = self._run_spark(job, handle, what, regions, options, spark_conn_id, spark_conf or {},
-                                  on_spark_hook)
-        else:
-            run = self._run_connect(job, handle, what, regions, options, spark_connect_conn_id)
-        record_choice(run.summary, plan, choice, engine)
-        return run
+        reason = jobs.failure_reason(summary)
+        return JobRun(job, summary, jobs.EXIT_PARTIAL if reason else jobs.EXIT_OK, reason)
 
     def spark_connect_url(self, conn_id: str, what: str) -> str:
         """The sc:// URL of a `spark_connect` connection, as the Spark provider's SparkConnectHook builds it
@@ -324,49 +333,51 @@ class MemWalHook(BaseHook):
         except ValueError as exc:
             raise AirflowFailException(f"{what}: Spark Connect connection {conn_id!r}: {exc}") from None
 
-    def _run_connect(self, job: str, handle: MemWalTable, what: str, regions, options: JobOptions,
-                     conn_id: str) -> JobRun:
-        from memwal import jobs
-        from spark_jobs.connect import ConnectServerError, run_job_on_connect
+    def _run_connect(self, job: str, handle: MemWalTable, options: JobOptions, regions: Sequence[str] | None, *,
+                     what: str, conn_id: str) -> dict[str, Any]:
+        """The spark_connect runner: `spark_jobs.connect.ConnectRunner` on the connection's URL, its errors
+        as one-line task errors (a server that is down or went away retries)."""
+        from spark_jobs.connect import ConnectRunner, ConnectServerError
 
         url = self.spark_connect_url(conn_id, what)
         try:
-            summary = run_job_on_connect(job, url, handle, options, regions, conn_id=conn_id)
+            return ConnectRunner(url, conn_id=conn_id)(job, handle, options, regions)
         except ConnectServerError as exc:
             raise MemWalTaskError(f"memwal {job} on {what}: {exc}") from None
         except Exception as exc:
             raise _storage_problem(exc, f"memwal {job} on {what} (Spark Connect)", self.memwal_conn_id) from exc
-        reason = jobs.failure_reason(summary)
-        return JobRun(job, summary, jobs.EXIT_PARTIAL if reason else jobs.EXIT_OK, reason)
 
-    def _run_in_process(self, job: str, handle: MemWalTable, what: str, regions, options: JobOptions) -> JobRun:
-        from memwal import jobs
+    def _run_in_process(self, job: str, handle: MemWalTable, options: JobOptions, regions: Sequence[str] | None, *,
+                        what: str) -> dict[str, Any]:
+        from memwal.engines import in_process
 
         try:
-            summary = jobs.run_job(job, handle, options, regions)
+            return in_process(job, handle, options, regions)
         except Exception as exc:
             raise _storage_problem(exc, f"memwal {job} on {what}", self.memwal_conn_id) from exc
-        reason = jobs.failure_reason(summary)
-        return JobRun(job, summary, jobs.EXIT_PARTIAL if reason else jobs.EXIT_OK, reason)
 
-    def _spark_submit_hook(self, job: str, spark_conn_id: str, what: str, **kwargs: Any) -> Any:
-        """The Spark provider's SparkSubmitHook for the connection; a missing connection is named (the
-        provider would fall back to a default master)."""
-        from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
-
+    def _spark_master(self, spark_conn_id: str, what: str) -> str:
+        """The Spark master of the connection, read through the public connection API as the Spark provider
+        resolves it (`spark_master`); a missing connection is named (the provider would fall back to yarn)."""
         try:
-            self.get_connection(spark_conn_id)
-            return SparkSubmitHook(conn_id=spark_conn_id, name=f"memwal-{job}", **kwargs)
+            return spark_master(self.get_connection(spark_conn_id))
         except AirflowNotFoundException:
             raise AirflowFailException(
                 f"{what}: Spark connection {spark_conn_id!r} is not defined: create it (type spark, host "
                 "local[*] or spark://HOST with port 7077) or set spark_conn_id / engine: in_process for the table"
             ) from None
 
-    def _run_spark(self, job, handle: MemWalTable, what, regions, options: JobOptions, spark_conn_id, spark_conf,
-                   on_spark_hook) -> JobRun:
+    def _run_spark(self, job: str, handle: MemWalTable, options: JobOptions, regions: Sequence[str] | None, *,
+                   what: str, spark_conn_id: str, spark_conf: Mapping[str, str],
+                   on_spark_hook: Callable[[Any], None] | None) -> dict[str, Any]:
+        """The spark runner: the job through the Spark provider's SparkSubmitHook with the same application
+        arguments as `memwal --spark` (`spark_jobs.submit.application_args`); its summary (exit 0 or 3) from
+        the result file, else a one-line task error."""
+        from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
         from memwal import jobs
         from spark_jobs.submit import (
+            application_args,
             job_script,
             package_code,
             spark_conf_defaults,
@@ -375,25 +386,22 @@ class MemWalHook(BaseHook):
             write_storage_options_file,
         )
 
+        master = self._spark_master(spark_conn_id, what)
         env = spark_submit_env()
         env_vars = {k: env[k] for k in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_HOME")}
         env_vars["PATH"] = os.pathsep.join([str(Path(spark_submit_executable()).parent), os.environ.get("PATH", "")])
-        app_args = [handle.uri]
-        for r in regions or []:
-            app_args += ["--region", r]
-        app_args += options.argv(job)
         workdir = tempfile.mkdtemp(prefix=f"memwal-{job}-")
         result_file = Path(workdir) / "result.json"
         env_vars["MEMWAL_RESULT_FILE"] = str(result_file)
         try:
-            if handle.storage_options:  # a 0600 file in the 0700 workdir: never on spark-submit's argv
-                opts_file = write_storage_options_file(workdir, handle.storage_options)
-                app_args += ["--storage-options-json", f"@{opts_file}"]
-            # py_files: the executors import memwal and spark_jobs from this zip, installed on the workers or not.
-            spark = self._spark_submit_hook(job, spark_conn_id, what, conf=spark_conf_defaults(spark_conf),
-                                            py_files=package_code(), application_args=app_args, env_vars=env_vars)
-            master = spark._connection["master"]  # as the provider resolved it (it has no public accessor)
+            # Storage options: a 0600 file in the 0700 workdir, never on spark-submit's argv.
+            opts_file = write_storage_options_file(workdir, handle.storage_options) if handle.storage_options else None
+            app_args = application_args(handle.uri, storage_options_file=opts_file, regions=regions,
+                                        extra_args=options.argv(job))
             _check_master_reachable(master, spark_conn_id, what)
+            # py_files: the executors import memwal and spark_jobs from this zip, installed on the workers or not.
+            spark = SparkSubmitHook(conn_id=spark_conn_id, name=f"memwal-{job}", conf=spark_conf_defaults(spark_conf),
+                                    py_files=package_code(), application_args=app_args, env_vars=env_vars)
             self._spark_hook = spark
             if on_spark_hook:
                 on_spark_hook(spark)
@@ -416,7 +424,7 @@ class MemWalHook(BaseHook):
                                   "see the log above, the task retry resumes from merged_generations")
         code, summary, error = result.get("exit"), result.get("summary"), result.get("error")
         if code in (jobs.EXIT_OK, jobs.EXIT_PARTIAL) and isinstance(summary, dict):
-            return JobRun(job, summary, code, error)
+            return summary
         error = error or f"exit {code}"
         if code == jobs.EXIT_USAGE:
             raise AirflowFailException(f"memwal-{job} on {what}: {error}")
@@ -425,6 +433,18 @@ class MemWalHook(BaseHook):
     def on_kill(self) -> None:
         if self._spark_hook is not None:
             self._spark_hook.on_kill()
+
+
+def spark_master(conn: Any) -> str:
+    """The master URL of a `spark` connection from its public fields, the Spark provider's rule: a host that
+    is a whole master URL (`local[*]`, `spark://h`, `k8s://https://h`) when the type is spark and the host
+    has a scheme or there is no port, else `<conn_type>://<host>`; then `:<port>` when there is one."""
+    host = conn.host or ""
+    if conn.conn_type == "spark" and host and ("://" in host or not conn.port):
+        master = host
+    else:
+        master = f"{conn.conn_type}://{host}"
+    return f"{master}:{conn.port}" if conn.port else master
 
 
 def _check_master_reachable(master: str, spark_conn_id: str, what: str, timeout: float = 5.0) -> None:
