@@ -1,7 +1,9 @@
 """Flushed generations: a MemTable written as a Lance table at _mem_wal/{region}/{8 hex}_gen_{i}/.
 
-Besides the data (with `_tombstone`), Lance core's LSM reader needs `_pk_index/` (a BTREE index on the
-primary key: page_lookup.lance and page_data.lance). Its LSM vector and FTS planners search a generation
+The data (with `_tombstone`) holds every put in WAL order; rows a later put of the same key supersedes
+within the generation are masked by a deletion vector, as Lance core's flush leaves them. Lance core's LSM
+reader needs `_pk_index/` (a BTREE index on the primary key, over every row: page_lookup.lance and
+page_data.lance). Its LSM vector and FTS planners search a generation
 only through the base table's maintained indexes built on it (memwal.generation_indexes), and readers
 skip generations by `bloom_filter.bin` (memwal.bloom_filter, Lance core's bytes). Everything is written
 into a fresh directory before the region manifest commit, so a crash in between leaves nothing visible.
@@ -10,6 +12,7 @@ into a fresh directory before the region manifest commit, so a crash in between 
 from __future__ import annotations
 
 import lance
+import numpy as np
 import pyarrow as pa
 
 from memwal import naming
@@ -30,9 +33,11 @@ def write_generation(
     table: pa.Table,
     pk_columns: list[str],
     indexes: list[MaintainedIndex] | None = None,
+    superseded: np.ndarray | None = None,
 ) -> str:
     """Write rows (with _tombstone), the key index, the maintained indexes and the bloom filter as a new
-    generation directory; returns its name.
+    generation directory; returns its name. `superseded`: positions in `table` masked by a deletion vector
+    (older puts of a key written again within the generation); `_pk_index` and the bloom filter hold every row.
 
     The directory name is fresh on every call, so a retried flush never collides with a failed one.
     """
@@ -47,11 +52,30 @@ def write_generation(
         for name in _PK_INDEX_FILES:
             data = store.get(f"{rel}/_indices/{index.segments[0].uuid}/{name}")
             store.put(f"{rel}/{naming.PK_INDEX_DIR}/{name}", data)
-    if indexes and table.num_rows:
-        build_generation_indexes(ds, table, indexes)
+    live = table
+    if superseded is not None and len(superseded):
+        ds = _mask_rows(ds, superseded)
+        keep = np.ones(table.num_rows, bool)
+        keep[superseded] = False
+        live = table.filter(pa.array(keep))
+    if indexes and live.num_rows:
+        build_generation_indexes(ds, live, indexes)
     key = table.column(pk_columns[0]) if len(pk_columns) == 1 else pa.array([None] * table.num_rows, pa.null())
     write_bloom_filter(store, region_id, dir_name, key)
     return dir_name
+
+
+def _mask_rows(ds: lance.LanceDataset, positions: np.ndarray) -> lance.LanceDataset:
+    """Delete the rows at these positions of the written order (a deletion vector per fragment)."""
+    starts, addresses = 0, []
+    for fragment in ds.get_fragments():
+        n = fragment.physical_rows
+        mine = positions[(positions >= starts) & (positions < starts + n)] - starts
+        addresses.append((np.uint64(fragment.fragment_id) << np.uint64(32)) + mine.astype(np.uint64))
+        starts += n
+    flat = np.concatenate(addresses) if addresses else np.zeros(0, np.uint64)
+    ds.delete("_rowaddr IN (" + ",".join(map(str, flat.tolist())) + ")")
+    return ds
 
 
 def open_generation(
