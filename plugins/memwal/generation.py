@@ -11,9 +11,12 @@ into a fresh directory before the region manifest commit, so a crash in between 
 
 from __future__ import annotations
 
+import secrets
+
 import lance
 import numpy as np
 import pyarrow as pa
+from lance.fragment import DeletionFile
 
 from memwal import naming
 from memwal.bloom_filter import write_bloom_filter
@@ -24,6 +27,7 @@ from memwal.storage import ObjectStore, lance_storage_options
 __all__ = ["open_generation", "write_generation"]
 
 _PK_INDEX_FILES = ("page_lookup.lance", "page_data.lance")
+_DELETION_SCHEMA = pa.schema([pa.field("row_id", pa.uint32(), nullable=False)])
 
 
 def write_generation(
@@ -54,7 +58,7 @@ def write_generation(
             store.put(f"{rel}/{naming.PK_INDEX_DIR}/{name}", data)
     live = table
     if superseded is not None and len(superseded):
-        ds = _mask_rows(ds, superseded)
+        ds = _mask_rows(store, rel, ds, superseded)
         keep = np.ones(table.num_rows, bool)
         keep[superseded] = False
         live = table.filter(pa.array(keep))
@@ -65,17 +69,28 @@ def write_generation(
     return dir_name
 
 
-def _mask_rows(ds: lance.LanceDataset, positions: np.ndarray) -> lance.LanceDataset:
-    """Delete the rows at these positions of the written order (a deletion vector per fragment)."""
-    starts, addresses = 0, []
+def _mask_rows(store: ObjectStore, rel: str, ds: lance.LanceDataset, positions: np.ndarray) -> lance.LanceDataset:
+    """Mask the rows at these positions of the written order: per fragment an Arrow deletion file (Lance's
+    format: one non-null UInt32 column `row_id` of row offsets, at `_deletions/{fragment}-{read version}-{id}
+    .arrow`), committed as one Lance Delete. Lance's `delete(predicate)` would parse an `_rowaddr IN (...)`
+    list: 4.7 s for 500k rows, against 0.04 s here."""
+    updated, start = [], 0
     for fragment in ds.get_fragments():
-        n = fragment.physical_rows
-        mine = positions[(positions >= starts) & (positions < starts + n)] - starts
-        addresses.append((np.uint64(fragment.fragment_id) << np.uint64(32)) + mine.astype(np.uint64))
-        starts += n
-    flat = np.concatenate(addresses) if addresses else np.zeros(0, np.uint64)
-    ds.delete("_rowaddr IN (" + ",".join(map(str, flat.tolist())) + ")")
-    return ds
+        meta = fragment.metadata
+        mine = positions[(positions >= start) & (positions < start + meta.physical_rows)] - start
+        start += meta.physical_rows
+        if not len(mine):
+            continue
+        file_id = secrets.randbits(63)
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_file(sink, _DELETION_SCHEMA) as writer:
+            writer.write_table(pa.table({"row_id": pa.array(mine.astype(np.uint32))}, schema=_DELETION_SCHEMA))
+        store.put(f"{rel}/_deletions/{meta.id}-{ds.version}-{file_id}.arrow", sink.getvalue().to_pybytes())
+        meta.deletion_file = DeletionFile(ds.version, file_id, "array", len(mine), None)
+        updated.append(meta)
+    op = lance.LanceOperation.Delete(updated, [], "rows a later put of the key supersedes within the generation")
+    return lance.LanceDataset.commit(ds.uri, op, read_version=ds.version,
+                                     storage_options=lance_storage_options(store.storage_options))
 
 
 def open_generation(

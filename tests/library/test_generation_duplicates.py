@@ -215,3 +215,30 @@ def test_a_generation_whose_only_vectors_are_masked_gets_no_vector_index(tmp_pat
     assert ds.count_rows() == 3 and ds.get_fragments()[0].physical_rows == 6
     assert "vidx" not in {d.name for d in ds.describe_indices()}
     assert LsmReader(uri).count_rows() == 300
+
+
+def test_masked_rows_across_several_data_files(tmp_path, monkeypatch):
+    """A generation written as several fragments (3 rows per file here): each fragment's older rows are masked
+    by its own deletion file, at offsets within that fragment."""
+    from functools import partial
+
+    from memwal import generation
+
+    uri = str(tmp_path / "t")
+    make_table(uri)
+    monkeypatch.setattr(generation.lance, "write_dataset", partial(lance.write_dataset, max_rows_per_file=3))
+    region = str(uuid.uuid4())
+    ops = [("put", range(5), "alpha"), ("put", [1, 4], "beta"), ("put", [4], "gamma"), ("delete", [0], None)]
+    with RegionWriter(uri, region, config=NEVER) as w:
+        apply(w, ops)
+    monkeypatch.undo()
+    [gen] = glob.glob(f"{uri}/_mem_wal/{region}/*_gen_1")
+    fragments = lance.dataset(gen).get_fragments()
+    assert [f.physical_rows for f in fragments] == [3, 3, 3]
+    assert [f.metadata.deletion_file.num_deleted_rows if f.metadata.deletion_file else 0 for f in fragments] \
+        == [2, 1, 1], "masked: alpha-0 (deleted), alpha-1 | alpha-4 | beta-4 (superseded by gamma-4)"
+    live = lance.dataset(gen).to_table(columns=["id", "text", "_tombstone"]).to_pylist()
+    assert [(r["id"], r["text"] and r["text"].split()[0], r["_tombstone"]) for r in live] == [
+        (2, "alpha", False), (3, "alpha", False), (1, "beta", False), (4, "gamma", False), (0, None, True)]
+    model = {i: "base" for i in range(100, 400)} | {1: "beta", 2: "alpha", 3: "alpha", 4: "gamma"}
+    assert {r["id"]: r["text"].split()[0] for r in LsmReader(uri).scan().to_pylist()} == model
