@@ -16,6 +16,7 @@ import secrets
 import lance
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from lance.fragment import DeletionFile
 
 from memwal import naming
@@ -41,7 +42,8 @@ def write_generation(
 ) -> str:
     """Write rows (with _tombstone), the key index, the maintained indexes and the bloom filter as a new
     generation directory; returns its name. `superseded`: positions in `table` masked by a deletion vector
-    (older puts of a key written again within the generation); `_pk_index` and the bloom filter hold every row.
+    (older puts of a key written again within the generation); `_pk_index`, the maintained indexes and the bloom
+    filter are built over every row, before the mask (Lance applies it when they are searched).
 
     The directory name is fresh on every call, so a retried flush never collides with a failed one.
     """
@@ -56,15 +58,12 @@ def write_generation(
         for name in _PK_INDEX_FILES:
             data = store.get(f"{rel}/_indices/{index.segments[0].uuid}/{name}")
             store.put(f"{rel}/{naming.PK_INDEX_DIR}/{name}", data)
-    live = table
+    if indexes and table.num_rows:
+        ds = build_generation_indexes(ds, table, indexes)
     if superseded is not None and len(superseded):
         ds = _mask_rows(store, rel, ds, superseded)
-        keep = np.ones(table.num_rows, bool)
-        keep[superseded] = False
-        live = table.filter(pa.array(keep))
-    if indexes and live.num_rows:
-        build_generation_indexes(ds, live, indexes)
-    key = table.column(pk_columns[0]) if len(pk_columns) == 1 else pa.array([None] * table.num_rows, pa.null())
+    # the distinct keys: a key written twice sets the same bits (the bytes are the same), hashed once
+    key = pc.unique(table.column(pk_columns[0])) if len(pk_columns) == 1 else pa.array([None], pa.null())
     write_bloom_filter(store, region_id, dir_name, key)
     return dir_name
 

@@ -202,19 +202,25 @@ def test_our_reader_search_and_merge_are_exact_over_duplicates(tmp_path, who):
     _check_our_reads(uri, model, f"{who} generation merged")
 
 
-def test_a_generation_whose_only_vectors_are_masked_gets_no_vector_index(tmp_path):
-    """Put then delete the same keys in one generation: no live vector to train on, so no vector index (as a
-    deletes-only generation), and the flush does not fail."""
+def test_a_generation_whose_only_vectors_are_masked_never_returns_them(tmp_path):
+    """Put then delete the same keys in one generation: the index built over every row holds their vectors,
+    but neither our search nor Lance core's planner returns a masked row, and neither comes back short."""
     uri = str(tmp_path / "t")
     make_table(uri)
     region = str(uuid.uuid4())
     with RegionWriter(uri, region, config=NEVER) as w:
-        apply(w, [("put", range(3), "alpha"), ("delete", range(3), None)])
+        apply(w, [("put", range(100, 103), "alpha"), ("delete", range(100, 103), None)])
     [gen] = glob.glob(f"{uri}/_mem_wal/{region}/*_gen_1")
     ds = lance.dataset(gen)
     assert ds.count_rows() == 3 and ds.get_fragments()[0].physical_rows == 6
-    assert "vidx" not in {d.name for d in ds.describe_indices()}
-    assert LsmReader(uri).count_rows() == 300
+    model = {i: "base" for i in range(103, 400)}
+    assert LsmReader(uri).count_rows() == len(model)
+    q = vector(101, "alpha")
+    ours = LsmReader(uri).search(q, k=5, columns=["id"]).column("id").to_pylist()
+    assert len(ours) == 5 and not set(ours) & {100, 101, 102}, ours
+    theirs = LsmVectorSearchPlanner(lance.dataset(uri), snapshots(uri), "vec").plan_search(
+        pa.array(q), k=5, overfetch_factor=20.0).to_table().column("id").to_pylist()
+    assert len(theirs) == 5 and not set(theirs) & {100, 101, 102}, theirs
 
 
 def test_masked_rows_across_several_data_files(tmp_path, monkeypatch):
