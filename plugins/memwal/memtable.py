@@ -49,24 +49,25 @@ class MemTable:
             [b if b.schema.equals(self.schema, check_metadata=True) else b.cast(self.schema) for b in self.batches]
         )
 
-    def to_flush_table(self, pk: list[str]) -> pa.Table:
-        """The newest row per primary key (tombstones kept), in WAL order.
+    def flush_rows(self, pk: list[str]) -> tuple[pa.Table, np.ndarray]:
+        """Every row written, in WAL order, and the positions (ascending) of those a later row of the same
+        primary key supersedes within the generation.
 
-        Lance core's LSM reader does not deduplicate within one generation: it relies on a flushed
-        generation holding each key once, as its own flush writes it.
-
-        The winners are found on the key columns alone (plus the row position); the full rows are then
-        taken once, in WAL order, or not at all when every key is already unique.
+        The flush writes every row in WAL order and masks these with a deletion vector, as Lance core's flush
+        does: Lance core's and LanceDB's LSM readers do not deduplicate within one generation, they rely on
+        the deletion vector, and probe `_pk_index` (which holds every row) for newer versions.
         """
         rows = self.to_table()
         n = rows.num_rows
+        none = np.zeros(0, np.int64)
         if n <= 1:
-            return rows
+            return rows, none
         keys = rows.select(pk)
         keys = keys.append_column(GEN_COLUMN, pa.array(np.zeros(n, np.int64)))
         keys = keys.append_column(ROWADDR_COLUMN, pa.array(np.arange(n, dtype=np.uint64)))
         newest = newest_per_key(keys, pk)
         if newest.num_rows == n:
-            return rows
-        winners = np.sort(newest.column(ROWADDR_COLUMN).to_numpy())
-        return rows.take(pa.array(winners))
+            return rows, none
+        live = np.zeros(n, bool)
+        live[newest.column(ROWADDR_COLUMN).to_numpy().astype(np.int64)] = True
+        return rows, np.flatnonzero(~live)

@@ -215,9 +215,9 @@ class RegionWriter:
         if latest.writer_epoch > self.writer_epoch:  # checked before writing anything
             self._abort()
             raise FencedError(self.region_id, self.writer_epoch, latest.writer_epoch)
+        rows, superseded = m.flush_rows(self.pk_columns)
         dir_name = write_generation(
-            self.store, self.region_id, m.generation, m.to_flush_table(self.pk_columns), self.pk_columns,
-            self.maintained_indexes,
+            self.store, self.region_id, m.generation, rows, self.pk_columns, self.maintained_indexes, superseded,
         )
         flushed = FlushedGeneration(m.generation, dir_name)
         fault_point("writer.after_generation_write")

@@ -110,3 +110,82 @@ def test_index_health_rows_are_marked_and_rendered():
     assert '<tr class="index over" data-index="vec_idx">' in html
     assert '<td data-key="segments" class="over">6</td>' in html
     assert '<tr class="index" data-index="id_idx">' in html
+
+
+def _render(view) -> str:
+    from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+    from memwal.airflow.ui import app as ui_app
+    from memwal.airflow.ui.formatting import fmt, fmt_bytes, fmt_limit, fmt_time
+    from memwal.airflow.ui.regions import COLUMNS, INDEX_COLUMNS, SEARCH_COLUMNS
+
+    env = Environment(loader=FileSystemLoader(ui_app._HERE / "templates"), autoescape=select_autoescape(["html"]))
+    env.filters.update(fmt=fmt, fmt_time=fmt_time, fmt_bytes=fmt_bytes, fmt_limit=fmt_limit)
+    return env.get_template("page.html").render(views=[view], columns=COLUMNS, index_columns=INDEX_COLUMNS,
+                                                search_columns=SEARCH_COLUMNS, can_merge=False, user="u", base="",
+                                                csrf_header="x", all_tables=["t"], selected=None, bad_tables={})
+
+
+def _search_table_config(local_location, monkeypatch):
+    """A table with IVF_PQ + FTS indexes and one unmerged generation (read flat by the vector search), and its
+    config; the Airflow-DB parts of the view (history, runs) are left out."""
+    from types import SimpleNamespace
+
+    from memwal.airflow.ui import sources
+
+    from support.vector_tables import create_vector_table, write_generation
+
+    region = create_vector_table(local_location, rows=300)[0]
+    write_generation(local_location, region, range(10), 1, delete_ids=range(10, 15))
+    monkeypatch.setattr(sources, "history_points", lambda *a, **k: [])
+    monkeypatch.setattr(sources, "recent_runs", lambda *a, **k: [])
+    return SimpleNamespace(name="t", uri=local_location.uri, thresholds=None, conn_id=None, compaction=None)
+
+
+def test_page_shows_what_a_search_pays_as_status_search_does(local_location, monkeypatch, capsys):
+    """Per searched index: sources through an index, flat sources, rows served flat, equal to `memwal status
+    --search --json` and lag.measure(search=True), in the page, its JSON, and after a merge (the gap is flat)."""
+    import json
+
+    from memwal.airflow.ui import sources
+    from memwal.airflow.ui.app import _view_json
+    from memwal.cli import main
+    from memwal.lag import measure
+    from memwal.merge import merge_table
+
+    cfg = _search_table_config(local_location, monkeypatch)
+    view = sources.table_view(cfg, user=None)
+    assert view.error is None and view.notes == [], (view.error, view.notes)
+    assert main(["status", cfg.uri, "--search", "--json"]) == 0
+    shown = {c["index"]: c for c in view.search}
+    assert shown == {c["index"]: c for c in json.loads(capsys.readouterr().out)["search"]}
+    assert view.search == measure(cfg.uri, search=True)["search"]
+    vec = shown["vec_idx"]
+    assert (vec["indexed_sources"], vec["flat_sources"], vec["rows_served_flat"]) == (1, 1, 15), vec
+    assert _view_json(view)["search"] == view.search
+
+    html = _render(view)
+    assert '<tr class="search-cost" data-index="vec_idx">' in html
+    assert '<td data-key="rows_served_flat" data-value="15">15</td>' in html
+    assert '<tr class="search-cost" data-index="text_idx">' in html
+
+    assert not merge_table(cfg.uri).failed_regions  # merged, vec_idx not caught up: the gap's rows are flat
+    after = {c["index"]: c for c in sources.table_view(cfg, user=None).search}
+    assert (after["vec_idx"]["indexed_sources"], after["vec_idx"]["flat_sources"]) == (1, 0), after
+    assert after["vec_idx"]["rows_served_flat"] > 0, "the merged rows the base index does not cover are flat"
+    assert after == {c["index"]: c for c in measure(cfg.uri, search=True)["search"]}
+
+
+def test_search_costs_that_fail_leave_a_note_and_the_status(local_location, monkeypatch):
+    from memwal.airflow.ui import sources
+
+    cfg = _search_table_config(local_location, monkeypatch)
+
+    def broken(_cfg):
+        raise OSError("generation 1 unreadable")
+
+    monkeypatch.setattr(sources, "search_costs_of", broken)
+    view = sources.table_view(cfg, user=None)
+    assert view.error is None and view.regions and view.search == []
+    assert view.notes == ["search costs unavailable: generation 1 unreadable"]
+    assert "search-cost" not in _render(view)

@@ -1,7 +1,8 @@
 """The MemWAL page: a FastAPI app mounted in Airflow's API server by the plugin (`/memwal`).
 
 Routes (all require a signed-in Airflow user; Airflow does not protect plugin apps by itself):
-  GET  /                         the page: per table, the region rows, the lag chart, the last runs
+  GET  /                         the page: per table, the region rows, the indexes, what a search pays now,
+                                 the lag chart, the last runs
   GET  /api/tables[/{table}]     the same data as JSON (region rows as `memwal status --json` + marks)
   GET  /api/runs/{dag_id}/{run}  state of one memwal run (the page polls it after "Merge now")
   POST /api/tables/{table}/merge "Merge now" (body {"regions": [...]} or none for the whole table):
@@ -36,7 +37,7 @@ from memwal.airflow.ui.auth import (
 from memwal.airflow.ui.chart import lag_chart_svg
 from memwal.airflow.ui.formatting import fmt, fmt_bytes, fmt_limit, fmt_time
 from memwal.airflow.ui.merge_now import MergeRequestError, trigger_merge
-from memwal.airflow.ui.regions import COLUMNS, INDEX_COLUMNS, TableView
+from memwal.airflow.ui.regions import COLUMNS, INDEX_COLUMNS, SEARCH_COLUMNS, TableView
 
 __all__ = ["URL_PREFIX", "create_app"]
 
@@ -89,7 +90,7 @@ def _view_json(view: TableView) -> dict:
     return jsonable_encoder({
         "name": view.name, "uri": view.uri, "error": view.error, "notes": view.notes,
         "summary": view.summary, "regions": view.regions, "regions_over": view.regions_over,
-        "indexes": view.indexes, "history": view.history,
+        "indexes": view.indexes, "search": view.search, "history": view.history,
         "runs": view.runs,
     })
 
@@ -124,7 +125,8 @@ def create_app() -> FastAPI:
             method="POST", access_entity=DagAccessEntity.RUN, details=DagDetails(id=MERGE_DAG_ID), user=user)
         html = env.get_template("page.html").render(
             merge_paused=can_merge and _is_paused(MERGE_DAG_ID),
-            views=views, columns=COLUMNS, index_columns=INDEX_COLUMNS, can_merge=can_merge, user=user.get_name(),
+            views=views, columns=COLUMNS, index_columns=INDEX_COLUMNS, search_columns=SEARCH_COLUMNS,
+            can_merge=can_merge, user=user.get_name(),
             base=request.scope.get("root_path", "").rstrip("/"), csrf_header=CSRF_HEADER,
             all_tables=sorted(tables), selected=table, bad_tables={k: str(v) for k, v in bad.items()},
         )

@@ -3,7 +3,8 @@
 One row per region, in the words of `memwal status --json` (writer epoch, current, flushed and merged
 generation, unmerged rows and bytes, age of the oldest unmerged generation, index lag) plus the age of
 the table's region snapshot; `over` names every column above the table's threshold. `index_rows`: the
-same for each index's health (`memwal.index_health`: segments, unindexed rows).
+same for each index's health (`memwal.index_health`: segments, unindexed rows). `SEARCH_COLUMNS`: what a
+search pays now per searched index (`memwal.search_costs`, as `memwal status --search` prints it).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["COLUMNS", "INDEX_COLUMNS", "TableView", "index_rows", "region_rows", "threshold"]
+__all__ = ["COLUMNS", "INDEX_COLUMNS", "SEARCH_COLUMNS", "TableView", "index_rows", "region_rows", "threshold"]
 
 #: (key in a row, heading, threshold key in the tables file or None)
 COLUMNS: list[tuple[str, str, str | None]] = [
@@ -37,6 +38,16 @@ INDEX_COLUMNS: list[tuple[str, str, str | None]] = [
     ("indexed_rows", "Indexed rows", None),
     ("unindexed_rows", "Unindexed rows", "max_unindexed_rows"),
     ("unindexed_fragments", "Unindexed fragments", None),
+]
+
+#: the search cost table, one row per vector or FTS index of the base table: (key in a search_costs entry, heading)
+SEARCH_COLUMNS: list[tuple[str, str]] = [
+    ("index", "Index"),
+    ("kind", "Search"),
+    ("column", "Column"),
+    ("indexed_sources", "Sources through an index"),
+    ("flat_sources", "Flat sources"),
+    ("rows_served_flat", "Rows served flat"),
 ]
 
 
@@ -100,6 +111,7 @@ class TableView:
     uri: str
     regions: list[dict] = field(default_factory=list)
     indexes: list[dict] = field(default_factory=list)
+    search: list[dict] = field(default_factory=list)
     summary: dict = field(default_factory=dict)
     history: list[dict] = field(default_factory=list)
     runs: list[dict] = field(default_factory=list)

@@ -1,6 +1,7 @@
 """Where the page's data comes from: the table (status), the lag history, and Airflow's DAG runs.
 
-Status is read from the table itself through the table's connection (the same `memwal status` code);
+Status is read from the table itself through the table's connection (the same `memwal status` code), and
+so is what a search pays now (`memwal.search_costs`, the numbers of `memwal status --search`);
 the lag history is what the lag monitor recorded (`memwal.airflow.history`); maintenance runs and their
 job summaries come from Airflow's metadata DB, filtered to the DAGs the signed-in user may read.
 """
@@ -20,7 +21,7 @@ from memwal.airflow.ui.regions import COLUMNS, TableView, index_rows, region_row
 
 log = logging.getLogger(__name__)
 
-__all__ = ["history_points", "maintenance_dag_id", "recent_runs", "table_status", "table_view"]
+__all__ = ["history_points", "maintenance_dag_id", "recent_runs", "search_costs_of", "table_status", "table_view"]
 
 #: Summary keys of the table-level lag shown in the chart (from `memwal status --json`).
 HISTORY_SERIES = ("unmerged_generations", "max_index_lag_generations")
@@ -51,6 +52,15 @@ def table_status(cfg: Any) -> tuple[dict, int | None]:
 
     status = measure_table(cfg, MemWalTable(cfg.uri, _storage_options(cfg)), storage=True)
     return status, status.get("snapshot_ts_millis")
+
+
+def search_costs_of(cfg: Any) -> list[dict]:
+    """Per vector or FTS index of the table: sources a search asks through an index, flat sources and rows
+    served flat on the latest snapshot (`memwal.search_costs.search_costs`; opens each unmerged generation)."""
+    from memwal.search_costs import search_costs
+    from memwal.table import MemWalTable
+
+    return search_costs(MemWalTable(cfg.uri, _storage_options(cfg)))
 
 
 def history_points(table: str, since: datetime) -> list[dict]:
@@ -177,6 +187,12 @@ def table_view(cfg: Any, user: BaseUser, history_hours: float = 24.0) -> TableVi
         log.warning("status of table %s (%s) failed: %s", cfg.name, cfg.uri, exc)
         view.error = f"status of table {cfg.name} at {cfg.uri} could not be read: {exc}"
     log.debug("status of %s in %.2fs", cfg.name, time.monotonic() - t0)
+    if view.error is None:
+        try:
+            view.search = search_costs_of(cfg)
+        except Exception as exc:  # a generation that cannot be opened: the status still shows
+            log.warning("search costs of table %s (%s) failed: %s", cfg.name, cfg.uri, exc)
+            view.notes.append(f"search costs unavailable: {exc}")
     try:
         view.history = history_points(cfg.name, datetime.now(UTC) - timedelta(hours=history_hours))
     except Exception as exc:
