@@ -25,6 +25,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from enum import Enum
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -51,6 +52,7 @@ __all__ = [
     "MergeInput",
     "MergeSummary",
     "RegionMergeResult",
+    "RegionProgress",
     "local_dedup",
     "merge_table",
     "pending_generations",
@@ -103,7 +105,7 @@ class MergeInput:
         if not self.staged_deleted:
             return self.deleted_keys
         schema = self.deleted_keys.schema
-        staged = [read_staged(store.uri, store.storage_options, p, store).select(schema.names).cast(schema)
+        staged = [read_staged(store, p).select(schema.names).cast(schema)
                   for p in self.staged_deleted]
         return pa.concat_tables([self.deleted_keys, *staged])
 
@@ -433,6 +435,204 @@ def _pending_all(table: MemWalTable, merged: dict[str, int], up_to_generation: i
         return dict(zip(regions, pool.map(one, regions), strict=True))
 
 
+@dataclass
+class RegionProgress:
+    """One region's way through a merge: its result so far (generations merged, counts, merged up to), the
+    attempts at the batch it is stuck on, and the error that ended it (a region with an error is done)."""
+
+    result: RegionMergeResult
+    started: float = field(default_factory=time.monotonic)
+    attempts: int = 0
+    error: BaseException | None = None
+
+    @property
+    def region_id(self) -> str:
+        return self.result.region_id
+
+    def observe(self, merged: int, first: bool) -> None:
+        """What the MemWAL index says is merged at the start of a round (a racing merger may have moved it)."""
+        if first:
+            self.result.merged_generation_before = merged
+        self.result.merged_generation_after = max(self.result.merged_generation_after, merged)
+
+    def fail(self, exc: BaseException) -> None:
+        log.error("region %s: merge failed: %s", self.region_id, exc)
+        self.error = exc
+
+    def retry(self, refs: Sequence[GenerationRef], exc: BaseException, what: str, max_attempts: int) -> None:
+        """Count a refused or overtaken attempt at these generations; the region fails at max_attempts."""
+        self.result.conflicts += 1
+        self.attempts += 1
+        if self.attempts >= max_attempts:
+            gens = [r.generation for r in refs]
+            self.fail(CommitConflictError(
+                f"region {self.region_id}: merge of generations {gens} {what} {self.attempts} times: {exc}"))
+
+    def landed(self, refs: Sequence[GenerationRef], data: MergeInput, upserted: int) -> None:
+        """A commit carrying this region's batch `refs` landed: its marker is at refs[-1]."""
+        res, gens = self.result, [r.generation for r in refs]
+        res.generations += gens
+        res.rows_read += data.rows_read
+        res.rows_upserted += upserted
+        res.rows_deleted += data.deleted_rows
+        res.bytes_read += sum(r.nbytes for r in refs)
+        res.commits += 1
+        res.merged_generation_after = gens[-1]
+        log.info("region %s: merged generations %d..%d (%d upserts, %d deletes)",
+                 res.region_id, gens[0], gens[-1], upserted, data.deleted_rows)
+
+    def finish(self) -> RegionMergeResult:
+        res = self.result
+        res.generations_merged_by_others = res.merged_generation_after - res.merged_generation_before - len(
+            res.generations)
+        res.duration_s = time.monotonic() - self.started
+        return res
+
+
+class _Outcome(Enum):
+    """How a commit step (or a round of them) ended."""
+
+    COMMITTED = "committed"  # its commit landed (a round: every commit landed)
+    REPLAN = "replan"  # refused, overtaken or failed: reload the index and plan again
+    STOPPED = "stopped"  # the MemWAL index lock was not ours in time: the run ends
+
+
+class _MergeRun:
+    """A merge across its rounds: each region's progress, the Lance commits made, time per phase."""
+
+    def __init__(self, table: MemWalTable, region_ids: Sequence[str], config: MergeConfig, apply: Apply,
+                 timings: dict[str, float], results: dict[str, RegionMergeResult]):
+        results.update({r: RegionMergeResult(r) for r in region_ids})
+        self.regions = {r: RegionProgress(results[r]) for r in region_ids}
+        self.table, self.config, self.apply, self.timings = table, config, apply, timings
+        self.table_commits = 0
+        self.regions_per_commit: int | None = None  # 1 after a commit of several regions failed for another reason
+        self.rounds = 0
+
+    def active(self) -> list[str]:
+        """The regions still merging, in the order given."""
+        return [r for r, p in self.regions.items() if p.error is None]
+
+    def add_time(self, key: str, since: float) -> None:
+        self.timings[key] = self.timings.get(key, 0.0) + time.monotonic() - since
+
+    def plan(self, up_to_generation: int | None) -> list[list[list[GenerationRef]]]:
+        """The next round's commits, from what the MemWAL index says is merged now."""
+        t0 = time.monotonic()
+        details = self.table.refresh().details
+        merged = {r: details.merged_generation(r) for r in self.active()}
+        for r, generation in merged.items():
+            self.regions[r].observe(generation, first=self.rounds == 0)
+        self.rounds += 1
+        pending = _pending_all(self.table, merged, up_to_generation, self.config)
+        for r, got in pending.items():
+            if isinstance(got, BaseException):
+                self.regions[r].fail(got)
+        plan = [got for got in pending.values() if not isinstance(got, BaseException) and got]
+        commits = plan_commits(plan, self.config, self.regions_per_commit)
+        self.add_time("plan", t0)
+        return commits
+
+    def unread(self, failed: Sequence[tuple[list[GenerationRef], BaseException]]) -> None:
+        """Region batches whose dedup failed: the region fails, unless another merger merged those generations
+        since we planned them (and GC may have collected them, which is why the read failed): like a stale
+        marker, that is retried."""
+        now = self.table.refresh().details
+        for refs, exc in failed:
+            progress = self.regions[refs[0].region_id]
+            if now.merged_generation(progress.region_id) < refs[0].generation:
+                progress.fail(exc)
+                continue
+            log.info("region %s: generations %s were merged by another merger while we read them (%s); reloading",
+                     progress.region_id, [r.generation for r in refs], exc)
+            progress.retry(refs, exc, "overtaken", self.config.max_attempts)
+
+    def refused(self, batches: Sequence[list[GenerationRef]], exc: OSError) -> None:
+        """A commit failed: every region of it retries; one refused for another reason than a stale marker
+        is retried region by region, so one region's failure stays its own."""
+        stale = _is_stale_marker(exc)
+        if not stale and len(batches) > 1:
+            self.regions_per_commit = 1
+        for refs in batches:
+            self.regions[refs[0].region_id].retry(refs, exc, "failed", self.config.max_attempts)
+        regions = ", ".join(refs[0].region_id for refs in batches)
+        if stale:
+            log.info("merge commit for region(s) %s refused: another merger got there first; reloading", regions)
+        else:
+            log.warning("merge commit for region(s) %s failed (%s); retrying", regions, exc)
+
+    def stop(self, later: Sequence[list[list[GenerationRef]]], exc: LockTimeoutError) -> None:
+        """Another job held the MemWAL index lock longer than we wait (a long compaction round): this commit
+        and the rest of the round are not made, the commits made so far stay ours."""
+        for refs in (refs for commit in later for refs in commit):
+            progress = self.regions[refs[0].region_id]
+            if progress.error is None:
+                progress.fail(exc)
+
+    def landed(self, batches: Sequence[list[GenerationRef]], inputs: Sequence[MergeInput], upserted: Sequence[int],
+               done: CommitPasses) -> None:
+        self.table_commits += done.table_commits
+        for key, seconds in done.timings_s.items():
+            self.timings[key] = self.timings.get(key, 0.0) + seconds
+        for refs, data, n in zip(batches, inputs, upserted, strict=True):
+            self.regions[refs[0].region_id].landed(refs, data, n)
+
+    def finish(self) -> tuple[dict[str, RegionMergeResult], dict[str, BaseException], int]:
+        results = {r: p.finish() for r, p in self.regions.items()}
+        errors = {r: p.error for r, p in self.regions.items() if p.error is not None}
+        return results, errors, self.table_commits
+
+
+def _commit_step(run: _MergeRun, rnd: _Round, c: int, later: Sequence[list[list[GenerationRef]]]) -> _Outcome:
+    """Commit c of a round: its region batches deduplicated, then one commit of their data and one marker per
+    region (`_commit`); each input cleaned up after the attempt. `later`: this commit and the round's rest."""
+    batches, inputs = rnd.commits[c], rnd.inputs(c)
+    failed = [(refs, x) for refs, x in zip(batches, inputs, strict=True) if isinstance(x, BaseException)]
+    if failed:
+        run.unread(failed)
+        return _Outcome.REPLAN
+    markers = [(refs[0].region_id, refs[-1].generation) for refs in batches]
+    log.info("merge of %s read and deduplicated; committing (under the MemWAL index lock)",
+             ", ".join(f"region {r} up to generation {g}" for r, g in markers))
+    since = {refs[0].region_id: refs[0].generation - 1 for refs in batches}
+    fault_point("merge.before_commit")
+    t1 = time.monotonic()
+    combined = _Combined(inputs, rnd.schema, rnd.pk, rnd.store) if len(batches) > 1 else None
+    try:
+        done = _commit(run.table, markers, inputs[0] if combined is None else combined.input, since, run.apply)
+        upserted = [done.upserted] if combined is None else combined.upserted
+    except LockTimeoutError as exc:
+        run.stop(later, exc)
+        return _Outcome.STOPPED
+    except OSError as exc:
+        run.refused(batches, exc)
+        return _Outcome.REPLAN
+    finally:
+        for x in inputs:
+            rnd.cleanup(x)
+        if combined is not None:
+            combined.cleanup()
+        run.add_time("commit", t1)
+    fault_point("merge.after_commit")
+    run.landed(batches, inputs, upserted, done)
+    return _Outcome.COMMITTED
+
+
+def _merge_round(run: _MergeRun, commits: list[list[list[GenerationRef]]], dedup: Dedup) -> _Outcome:
+    """The commits of one round, in order, until one does not land; the round's inputs cleaned up."""
+    table = run.table
+    rnd = _Round(dedup, commits, table.primary_key, table.schema, table.store, run.timings)
+    try:
+        for c in range(len(commits)):
+            outcome = _commit_step(run, rnd, c, commits[c:])
+            if outcome is not _Outcome.COMMITTED:
+                return outcome
+            release_unused()  # this commit's upserts are not needed for the next one
+        return _Outcome.COMMITTED
+    finally:
+        rnd.cleanup()
+
+
 def _merge_regions(
     table: MemWalTable,
     region_ids: Sequence[str],
@@ -444,144 +644,19 @@ def _merge_regions(
     apply: Apply | None = None,
 ) -> tuple[dict[str, RegionMergeResult], dict[str, BaseException], int]:
     """Merge the regions; (results, errors by region, Lance commits made). `results`, if given, is filled in
-    as commits land, so the caller keeps what was committed even if this raises."""
-    store, schema, pk = table.store, table.schema, table.primary_key
-    apply = apply or choose_apply(config.apply)
-    results = {} if results is None else results
-    results.update({r: RegionMergeResult(r) for r in region_ids})
-    started = {r: time.monotonic() for r in region_ids}
-    errors: dict[str, BaseException] = {}
-    attempts = dict.fromkeys(region_ids, 0)
-    active = list(region_ids)
-    table_commits = 0
-    regions_per_commit: int | None = None  # 1 after a commit of several regions failed for another reason
-    first = True
-
-    def fail(region_id: str, exc: BaseException) -> None:
-        log.error("region %s: merge failed: %s", region_id, exc)
-        errors[region_id] = exc
-        active.remove(region_id)
-
-    def retry(region_id: str, gens: list[int], exc: BaseException, what: str) -> None:
-        """Count a refused or overtaken attempt at these generations; the region fails at max_attempts."""
-        results[region_id].conflicts += 1
-        attempts[region_id] += 1
-        if attempts[region_id] >= config.max_attempts:
-            fail(region_id, CommitConflictError(
-                f"region {region_id}: merge of generations {gens} {what} {attempts[region_id]} times: {exc}"))
-
-    def add(key: str, since: float) -> None:
-        timings[key] = timings.get(key, 0.0) + time.monotonic() - since
-
-    while active:
-        t0 = time.monotonic()
-        details = table.refresh().details
-        merged = {r: details.merged_generation(r) for r in active}
-        for r in active:
-            if first:
-                results[r].merged_generation_before = merged[r]
-            results[r].merged_generation_after = max(results[r].merged_generation_after, merged[r])
-        first = False
-        pending = _pending_all(table, merged, up_to_generation, config)
-        for r, got in pending.items():
-            if isinstance(got, BaseException):
-                fail(r, got)
-        plan = [got for r, got in pending.items() if r in active and got]
-        commits = plan_commits(plan, config, regions_per_commit)
-        add("plan", t0)
+    as commits land, so the caller keeps what was committed even if this raises. Rounds go on while one
+    was replanned, or filled max_commits_per_round."""
+    run = _MergeRun(table, region_ids, config, apply or choose_apply(config.apply), timings,
+                    {} if results is None else results)
+    while run.active():
+        commits = run.plan(up_to_generation)
         if not commits:
             break
-        capped = len(commits) >= config.max_commits_per_round
-        rnd = _Round(dedup, commits, pk, schema, store, timings)
-        replan = stopped = False
-        try:
-            for c, batches in enumerate(commits):
-                inputs = rnd.inputs(c)
-                failed = [(refs, x) for refs, x in zip(batches, inputs, strict=True) if isinstance(x, BaseException)]
-                if failed:
-                    now = table.refresh().details
-                    for refs, exc in failed:
-                        region_id, gens = refs[0].region_id, [r.generation for r in refs]
-                        if now.merged_generation(region_id) < gens[0]:
-                            fail(region_id, exc)
-                            continue
-                        # Overtaken: another merger merged these generations since we planned them (and GC may
-                        # have collected them, which is why the read failed). Like a stale marker: plan again.
-                        log.info("region %s: generations %s were merged by another merger while we read them (%s); "
-                                 "reloading", region_id, gens, exc)
-                        retry(region_id, gens, exc, "overtaken")
-                    replan = True
-                    break
-                markers = [(refs[0].region_id, refs[-1].generation) for refs in batches]
-                log.info("merge of %s read and deduplicated; committing (under the MemWAL index lock)",
-                         ", ".join(f"region {r} up to generation {g}" for r, g in markers))
-                since = {refs[0].region_id: refs[0].generation - 1 for refs in batches}
-                fault_point("merge.before_commit")
-                t1 = time.monotonic()
-                if len(batches) == 1:
-                    data, combined = inputs[0], None
-                else:
-                    combined = _Combined(inputs, schema, pk, store)
-                    data = combined.input
-                try:
-                    done = _commit(table, markers, data, since, apply)
-                    upserted = [done.upserted] if combined is None else combined.upserted
-                except LockTimeoutError as exc:
-                    # Another job held the MemWAL index lock longer than we wait (a long compaction round):
-                    # this commit and the rest of the round are not made, the commits made so far stay ours.
-                    for later in commits[c:]:
-                        for refs in later:
-                            if refs[0].region_id in active:
-                                fail(refs[0].region_id, exc)
-                    stopped = True
-                    break
-                except OSError as exc:
-                    stale = _is_stale_marker(exc)
-                    if not stale and len(batches) > 1:
-                        regions_per_commit = 1  # retry region by region, so one region's failure stays its own
-                    for refs in batches:
-                        retry(refs[0].region_id, [r.generation for r in refs], exc, "failed")
-                    regions = ", ".join(r for r, _ in markers)
-                    if stale:
-                        log.info("merge commit for region(s) %s refused: another merger got there first; "
-                                 "reloading", regions)
-                    else:
-                        log.warning("merge commit for region(s) %s failed (%s); retrying", regions, exc)
-                    replan = True
-                    break
-                finally:
-                    for x in inputs:
-                        rnd.cleanup(x)
-                    if combined is not None:
-                        combined.cleanup()
-                    add("commit", t1)
-                fault_point("merge.after_commit")
-                table_commits += done.table_commits
-                for key, seconds in done.timings_s.items():
-                    timings[key] = timings.get(key, 0.0) + seconds
-                for refs, x, n in zip(batches, inputs, upserted, strict=True):
-                    res = results[refs[0].region_id]
-                    gens = [r.generation for r in refs]
-                    res.generations += gens
-                    res.rows_read += x.rows_read
-                    res.rows_upserted += n
-                    res.rows_deleted += x.deleted_rows
-                    res.bytes_read += sum(r.nbytes for r in refs)
-                    res.commits += 1
-                    res.merged_generation_after = gens[-1]
-                    log.info("region %s: merged generations %d..%d (%d upserts, %d deletes)",
-                             res.region_id, gens[0], gens[-1], n, x.deleted_rows)
-                inputs = data = combined = None  # this commit's upserts are not needed for the next one
-                release_unused()
-        finally:
-            rnd.cleanup()
-        if stopped or (not replan and not capped):
+        outcome = _merge_round(run, commits, dedup)
+        if outcome is _Outcome.STOPPED or (outcome is _Outcome.COMMITTED
+                                          and len(commits) < config.max_commits_per_round):
             break
-    for r, res in results.items():
-        res.generations_merged_by_others = res.merged_generation_after - res.merged_generation_before - len(
-            res.generations)
-        res.duration_s = time.monotonic() - started[r]
-    return results, errors, table_commits
+    return run.finish()
 
 
 def merge_table(

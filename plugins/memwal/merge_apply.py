@@ -160,18 +160,18 @@ def options_digest(storage_options: Mapping[str, str] | None) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _dataset(uri: str, version: int, storage_options: dict[str, str] | None, content: int = 0) -> lance.LanceDataset:
+def _dataset(table: MemWalTable, version: int, content: int = 0) -> lance.LanceDataset:
     """The base table at `version`, opened once per process for the same content (`content_id`, from the
     driver) and storage options: its index pages stay cached across the tasks of a job (and of later jobs
-    on the same content)."""
+    on the same content). `table`: the handle a task carries (on an executor, unpickled: nothing open)."""
     if not content:
-        return MemWalTable(uri, storage_options, version=version).dataset
-    key = (uri, version, content, options_digest(storage_options))
+        return MemWalTable(table.uri, table.storage_options, version=version).dataset
+    key = (table.uri, version, content, options_digest(table.storage_options))
     ds = _open_cache.get(key)
     if ds is None:
-        opened = MemWalTable(uri, storage_options, version=version).dataset
+        opened = MemWalTable(table.uri, table.storage_options, version=version).dataset
         if content_id(opened) != content:  # recreated since the driver planned: not what it planned
-            raise ApplyTaskError(f"table {uri}: version {version} is not the one the merge planned (the table "
+            raise ApplyTaskError(f"table {table.uri}: version {version} is not the one the merge planned (the table "
                                  "was recreated); retrying")
         if len(_open_cache) >= _CACHED:
             _open_cache.pop(next(iter(_open_cache)))
@@ -181,9 +181,8 @@ def _dataset(uri: str, version: int, storage_options: dict[str, str] | None, con
 
 @dataclass(frozen=True)
 class LookupTask:
-    uri: str
+    table: MemWalTable  # pickles to its URI and storage options
     version: int
-    storage_options: dict[str, str] | None
     key: str
     keys: pa.Array  # sorted
     content: int = 0  # `content_id` of the version, from the driver
@@ -192,7 +191,7 @@ class LookupTask:
 def lookup_addresses(task: LookupTask) -> pa.Table:
     """(key, _rowaddr) of the task's keys present in the base table at the version, through the key's
     index."""
-    ds = _dataset(task.uri, task.version, task.storage_options, task.content)
+    ds = _dataset(task.table, task.version, task.content)
     parts = []
     for start in range(0, len(task.keys), LOOKUP_KEYS):
         chunk = task.keys.slice(start, LOOKUP_KEYS)
@@ -278,9 +277,8 @@ def _scan_addresses(ds: lance.LanceDataset, key: str, keys: pa.Array | _KeyRuns,
 
 @dataclass(frozen=True)
 class ApplyTask:
-    uri: str
+    table: MemWalTable
     version: int
-    storage_options: dict[str, str] | None
     deletions: list[tuple[int, np.ndarray]]  # (fragment id, offsets)
     rows: pa.Table | None  # replacement rows to write as new fragments
     max_rows_per_file: int
@@ -385,39 +383,34 @@ def _delete_rows(ds: lance.LanceDataset, deletions: Sequence[tuple[int, np.ndarr
 
 def apply_fragments(task: ApplyTask) -> ApplyResult:
     """Write the deletion vectors of the task's fragments and its replacement rows; commit nothing."""
-    ds = _dataset(task.uri, task.version, task.storage_options, task.content)
+    ds = _dataset(task.table, task.version, task.content)
     out = ApplyResult()
     _delete_rows(ds, task.deletions, out)
     rows: pa.Table | pa.RecordBatchReader | None = task.rows
     if task.staged:
-        rows = _staged_reader(task.uri, task.storage_options, task.staged, ds.schema, task.key, task.replaced, True,
-                              ObjectStore(task.uri, task.storage_options))
+        rows = _staged_reader(task.table.store, task.staged, ds.schema, task.key, task.replaced, True)
     if rows is not None and (not isinstance(rows, pa.Table) or rows.num_rows):
         out.new = write_fragments(rows, ds, schema=ds.schema, max_rows_per_file=task.max_rows_per_file,
-                                  storage_options=lance_storage_options(task.storage_options))
+                                  storage_options=lance_storage_options(task.table.storage_options))
     return out
 
 
-def read_staged(uri: str, storage_options: dict[str, str] | None, path: str,
-                store: ObjectStore | None = None) -> pa.Table:
-    """One staged upsert file (Arrow IPC, the base schema) of the table's store (`store`: that store, open
-    already); a local file is memory-mapped (every scan task reads every staged upsert's key, few of its
-    other columns)."""
-    store = store or ObjectStore(uri, storage_options)
+def read_staged(store: ObjectStore, path: str) -> pa.Table:
+    """One staged upsert file (Arrow IPC, the base schema) of the table's store; a local file is
+    memory-mapped (every scan task reads every staged upsert's key, few of its other columns)."""
     local = store.local_path(path)
     if local is not None:
         return pa.ipc.open_file(pa.memory_map(local)).read_all()
     return pa.ipc.open_file(pa.py_buffer(store.get_buffer(path))).read_all()
 
 
-def _staged_reader(uri: str, storage_options: dict[str, str] | None, paths: Sequence[str], schema: pa.Schema,
-                   key: str, found: pa.Array | None, keep_found: bool,
-                   store: ObjectStore | None = None) -> pa.RecordBatchReader:
+def _staged_reader(store: ObjectStore, paths: Sequence[str], schema: pa.Schema, key: str, found: pa.Array | None,
+                   keep_found: bool) -> pa.RecordBatchReader:
     """The staged upserts whose key is in `found` (keep_found) or not, one file in memory at a time."""
 
     def batches():
         for path in paths:
-            t = read_staged(uri, storage_options, path, store)
+            t = read_staged(store, path)
             empty = pa.array([], t.schema.field(key).type)
             hit = pc.is_in(t.column(key), value_set=found if found is not None else empty)
             t = t.filter(hit if keep_found else pc.invert(hit))
@@ -435,9 +428,8 @@ class ScanApplyTask:
     """Scan the key column of `fragment_ids` at `version` for the backlog's keys and apply what is found
     there: deletion vectors and the replacement rows (upserts staged as files, or inline)."""
 
-    uri: str
+    table: MemWalTable
     version: int
-    storage_options: dict[str, str] | None
     key: str
     fragment_ids: tuple[int, ...]
     staged: tuple[str, ...]
@@ -469,7 +461,7 @@ def _array(column: pa.ChunkedArray) -> pa.Array:
 def _sources(store: ObjectStore, staged: Sequence[str], upserts: pa.Table | None) -> list[pa.Table]:
     """The upserts of a task: each staged file read (zero-copy where local), or the inline table."""
     if staged:
-        return [read_staged(store.uri, store.storage_options, p, store) for p in staged]
+        return [read_staged(store, p) for p in staged]
     assert upserts is not None, "a task has staged files or inline upserts"
     return [upserts]
 
@@ -583,13 +575,13 @@ def scan_apply(task: ScanApplyTask) -> ScanApplyResult:
         seconds[step] = seconds.get(step, 0.0) + now - clock
         clock = now
 
-    ds = _dataset(task.uri, task.version, task.storage_options, task.content)
-    store = ObjectStore(task.uri, task.storage_options)
+    ds = _dataset(task.table, task.version, task.content)
+    store = task.table.store
     kind = ds.schema.field(task.key).type
     parts = _sources(store, task.staged, task.upserts)
     keys = [_array(p.column(task.key)).cast(kind) for p in parts]  # the key column of each file only
     deleted = pa.concat_arrays([pa.array([], kind)] + [
-        _array(read_staged(task.uri, task.storage_options, p, store).column(task.key)).cast(kind)
+        _array(read_staged(store, p).column(task.key)).cast(kind)
         for p in task.deleted_paths])
     integer = pa.types.is_integer(kind) and not deleted.null_count and not any(k.null_count for k in keys)
     ascending = [integer and _ascending(k.to_numpy()) for k in keys]
@@ -644,7 +636,7 @@ def scan_apply(task: ScanApplyTask) -> ScanApplyResult:
         batches = iter(rows or ())
     out.new = write_fragments(pa.RecordBatchReader.from_batches(ds.schema, batches), ds, schema=ds.schema,
                               max_rows_per_file=task.max_rows_per_file,
-                              storage_options=lance_storage_options(task.storage_options))
+                              storage_options=lance_storage_options(task.table.storage_options))
     lap("task_write")
     found = pa.chunked_array(upserted, kind)
     out.found_upserts = len(found)  # base rows of upserted keys (a key counted twice if at two rows)
@@ -663,8 +655,7 @@ class FreshTask:
     """The upserts of `staged` (or inline) that no scan task found: written to `fresh_path`; a key found at
     more than one base row (by any task) is refused here."""
 
-    uri: str
-    storage_options: dict[str, str] | None
+    table: MemWalTable
     key: str
     staged: tuple[str, ...]
     upserts: pa.Table | None
@@ -675,10 +666,10 @@ class FreshTask:
 def fresh_upserts(task: FreshTask) -> int | None:
     """The task: its fresh upserts written to `fresh_path` (base schema); returns their count, or None when
     one of its keys was found at two base rows (by two tasks)."""
-    store = ObjectStore(task.uri, task.storage_options)
+    store = task.table.store
     upserts = pa.concat_tables(_sources(store, task.staged, task.upserts))
     ukeys = upserts.column(task.key).combine_chunks()
-    found = [read_staged(task.uri, task.storage_options, p, store).column(task.key).cast(ukeys.type)
+    found = [read_staged(store, p).column(task.key).cast(ukeys.type)
              for p in task.found_paths]
     found_all = pa.chunked_array([c for f in found for c in f.chunks], ukeys.type).combine_chunks()
     mine = found_all.filter(_member(found_all, ukeys))
@@ -727,7 +718,7 @@ def plan_apply(table: MemWalTable, upserts: pa.Table, deleted_keys: pa.Table, ru
     per_task = max(1, min(LOOKUP_TASK_KEYS, -(-len(keys) // max(1, parallelism))))
     content = content_id(ds)
     # each slice copied out: a pickled Arrow slice carries its whole parent buffer, every task's keys
-    tasks = [LookupTask(table.uri, ds.version, table.storage_options, key, pa.concat_arrays([keys.slice(i, per_task)]),
+    tasks = [LookupTask(table, ds.version, key, pa.concat_arrays([keys.slice(i, per_task)]),
                         content)
              for i in range(0, len(keys), per_task)]
     found = pa.concat_tables(_run(runner, lookup_addresses, tasks, "lookup")) if tasks else pa.table(
@@ -798,7 +789,7 @@ def apply_tasks(table: MemWalTable, plan: ApplyPlan, parallelism: int, max_rows_
             mask = pc.is_in(pa.array(plan.replacement_fragments), value_set=pa.array(fragment_ids, pa.uint64()))
             rows = plan.replacements.filter(mask)
         files = tuple(staged[i::n]) if replaced is not None and len(replaced) else ()
-        tasks.append(ApplyTask(table.uri, plan.version, table.storage_options,
+        tasks.append(ApplyTask(table, plan.version,
                                [(f, plan.offsets[f]) for f in sorted(fragment_ids)], rows,
                                max_rows_per_file, files, replaced, key, content))
     return [t for t in tasks if t.deletions or t.rows is not None or t.staged]
@@ -809,7 +800,7 @@ def staged_keys(table: MemWalTable, staged: Sequence[str]) -> pa.Table:
     (key,) = table.primary_key
     kind = table.schema.field(key).type
     # copied out of each file (a zero-copy column would keep the whole file's buffer alive)
-    parts = [pa.concat_arrays(read_staged(table.uri, table.storage_options, path, table.store).column(key).chunks)
+    parts = [pa.concat_arrays(read_staged(table.store, path).column(key).chunks)
              .cast(kind)
              for path in staged]
     return pa.table({key: pa.concat_arrays(parts) if parts else pa.array([], kind)})
@@ -859,7 +850,7 @@ def _apply_by_lookup(table: MemWalTable, data: MergeData, runner: TaskRunner, pa
             return plan.fresh
         if not plan.fresh.num_rows:
             return ds.schema.empty_table()
-        return _staged_reader(table.uri, table.storage_options, staged, ds.schema, key, found, False, table.store)
+        return _staged_reader(table.store, staged, ds.schema, key, found, False)
 
     return _Attempt(plan.version, results, len(plan.offsets), plan.replacements.num_rows, plan.deleted_found,
                     plan.fresh.num_rows, fresh)
@@ -884,7 +875,7 @@ def _apply_by_scan(table: MemWalTable, data: MergeData, runner: TaskRunner, para
         _write_ipc(table.store, deleted[-1], data.deleted_keys.select([key]))
     sizes = {f.fragment_id: f.metadata.physical_rows for f in ds.get_fragments()}
     groups = _contiguous(sizes, parallelism)
-    tasks = [ScanApplyTask(table.uri, ds.version, table.storage_options, key, tuple(sorted(group)), staged,
+    tasks = [ScanApplyTask(table, ds.version, key, tuple(sorted(group)), staged,
                            None if staged else inline,
                            deleted, max_rows_per_file, f"{scratch}/found-{i}.arrow", (i, len(groups)),
                            content_id(ds))
@@ -900,7 +891,7 @@ def _apply_by_scan(table: MemWalTable, data: MergeData, runner: TaskRunner, para
     sources: list[tuple[tuple[str, ...], pa.Table | None]] = []
     if found_upserts and not once:  # which upserts are fresh, and no key found twice
         sources = [(tuple(staged[i::parallelism]), None) for i in range(min(parallelism, len(staged)))]
-    fresh_tasks = [FreshTask(table.uri, table.storage_options, key, files, rows, found_paths,
+    fresh_tasks = [FreshTask(table, key, files, rows, found_paths,
                              f"{scratch}/fresh-{i}.arrow") for i, (files, rows) in enumerate(sources)]
     started = time.monotonic()
     counts = _run(runner, fresh_upserts, fresh_tasks, "apply")
@@ -912,12 +903,11 @@ def _apply_by_scan(table: MemWalTable, data: MergeData, runner: TaskRunner, para
 
     def fresh(ds: lance.LanceDataset) -> pa.Table | pa.RecordBatchReader:
         if not found_upserts:  # every upsert is fresh
-            return inline if inline is not None else _staged_reader(table.uri, table.storage_options, staged,
-                                                                    ds.schema, key, None, False, table.store)
+            return inline if inline is not None else _staged_reader(table.store, staged, ds.schema, key, None,
+                                                                    False)
         if not fresh_paths:
             return ds.schema.empty_table()
-        return _staged_reader(table.uri, table.storage_options, fresh_paths, ds.schema, key, None, False,
-                              table.store)
+        return _staged_reader(table.store, fresh_paths, ds.schema, key, None, False)
 
     return _Attempt(ds.version, list(results), sum(r.fragments for r in results), found_upserts,
                     sum(r.found_deleted for r in results), sum(counts) if found_upserts else upserts, fresh, seconds)

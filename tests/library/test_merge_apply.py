@@ -388,10 +388,10 @@ def test_a_large_backlog_is_applied_without_the_driver_reading_a_staged_file(loc
     use_fragment_apply(monkeypatch, _task_aware_runner(in_task), parallelism=3)
     real_read = merge_apply.read_staged
 
-    def read(uri, storage_options, path, store=None):
+    def read(store, path):
         if not in_task and "/apply-" not in path:  # the marker commit streams the fresh rows the tasks wrote
             driver_reads.append(path)
-        return real_read(uri, storage_options, path, store)
+        return real_read(store, path)
 
     monkeypatch.setattr(merge_apply, "read_staged", read)
     summary = merge_table(loc.uri, config=MergeConfig(max_generations_per_commit=8, apply="fragments"),

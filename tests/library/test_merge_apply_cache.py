@@ -70,9 +70,9 @@ def test_other_storage_options_never_get_a_dataset_opened_with_these(s3_location
     content = merge_apply.content_id(ds)
     assert content, "pylance tells a version's commit time"
     opts = s3_location.storage_options
-    assert merge_apply._dataset(s3_location.uri, ds.version, opts, content).count_rows() == 10
-    assert merge_apply._dataset(s3_location.uri, ds.version, dict(opts), content) is \
-        merge_apply._dataset(s3_location.uri, ds.version, opts, content), "equal options share the entry"
+    assert merge_apply._dataset(MemWalTable(s3_location.uri, opts), ds.version, content).count_rows() == 10
+    assert merge_apply._dataset(MemWalTable(s3_location.uri, dict(opts)), ds.version, content) is \
+        merge_apply._dataset(MemWalTable(s3_location.uri, opts), ds.version, content), "equal options share the entry"
     wrong = {**opts, "aws_endpoint": "http://127.0.0.1:9", "connect_timeout": "2s"}
     with pytest.raises((OSError, ValueError), match=r"127\.0\.0\.1:9"):
-        merge_apply._dataset(s3_location.uri, ds.version, wrong, content).count_rows()
+        merge_apply._dataset(MemWalTable(s3_location.uri, wrong), ds.version, content).count_rows()

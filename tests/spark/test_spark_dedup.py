@@ -16,11 +16,13 @@ import pytest
 from spark_helpers import ONE_GEN_PER_FLUSH, Loc, base_rows, build_table, lsm_view
 
 from memwal import merge as merge_mod
+from memwal import region_batch
+from memwal import staged_files as staged_files_module
 from memwal.mem_wal_index import load_index
 from memwal.merge import MergeConfig, merge_table
 from memwal.writer import RegionWriter
 from spark_jobs import merge as merge_job
-from spark_jobs import merge_dedup
+from spark_jobs import merge_dedup, merge_shuffle
 from spark_jobs.merge_dedup import STAGING_DIR, spark_dedup
 
 from support.tables import open_base
@@ -44,13 +46,14 @@ def test_spark_dedup_commits_what_local_dedup_commits(spark, tmp_path, monkeypat
 
     local = merge_table(a.uri, config=config)
     staged_files = []
-    real_open = merge_dedup._open_staged
+    real_open = staged_files_module.open_staged
 
     def open_staged(store, paths, schema):
         staged_files.append(len(paths))
         return real_open(store, paths, schema)
 
-    monkeypatch.setattr(merge_dedup, "_open_staged", open_staged)
+    for module in (region_batch, merge_shuffle):  # where a staged MergeInput opens its files
+        monkeypatch.setattr(module, "open_staged", open_staged)
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "7")  # many batches: many staged files
     try:
         on_spark = merge_table(b.uri, config=config, dedup=spark_dedup(spark, file_bytes=1))

@@ -15,7 +15,7 @@ from support.lancedb_peer import LanceDbTable, deletion_files, merge_and_maintai
 pytestmark = pytest.mark.spark
 
 
-@pytest.mark.parametrize(("where", "path"), [("local", "_dedup_shuffle"), ("s3", "_dedup_units")])
+@pytest.mark.parametrize(("where", "path"), [("local", "dedup_shuffle"), ("s3", "dedup_units")])
 def test_lancedb_table_merged_on_spark(spark, request, monkeypatch, where, path):
     real = getattr(merge_dedup, path)
     calls = []
@@ -30,7 +30,7 @@ def test_lancedb_table_merged_on_spark(spark, request, monkeypatch, where, path)
     t.write_round(round_batches(0))
     assert deletion_files(t), "LanceDB masked keys written twice in one generation"
     # task_bytes=1: every region batch is deduplicated by the shuffle; inline_bytes=0: upserts are staged.
-    hook = spark_dedup(spark, inline_bytes=0, **({"task_bytes": 1} if path == "_dedup_shuffle" else {}))
+    hook = spark_dedup(spark, inline_bytes=0, **({"task_bytes": 1} if path == "dedup_shuffle" else {}))
     jobs = merge_and_maintain(t, dedup=hook)
     assert calls, f"the merge must really run on Spark ({path})"
     assert jobs["merge"]["generations_merged"] == len(t.flushed_max())
