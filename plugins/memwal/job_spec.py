@@ -119,12 +119,16 @@ class JobSpec:
             return None
         return type(_default(self.options.__dataclass_fields__[self.section]))
 
-    def _fields(self) -> Iterator[tuple[str | None, Field]]:
-        """(the section's name, or None for a JobOptions field of the job's own) and each field, in flag order."""
+    def _declared(self) -> list[tuple[str | None, Field]]:
+        """(the section's name, or None for a JobOptions field of the job's own) and each field, as declared."""
         found = [(self.section, f) for f in fields(self.section_type)] if self.section_type is not None else []
         own = self.options.__dataclass_fields__
-        found += [(None, own[name]) for name in self.loose]
-        yield from sorted(found, key=lambda pair: pair[1].metadata["flag"].rank if pair[1].metadata.get("flag") else 0)
+        return found + [(None, own[name]) for name in self.loose]
+
+    def _fields(self) -> Iterator[tuple[str | None, Field]]:
+        """The fields in the order of their flags."""
+        yield from sorted(self._declared(),
+                          key=lambda pair: pair[1].metadata["flag"].rank if pair[1].metadata.get("flag") else 0)
 
     # --- the command line ---------------------------------------------------------------------------------
 
@@ -194,7 +198,7 @@ class JobSpec:
     def table_keys(self) -> dict[str, tuple[str | None, str, Callable[[Any], Any]]]:
         """Tables-file key -> (None for the section or the JobOptions field, the field name, its parser)."""
         out = {}
-        for where, f in self._fields():
+        for where, f in self._declared():
             table = f.metadata.get("table")
             if not table:
                 continue
