@@ -74,7 +74,8 @@ class CompactionConfig:
     force: bool = option(False, operator="flag", flag=Flag("--force", "compact even when not due", kind="on"))
     use_lock: bool = option(True, table=boolean, flag=Flag(
         "--no-lock", "do not hold the MemWAL index lock (merges may then preempt a round)", kind="off"))
-    max_attempts: int = option(5, check=count)
+    max_attempts: int = option(5, check=count, table=True, flag=Flag(
+        "--max-attempts", "give up after this many rounds refused because a merge committed first", count_arg))
 
     def __post_init__(self) -> None:
         check_options(self, "compaction")
