@@ -1,9 +1,10 @@
 """The jobs' options and their defaults, in one place.
 
-`MergeConfig`, `GcConfig` and `JobOptions` are what the library's jobs take; the `memwal` command and the
-Spark entry points (argparse) and the Airflow tables file derive their defaults from them, and check values with
-`memwal.option_values`, as these dataclasses do. Nothing here
-imports Lance or Arrow: DAG files read these defaults while they parse.
+`MergeConfig`, `GcConfig` and `JobOptions` are what the library's jobs take. Each option is declared once,
+as a field (`memwal.job_spec.option`: its check, flag, help, tables-file key); the `memwal` command and the
+Spark entry points (argparse), the argv spark-submit gets, the Airflow tables file and operators derive
+from the fields (`memwal.job_spec.JobSpec`). Nothing here imports Lance or Arrow: DAG files read these
+defaults while they parse.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The policies of table upkeep, version retention, compaction and index segments, with their defaults in one place.
 
-The `memwal` command and the Spark entry points (argparse) and the Airflow tables file derive theirs from
-these, and every value is checked by `memwal.option_values` (the check they all share). Nothing here
+Each option is one field (`memwal.job_spec.option`); the `memwal` command and the Spark entry points
+(argparse), the argv spark-submit gets and the Airflow tables file derive theirs from the fields, and every
+value is checked by `memwal.option_values` (the check they all share). Nothing here
 imports Lance: DAG files read these defaults while they parse.
 """
 
@@ -22,6 +23,29 @@ __all__ = ["DEFAULT_MAX_INDEX_SEGMENTS", "CompactionConfig", "IndexPolicy", "Ret
 # segments. Folding reuses the trained model (no retraining) but rewrites the folded segments' files: at 4
 # a query searches at most 4 segments and a table caught up once per cycle folds once every 3 cycles.
 DEFAULT_MAX_INDEX_SEGMENTS = 4
+
+
+def _index_limit(text: str) -> tuple[str, int | None]:
+    """A `--max-segments-of INDEX=N` argument (N >= 1, or none: unbounded)."""
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is not INDEX=N")
+    return name.strip(), None if value.strip().lower() == "none" else count_arg(value)
+
+
+def _segment_limits(value: object) -> dict[str, int | None]:
+    """The tables file's `index_policy.max_segments_per_index`: index name -> a segment count (or null)."""
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{value!r} is not a mapping of index name to a segment count")
+    out = {}
+    for name, limit in value.items():
+        try:
+            if not isinstance(name, str) or not name.strip():
+                raise ValueError(f"{name!r} is not a non-empty string")
+            out[name.strip()] = None if limit is None else count(limit)
+        except ValueError as exc:
+            raise ValueError(f"index {name!r}: {exc}") from None
+    return out
 
 
 @dataclass(frozen=True)
@@ -92,9 +116,9 @@ class IndexPolicy:
         "--max-segments", "fold an index into one segment when it would have more (default %(default)s)",
         count_arg, none_switch=("--unbounded-segments",
                                 "never fold (Lance's default: a vector index gains a segment per catch-up)")))
-    max_segments_per_index: Mapping[str, int | None] = option(default_factory=dict, table=lambda v: _segment_limits(v),
+    max_segments_per_index: Mapping[str, int | None] = option(default_factory=dict, table=_segment_limits,
                                                               flag=Flag(
-        "--max-segments-of", "the bound of one index (repeatable; N or none: unbounded)", lambda v: _index_limit(v),
+        "--max-segments-of", "the bound of one index (repeatable; N or none: unbounded)", _index_limit,
         kind="append", metavar="INDEX=N", collect=dict,
         words=lambda limits: [f"{k}={'none' if n is None else n}" for k, n in sorted(limits.items())]))
 
@@ -110,25 +134,3 @@ class IndexPolicy:
         """The segment bound of one index (None: unbounded)."""
         return self.max_segments_per_index.get(index_name, self.max_segments)
 
-
-def _index_limit(text: str) -> tuple[str, int | None]:
-    """A `--max-segments-of INDEX=N` argument (N >= 1, or none: unbounded)."""
-    name, sep, value = text.partition("=")
-    if not sep or not name.strip():
-        raise argparse.ArgumentTypeError(f"{text!r} is not INDEX=N")
-    return name.strip(), None if value.strip().lower() == "none" else count_arg(value)
-
-
-def _segment_limits(value: object) -> dict[str, int | None]:
-    """The tables file's `index_policy.max_segments_per_index`: index name -> a segment count (or null)."""
-    if not isinstance(value, Mapping):
-        raise ValueError(f"{value!r} is not a mapping of index name to a segment count")
-    out = {}
-    for name, limit in value.items():
-        try:
-            if not isinstance(name, str) or not name.strip():
-                raise ValueError(f"{name!r} is not a non-empty string")
-            out[name.strip()] = None if limit is None else count(limit)
-        except ValueError as exc:
-            raise ValueError(f"index {name!r}: {exc}") from None
-    return out
