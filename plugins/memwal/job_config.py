@@ -1,18 +1,31 @@
 """The jobs' options and their defaults, in one place.
 
-`MergeConfig`, `GcConfig` and `JobOptions` are what the library's jobs take; the `memwal` command and the
-Spark entry points (argparse) and the Airflow tables file derive their defaults from them, and check values with
-`memwal.option_values`, as these dataclasses do. Nothing here
-imports Lance or Arrow: DAG files read these defaults while they parse.
+`MergeConfig`, `GcConfig` and `JobOptions` are what the library's jobs take. Each option is declared once,
+as a field (`memwal.job_spec.option`: its check, flag, help, tables-file key); the `memwal` command and the
+Spark entry points (argparse), the argv spark-submit gets, the Airflow tables file and operators derive
+from the fields (`memwal.job_spec.JobSpec`). Nothing here imports Lance or Arrow: DAG files read these
+defaults while they parse.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from memwal.job_spec import Flag, JobSpec, check_options, option, section
 from memwal.maintenance_config import CompactionConfig, IndexPolicy, RetentionConfig
-from memwal.option_values import check_fields, count, optional, seconds
+from memwal.option_values import (
+    boolean,
+    byte_size,
+    byte_size_arg,
+    count,
+    count_arg,
+    non_negative,
+    non_negative_arg,
+    optional,
+    seconds,
+    seconds_arg,
+)
 
 __all__ = ["APPLY_MODES", "DEFAULT_INLINE_THRESHOLD", "GcConfig", "JobOptions", "MergeConfig", "apply_mode",
            "is_true"]
@@ -34,17 +47,19 @@ class MergeConfig:
     Update then the marker) or "auto" (`memwal.merge_apply.choose_apply`).
     """
 
-    max_generations_per_commit: int = 8
-    max_bytes_per_commit: int = 512 * 1024 * 1024
-    max_attempts: int = 20
-    max_commits_per_round: int = 32
-    planning_threads: int = 8
-    apply: str = "auto"
+    max_generations_per_commit: int = option(8, check=count, table=True, operator="int", flag=Flag(
+        "--max-generations-per-commit", parse=count_arg))
+    max_bytes_per_commit: int = option(512 * 1024 * 1024, check=count, table=byte_size, operator="int", flag=Flag(
+        "--max-bytes-per-commit", "e.g. 536870912, 512MiB, 1g", byte_size_arg))
+    max_attempts: int = option(20, check=count)
+    max_commits_per_round: int = option(32, check=count)
+    planning_threads: int = option(8, check=count)
+    apply: str = option("auto", check=lambda v: apply_mode(v), table=True, flag=Flag(
+        "--apply", "how commits reach the base table: two merge-insert passes, fragments rewritten in tasks "
+        "(memwal.merge_apply), or auto (fragments when tasks run on Spark)", choices=APPLY_MODES, rank=1))
 
     def __post_init__(self) -> None:
-        check_fields(self, "merge", {"max_generations_per_commit": count, "max_bytes_per_commit": count,
-                                     "max_attempts": count, "max_commits_per_round": count,
-                                     "planning_threads": count, "apply": apply_mode})
+        check_options(self, "merge")
 
 
 def apply_mode(value: Any) -> str:
@@ -57,14 +72,20 @@ def apply_mode(value: Any) -> str:
 @dataclass(frozen=True)
 class GcConfig:
     """keep_manifest_versions: region-manifest versions kept; grace_period_s: age after which an unlisted
-    generation directory (a failed flush) or abandoned staging is removed; dry_run: delete nothing."""
+    generation directory (a failed flush) or abandoned staging is removed; dry_run: delete nothing;
+    enabled (the tables file's `gc.enabled`): false makes the maintenance DAG's GC a dry run."""
 
-    keep_manifest_versions: int = 10
-    grace_period_s: float = 3600.0
-    dry_run: bool = False
+    enabled: bool = option(True, table=boolean)
+    dry_run: bool = option(False, operator="flag", flag=Flag(
+        "--dry-run", "list what would be deleted, delete nothing", kind="on"))
+    keep_manifest_versions: int = option(10, check=count, table=True, flag=Flag(
+        "--keep-manifest-versions", parse=count_arg))
+    grace_period_s: float = option(3600.0, check=seconds, table=True, flag=Flag(
+        "--grace-period-s", "age after which an unlisted generation directory counts as a failed flush",
+        seconds_arg))
 
     def __post_init__(self) -> None:
-        check_fields(self, "gc", {"keep_manifest_versions": count, "grace_period_s": seconds})
+        check_options(self, "gc")
 
 
 @dataclass(frozen=True)
@@ -78,68 +99,28 @@ class JobOptions:
     compaction, retention: their policies (`memwal.maintenance_config`).
     """
 
-    merge: MergeConfig = field(default_factory=MergeConfig)
-    up_to_generation: int | None = None
-    indexes: tuple[str, ...] | None = None
-    index_policy: IndexPolicy = field(default_factory=IndexPolicy)
-    inline_threshold: int = DEFAULT_INLINE_THRESHOLD
-    gc: GcConfig = field(default_factory=GcConfig)
-    compaction: CompactionConfig = field(default_factory=CompactionConfig)
-    retention: RetentionConfig = field(default_factory=RetentionConfig)
+    merge: MergeConfig = section("merge", MergeConfig, flat=True)
+    up_to_generation: int | None = option(None, check=optional(count), operator="int", job="merge", flag=Flag(
+        "--up-to-generation", "merge no generation above this one (needs exactly one --region)", count_arg))
+    indexes: tuple[str, ...] | None = option(None, operator="list", job="catchup", flag=Flag(
+        "--index", "only this base-table index (repeatable; default: every maintained index)", kind="append",
+        metavar="NAME", collect=lambda names: tuple(names) or None, words=lambda names: list(names or ()), rank=-1))
+    index_policy: IndexPolicy = section("catchup", IndexPolicy)
+    inline_threshold: int = option(DEFAULT_INLINE_THRESHOLD, check=non_negative, table=True, job="snapshot",
+                                   table_key="snapshot_inline_threshold", flag=Flag(
+        "--inline-threshold", "store snapshots inline up to this many regions, else as index.lance",
+        non_negative_arg))
+    gc: GcConfig = section("gc", GcConfig)
+    compaction: CompactionConfig = section("compaction", CompactionConfig)
+    retention: RetentionConfig = section("retention", RetentionConfig)
 
     def __post_init__(self) -> None:
-        check_fields(self, "job", {"up_to_generation": optional(count),
-                                   "inline_threshold": lambda v: count(v, 0)})
+        check_options(self, "job")
 
     def argv(self, job: str) -> list[str]:
         """The options of `job` that differ from their defaults, as the job's command line takes them
         (for a job started as another process: spark-submit)."""
-        default = JobOptions()
-        out: list[str] = []
-
-        def flag(name: str, value: Any, default_value: Any) -> None:
-            if value is not None and value != default_value:
-                out.extend([name, str(value)])
-
-        if job == "merge":
-            flag("--max-generations-per-commit", self.merge.max_generations_per_commit,
-                 default.merge.max_generations_per_commit)
-            flag("--max-bytes-per-commit", self.merge.max_bytes_per_commit, default.merge.max_bytes_per_commit)
-            flag("--apply", self.merge.apply, default.merge.apply)
-            flag("--up-to-generation", self.up_to_generation, None)
-        elif job == "catchup":
-            for name in self.indexes or ():
-                out.extend(["--index", name])
-            if self.index_policy.max_segments is None:
-                out.append("--unbounded-segments")
-            flag("--max-segments", self.index_policy.max_segments, default.index_policy.max_segments)
-            for name, limit in sorted(self.index_policy.max_segments_per_index.items()):
-                out.extend(["--max-segments-of", f"{name}={'none' if limit is None else limit}"])
-        elif job == "snapshot":
-            flag("--inline-threshold", self.inline_threshold, default.inline_threshold)
-        elif job == "gc":
-            if self.gc.dry_run:
-                out.append("--dry-run")
-            flag("--keep-manifest-versions", self.gc.keep_manifest_versions, default.gc.keep_manifest_versions)
-            flag("--grace-period-s", self.gc.grace_period_s, default.gc.grace_period_s)
-        elif job == "compaction":
-            c, d = self.compaction, default.compaction
-            for name in ("target_rows_per_fragment", "materialize_deletions_threshold", "max_fragments",
-                         "max_small_fragments", "max_deleted_ratio", "max_tasks_per_round"):
-                flag("--" + name.replace("_", "-"), getattr(c, name), getattr(d, name))
-            if c.force:
-                out.append("--force")
-            if not c.use_lock:
-                out.append("--no-lock")
-        elif job == "retention":
-            r, d = self.retention, default.retention
-            flag("--older-than-s", r.older_than_s, d.older_than_s)
-            flag("--keep-versions", r.keep_versions, d.keep_versions)
-            if r.delete_unverified:
-                out.append("--delete-unverified")
-            if r.dry_run:
-                out.append("--dry-run")
-        return out
+        return JobSpec(job, JobOptions).argv(self)
 
 
 def is_true(value: Any) -> bool:

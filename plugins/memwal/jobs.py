@@ -18,14 +18,13 @@ import json
 import logging
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from memwal import option_values
 from memwal.errors import BadInputError
-from memwal.job_config import APPLY_MODES, DEFAULT_INLINE_THRESHOLD, GcConfig, JobOptions, MergeConfig
-from memwal.maintenance_config import CompactionConfig, IndexPolicy, RetentionConfig
+from memwal.job_config import JobOptions
+from memwal.job_specs import spec
 
 if TYPE_CHECKING:
     from memwal.table import MemWalTable
@@ -83,11 +82,11 @@ def region_id(text: str) -> str:
         raise argparse.ArgumentTypeError(f"region id {text!r} is not a UUID") from None
 
 
-positive_int = option_values.argument(option_values.count)
-byte_size = option_values.argument(option_values.byte_size, str)
-non_negative_int = option_values.argument(lambda v: option_values.count(v, 0))
-ratio_arg = option_values.argument(option_values.ratio, float)
-seconds_arg = option_values.argument(option_values.seconds, float)
+positive_int = option_values.count_arg
+byte_size = option_values.byte_size_arg
+non_negative_int = option_values.non_negative_arg
+ratio_arg = option_values.ratio_arg
+seconds_arg = option_values.seconds_arg
 
 
 def key_value(text: str) -> tuple[str, str]:
@@ -134,105 +133,13 @@ def _no_region(job: str) -> Callable[[str], str]:
 
 
 def add_job_arguments(parser: argparse.ArgumentParser, job: str) -> None:
-    """The options of one job (besides the common ones); defaults from `memwal.job_config`."""
-    merge, gc = MergeConfig(), GcConfig()
-    if job == "merge":
-        parser.add_argument("--max-generations-per-commit", type=positive_int, default=merge.max_generations_per_commit)
-        parser.add_argument("--max-bytes-per-commit", type=byte_size, default=merge.max_bytes_per_commit,
-                            help="e.g. 536870912, 512MiB, 1g")
-        parser.add_argument("--up-to-generation", type=positive_int, default=None,
-                            help="merge no generation above this one (needs exactly one --region)")
-        parser.add_argument("--apply", choices=APPLY_MODES, default=merge.apply,
-                            help="how commits reach the base table: two merge-insert passes, fragments rewritten "
-                                 "in tasks (memwal.merge_apply), or auto (fragments when tasks run on Spark)")
-    elif job == "catchup":
-        parser.add_argument("--index", action="append", default=None, metavar="NAME",
-                            help="only this base-table index (repeatable; default: every maintained index)")
-        parser.add_argument("--max-segments", type=positive_int, default=IndexPolicy().max_segments,
-                            help="fold an index into one segment when it would have more (default %(default)s)")
-        parser.add_argument("--max-segments-of", action="append", type=_index_limit, default=[],
-                            metavar="INDEX=N", help="the bound of one index (repeatable; N or none: unbounded)")
-        parser.add_argument("--unbounded-segments", action="store_true",
-                            help="never fold (Lance's default: a vector index gains a segment per catch-up)")
-    elif job == "snapshot":
-        parser.add_argument("--inline-threshold", type=non_negative_int, default=DEFAULT_INLINE_THRESHOLD,
-                            help="store snapshots inline up to this many regions, else as index.lance")
-    elif job == "gc":
-        parser.add_argument("--dry-run", action="store_true", help="list what would be deleted, delete nothing")
-        parser.add_argument("--keep-manifest-versions", type=positive_int, default=gc.keep_manifest_versions)
-        parser.add_argument("--grace-period-s", type=seconds_arg, default=gc.grace_period_s,
-                            help="age after which an unlisted generation directory counts as a failed flush")
-    elif job == "compaction":
-        d = CompactionConfig()
-        parser.add_argument("--target-rows-per-fragment", type=positive_int, default=d.target_rows_per_fragment)
-        parser.add_argument("--materialize-deletions-threshold", type=ratio_arg,
-                            default=d.materialize_deletions_threshold,
-                            help="rewrite a fragment whose deleted-row share exceeds this")
-        parser.add_argument("--max-fragments", type=positive_int, default=d.max_fragments,
-                            help="due when the table has more fragments")
-        parser.add_argument("--max-small-fragments", type=positive_int, default=d.max_small_fragments,
-                            help="due when this many fragments hold under half the target rows")
-        parser.add_argument("--max-deleted-ratio", type=ratio_arg, default=d.max_deleted_ratio,
-                            help="due when the share of deleted rows reaches this")
-        parser.add_argument("--max-tasks-per-round", type=positive_int, default=d.max_tasks_per_round,
-                            help="commit at most this many tasks per round (bounds how long merges wait)")
-        parser.add_argument("--force", action="store_true", help="compact even when not due")
-        parser.add_argument("--no-lock", dest="use_lock", action="store_false",
-                            help="do not hold the MemWAL index lock (merges may then preempt a round)")
-    elif job == "retention":
-        d = RetentionConfig()
-        parser.add_argument("--older-than-s", type=seconds_arg, default=d.older_than_s,
-                            help="remove table versions older than this many seconds (default 7 days)")
-        parser.add_argument("--keep-versions", type=positive_int, default=d.keep_versions,
-                            help="always keep the newest N table versions")
-        parser.add_argument("--delete-unverified", action="store_true",
-                            help="DANGEROUS: also delete files no version references however young, which "
-                                 "includes files a writer has not committed yet. Runs under the MemWAL index "
-                                 "lock (waits for our merges and locked compactions), but catch-up, compaction "
-                                 "--no-lock and writers outside MemWAL do not take it: stop them first. "
-                                 "--dry-run lists the files it would delete")
-        parser.add_argument("--dry-run", action="store_true", help="list versions and bytes, remove nothing")
-    else:
-        raise ValueError(f"unknown job {job!r}; expected one of {JOBS}")
-
-
-def _index_limit(text: str) -> tuple[str, int | None]:
-    """A `--max-segments-of INDEX=N` argument (N >= 1, or none: unbounded)."""
-    name, sep, value = text.partition("=")
-    if not sep or not name.strip():
-        raise argparse.ArgumentTypeError(f"{text!r} is not INDEX=N")
-    return name.strip(), None if value.strip().lower() == "none" else positive_int(value)
+    """The options of one job (besides the common ones), derived from its spec (`memwal.job_specs`)."""
+    spec(job).add_arguments(parser)
 
 
 def job_options(job: str, args: argparse.Namespace) -> JobOptions:
     """The typed options of a parsed command line (the CLI's and the Spark entry points')."""
-    base = MergeConfig()
-    if job == "merge":
-        return JobOptions(
-            merge=replace(base, max_generations_per_commit=args.max_generations_per_commit,
-                          max_bytes_per_commit=args.max_bytes_per_commit, apply=getattr(args, "apply", base.apply)),
-            up_to_generation=args.up_to_generation)
-    if job == "catchup":
-        return JobOptions(indexes=tuple(args.index) if args.index else None, index_policy=IndexPolicy(
-            max_segments=None if args.unbounded_segments else args.max_segments,
-            max_segments_per_index=dict(args.max_segments_of)))
-    if job == "snapshot":
-        return JobOptions(inline_threshold=args.inline_threshold)
-    if job == "gc":
-        return JobOptions(gc=GcConfig(keep_manifest_versions=args.keep_manifest_versions,
-                                      grace_period_s=args.grace_period_s, dry_run=args.dry_run))
-    if job == "compaction":
-        return JobOptions(compaction=CompactionConfig(
-            target_rows_per_fragment=args.target_rows_per_fragment,
-            materialize_deletions_threshold=args.materialize_deletions_threshold,
-            max_fragments=args.max_fragments, max_small_fragments=args.max_small_fragments,
-            max_deleted_ratio=args.max_deleted_ratio, max_tasks_per_round=args.max_tasks_per_round,
-            force=args.force, use_lock=args.use_lock))
-    if job == "retention":
-        return JobOptions(retention=RetentionConfig(
-            older_than_s=args.older_than_s, keep_versions=args.keep_versions,
-            delete_unverified=args.delete_unverified, dry_run=args.dry_run))
-    raise ValueError(f"unknown job {job!r}; expected one of {JOBS}")
+    return spec(job).from_args(args)
 
 
 def validate_job_options(job: str, options: JobOptions, regions: Sequence[str] | None) -> None:
@@ -302,35 +209,8 @@ def run_job(job: str, table: MemWalTable, options: JobOptions | None = None, reg
     from memwal.memory import limit_malloc_arenas
 
     limit_malloc_arenas()  # before the job's first Lance work: memory follows one commit, not their number
-    if job == "merge":
-        from memwal.merge import local_dedup, merge_table
-
-        return merge_table(table, regions, options.merge, dedup or local_dedup,
-                           up_to_generation=options.up_to_generation, runner=runner,
-                           parallelism=parallelism).to_dict()
-    if job == "catchup":
-        from memwal.catchup import catchup_table
-
-        return catchup_table(table, index_names=options.indexes, policy=options.index_policy,
-                             compaction=options.compaction, distributed=distributed).to_dict()
-    if job == "snapshot":
-        from memwal.snapshot import read_manifests_threaded, refresh_snapshot
-
-        return refresh_snapshot(table, inline_threshold=options.inline_threshold,
-                                read_manifests=read_manifests or read_manifests_threaded).to_dict()
-    if job == "gc":
-        from memwal.gc import gc_table
-
-        return gc_table(table, regions, options.gc).to_dict()
-    if job == "compaction":
-        from memwal.compaction import compact_table, execute_in_process
-
-        return compact_table(table, options.compaction, execute or execute_in_process).to_dict()
-    if job == "retention":
-        from memwal.retention import retain_versions
-
-        return retain_versions(table, options.retention).to_dict()
-    raise ValueError(f"unknown job {job!r}; expected one of {JOBS}")
+    return spec(job).run(table, options, regions, dedup=dedup, read_manifests=read_manifests, execute=execute,
+                         runner=runner, parallelism=parallelism, distributed=distributed)
 
 
 class TableJobs:

@@ -19,12 +19,19 @@ from memwal.errors import BadInputError
 __all__ = [
     "MAX_SECONDS",
     "argument",
+    "boolean",
     "byte_size",
+    "byte_size_arg",
     "check_fields",
     "count",
+    "count_arg",
+    "non_negative",
+    "non_negative_arg",
     "optional",
     "ratio",
+    "ratio_arg",
     "seconds",
+    "seconds_arg",
 ]
 
 # An age or period longer than any table lives; it keeps `now - seconds` a valid date everywhere.
@@ -37,6 +44,18 @@ def count(value: Any, minimum: int = 1) -> int:
         raise BadInputError(f"{value!r} is not an integer")
     if value < minimum:
         raise BadInputError(f"{value} is not >= {minimum}")
+    return value
+
+
+def non_negative(value: Any) -> int:
+    """An integer >= 0."""
+    return count(value, 0)
+
+
+def boolean(value: Any) -> bool:
+    """true or false, as a bool (the tables file's switches: no text, no 0/1)."""
+    if not isinstance(value, bool):
+        raise BadInputError(f"{value!r} is not true or false")
     return value
 
 
@@ -104,6 +123,13 @@ def argument(check: Callable[[Any], Any], parse: Callable[[str], Any] = int) -> 
             raise argparse.ArgumentTypeError(str(exc)) from None
 
     return parse_text
+
+
+count_arg = argument(count)
+byte_size_arg = argument(byte_size, str)
+non_negative_arg = argument(non_negative)
+ratio_arg = argument(ratio, float)
+seconds_arg = argument(seconds, float)
 
 
 def check_fields(obj: Any, where: str, checks: dict[str, Callable[[Any], Any]]) -> None:

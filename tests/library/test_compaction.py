@@ -3,13 +3,16 @@ catch-up, the LSM view), and both orders of a race with a merge, forced determin
 
 from __future__ import annotations
 
+import argparse
 import pickle
 import uuid
+from dataclasses import replace
 
 import lance
 import pyarrow as pa
 import pytest
 
+from memwal.airflow.config import parse_tables
 from memwal.catchup import catchup_table
 from memwal.compaction import (
     CompactionConfig,
@@ -18,6 +21,7 @@ from memwal.compaction import (
     execute_in_process,
     fragment_health,
 )
+from memwal.jobs import add_job_arguments, job_options
 from memwal.mem_wal_index import load_index
 from memwal.merge import MergeInput, local_dedup, merge_table
 from memwal.reader import LsmReader
@@ -138,6 +142,33 @@ def test_merge_commits_first_then_untouched_tasks_are_committed(local_location):
     assert summary.rounds == 2 and summary.tasks_committed == summary.tasks_planned - 1 >= 4, summary.to_dict()
     assert base(loc)[0] == ("new0-0", 0.0) and len(base(loc)) == 80, "the merge's update must survive"
     assert load_index(loc.uri).merged_generations[region] == 1
+
+
+def test_max_attempts_bounds_the_preempted_rounds(local_location):
+    """`--max-attempts 1` (the tables file's compaction.max_attempts, the argv spark-submit gets): the first
+    round a merge preempts ends the run with the error naming it; the next run plans again."""
+    parser = argparse.ArgumentParser()
+    add_job_arguments(parser, "compaction")
+    options = job_options("compaction", parser.parse_args(["--max-attempts", "1"]))
+    assert options.compaction.max_attempts == 1 and options.argv("compaction") == ["--max-attempts", "1"]
+    good, bad = parse_tables({"tables": {"t": {"uri": "/t", "compaction": {"max_attempts": 2}},
+                                         "u": {"uri": "/u", "compaction": {"max_attempts": 0}}}}, "src")
+    assert good["t"].job_options().compaction.max_attempts == 2
+    assert "key 'compaction.max_attempts': 0 is not >= 1" in str(bad["u"])
+    loc = local_location
+    region = fragmented_table(loc, base_rows=80)
+    write(loc, region, [([0], [])], tag="new")
+
+    def execute_then_merge(tasks, table):
+        results = execute_in_process(tasks, table)
+        merge_table(MemWalTable(table.uri, table.storage_options))  # commits before the compaction
+        return results
+
+    config = replace(PAIRS, max_attempts=options.compaction.max_attempts)
+    summary = compact_table(loc.uri, config=config, execute=execute_then_merge)
+    assert summary.preempted_commits == 1 and summary.rounds == 1, summary.to_dict()
+    assert summary.error == f"compaction of {loc.uri} preempted 1 times by concurrent commits"
+    assert base(loc)[0] == ("new0-0", 0.0), "the merge's update survives"
 
 
 def test_compaction_commits_first_then_the_merge_retries(local_location):

@@ -43,12 +43,13 @@ import os
 import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from memwal import option_values
-from memwal.job_config import DEFAULT_INLINE_THRESHOLD, GcConfig, MergeConfig, apply_mode
+from memwal.job_config import DEFAULT_INLINE_THRESHOLD, GcConfig, JobOptions, MergeConfig
+from memwal.job_specs import SPECS
 from memwal.lag import THRESHOLD_KEYS, threshold_checks
 from memwal.maintenance_config import CompactionConfig, IndexPolicy, RetentionConfig
 
@@ -108,13 +109,7 @@ class Thresholds:
     max_unindexed_rows: int | None = None
 
 
-@dataclass(frozen=True)
-class GcSettings:
-    """GC in the maintenance DAG: the `memwal gc` options (`enabled: false` skips the GC task's deletions)."""
-
-    enabled: bool = True
-    keep_manifest_versions: int = GcConfig.keep_manifest_versions
-    grace_period_s: float = GcConfig.grace_period_s
+GcSettings = GcConfig  # the tables file's `gc:` (`enabled: false` makes the GC task a dry run)
 
 
 @dataclass(frozen=True)
@@ -136,7 +131,7 @@ class TableConfig:
     apply: str = MergeConfig.apply
     max_merge_applications: int = 4
     snapshot_inline_threshold: int = DEFAULT_INLINE_THRESHOLD
-    gc: GcSettings = field(default_factory=GcSettings)
+    gc: GcConfig = field(default_factory=GcConfig)
     retention: RetentionConfig = field(default_factory=RetentionConfig)
     compaction: CompactionConfig = field(default_factory=CompactionConfig)
     index_policy: IndexPolicy = field(default_factory=IndexPolicy)
@@ -152,14 +147,31 @@ class TableConfig:
         """JSON-ready (no secrets live here: credentials stay in the connection)."""
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["thresholds"] = {f.name: getattr(self.thresholds, f.name) for f in fields(Thresholds)}
-        out["gc"] = {f.name: getattr(self.gc, f.name) for f in fields(GcSettings)}
-        out["retention"] = {f.name: getattr(self.retention, f.name) for f in fields(RetentionConfig)}
-        out["compaction"] = {f.name: getattr(self.compaction, f.name) for f in fields(CompactionConfig)}
-        out["index_policy"] = {"max_segments": self.index_policy.max_segments,
-                               "max_segments_per_index": dict(self.index_policy.max_segments_per_index)}
+        for key in _NESTED:
+            section = getattr(self, key)
+            out[key] = {f.name: _plain(getattr(section, f.name)) for f in fields(section)}
         out["spark_conf"] = dict(self.spark_conf)
         out["alerts"] = None if self.alerts is None else dict(self.alerts)
         return out
+
+    def job_options(self) -> JobOptions:
+        """The jobs' options this table's settings give (each job's spec says which keys are its own); a job
+        whose section is `enabled: false` and has a dry run runs dry."""
+        options = JobOptions()
+        for spec in SPECS.values():
+            if spec.table_key is not None:  # its own mapping: the section as parsed
+                section = getattr(self, spec.table_key)
+                if not getattr(section, "enabled", True) and hasattr(section, "dry_run"):
+                    section = replace(section, dry_run=True)
+                options = replace(options, **{spec.section: section})
+            else:  # its keys are fields of the table's
+                options = spec.with_overrides(options, {
+                    name: getattr(self, key) for key, (_, name, _) in spec.table_keys().items()})
+        return options
+
+
+def _plain(value: Any) -> Any:
+    return dict(value) if isinstance(value, Mapping) else value
 
 
 # --- parsing ------------------------------------------------------------------------------------------
@@ -167,15 +179,6 @@ class TableConfig:
 
 def _int(v: Any, minimum: int = 1) -> int:
     return option_values.count(v, minimum)
-
-
-def _number(v: Any) -> float:
-    """Seconds: finite, >= 0, at most 100 years (`memwal.option_values`, as the command line checks them)."""
-    return option_values.seconds(v)
-
-
-_size = option_values.byte_size
-_ratio = option_values.ratio
 
 
 def _str(v: Any) -> str:
@@ -186,12 +189,6 @@ def _str(v: Any) -> str:
 
 def _opt_str(v: Any) -> str | None:
     return None if v is None else _str(v)
-
-
-def _bool(v: Any) -> bool:
-    if not isinstance(v, bool):
-        raise ValueError(f"{v!r} is not true or false")
-    return v
 
 
 def _schedule(v: Any) -> str | None:
@@ -260,9 +257,13 @@ def _opt(parse):
     return lambda v: None if v is None else parse(v)
 
 
+def _table_parsers(job: str) -> dict[str, Any]:
+    """A job's tables-file keys and their parsers (from its spec)."""
+    return {key: parse for key, (_, _, parse) in SPECS[job].table_keys().items()}
+
+
 # the lag thresholds: the checks of `memwal.lag.validate_thresholds` (the sensor's and the triggers' too)
 _THRESHOLDS = {key: _opt(threshold_checks()[key]) for key in THRESHOLD_KEYS}
-_GC = {"enabled": _bool, "keep_manifest_versions": _int, "grace_period_s": _number}
 _TABLE = {
     "uri": _str,
     "conn_id": _opt_str,
@@ -272,17 +273,17 @@ _TABLE = {
     "spark_connect_conn_id": _str,
     "auto_spark_engine": _spark_engine,
     "spark_conf": _spark_conf,
-    "max_generations_per_commit": _int,
-    "max_bytes_per_commit": _size,
-    "apply": apply_mode,
+    **_table_parsers("merge"),
     "max_merge_applications": _int,
-    "snapshot_inline_threshold": lambda v: _int(v, 0),
+    **_table_parsers("snapshot"),
     "lag_poll_interval_s": _opt(_positive_number),
     "alerts": _opt(_alerts),
 }
+# the jobs whose settings nest under a key of their own, in the order the file's docs list them
+_NESTED = {"thresholds": (_THRESHOLDS, Thresholds), **{
+    SPECS[job].table_key: (_table_parsers(job), SPECS[job].section_type)
+    for job in ("gc", "retention", "compaction", "catchup")}}
 
-
-_RETENTION = {"enabled": _bool, "older_than_s": _number, "keep_versions": _int}
 # Keys of the library's policies a tables file may not switch on, and why (a per-table default would make
 # them routine).
 _REFUSED = {
@@ -292,27 +293,6 @@ _REFUSED = {
         "committed (that data then reads as missing); run `memwal retention TABLE --delete-unverified --dry-run` "
         "and then without --dry-run by hand, while nothing else writes the table"),
 }
-_COMPACTION = {"enabled": _bool, "target_rows_per_fragment": _int, "materialize_deletions_threshold": _ratio,
-               "max_fragments": _int, "max_small_fragments": _int, "max_deleted_ratio": _ratio,
-               "max_tasks_per_round": _opt(_int), "use_lock": _bool}
-
-
-def _segment_limits(v: Any) -> dict[str, int | None]:
-    if not isinstance(v, Mapping):
-        raise ValueError(f"{v!r} is not a mapping of index name to a segment count")
-    out = {}
-    for name, limit in v.items():
-        try:
-            out[_str(name)] = None if limit is None else _int(limit)
-        except ValueError as exc:
-            raise ValueError(f"index {name!r}: {exc}") from None
-    return out
-
-
-_INDEX_POLICY = {"max_segments": _opt(_int), "max_segments_per_index": _segment_limits}
-_NESTED = {"thresholds": (_THRESHOLDS, Thresholds), "gc": (_GC, GcSettings),
-           "retention": (_RETENTION, RetentionConfig), "compaction": (_COMPACTION, CompactionConfig),
-           "index_policy": (_INDEX_POLICY, IndexPolicy)}
 
 
 def _merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:

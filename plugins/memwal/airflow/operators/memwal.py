@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -30,7 +29,8 @@ from airflow.sdk.exceptions import AirflowFailException
 from memwal.airflow.config import ENGINES
 from memwal.airflow.hooks.memwal import JobRun, MemWalHook, MemWalTaskError
 from memwal.airflow.params import flag, optional_int, string_list
-from memwal.job_config import GcConfig, JobOptions, MergeConfig
+from memwal.job_config import JobOptions
+from memwal.job_specs import SPECS
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -53,6 +53,16 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
+
+def _names(name: str, value: Any) -> tuple[str, ...] | None:
+    names = string_list(name, value)
+    return tuple(names) if names else None
+
+
+# How an operator's keyword argument of a job option is read (templated fields render to text).
+_OPERATOR_VALUES = {"int": optional_int, "flag": lambda name, value: flag(value), "list": _names}
+
+
 class MemWalJobOperator(BaseOperator):
     """Base: run `job` on a configured table; subclasses add the job's options."""
 
@@ -67,9 +77,15 @@ class MemWalJobOperator(BaseOperator):
         self.regions = regions
         self.engine = engine
 
-    # what subclasses override
     def job_options(self, cfg: TableConfig) -> JobOptions:
-        return JobOptions()
+        """The table's options for the job (`TableConfig.job_options`), overridden by this operator's keyword
+        arguments named as the job's options are (`memwal.job_spec.option(operator=...)`)."""
+        spec = SPECS[self.job]
+        return spec.with_overrides(cfg.job_options(), {
+            name: _OPERATOR_VALUES[kind](name, getattr(self, name, None))
+            for name, kind in spec.operator_fields().items()})
+
+    # what subclasses override
 
     def after_job(self, context: Context, cfg: TableConfig, run: JobRun) -> None:
         """Called with the summary of a job that ran (exit 0 or 3), before the task's outcome."""
@@ -201,13 +217,6 @@ class MemWalMergeOperator(MemWalJobOperator):
         self.max_generations_per_run = max_generations_per_run
         self.max_bytes_per_run = max_bytes_per_run
 
-    def job_options(self, cfg: TableConfig) -> JobOptions:
-        budgets = MergeConfig(
-            max_generations_per_commit=optional_int("max_generations_per_commit", self.max_generations_per_commit)
-            or cfg.max_generations_per_commit,
-            max_bytes_per_commit=optional_int("max_bytes_per_commit", self.max_bytes_per_commit)
-            or cfg.max_bytes_per_commit, apply=cfg.apply)
-        return JobOptions(merge=budgets, up_to_generation=optional_int("up_to_generation", self.up_to_generation))
 
     def execute(self, context: Context) -> dict[str, Any]:
         gens = optional_int("max_generations_per_run", self.max_generations_per_run)
@@ -289,10 +298,6 @@ class MemWalCatchupOperator(MemWalJobOperator):
         self.indexes = indexes
         self.rebuild = rebuild
 
-    def job_options(self, cfg: TableConfig) -> JobOptions:
-        indexes = string_list("indexes", self.indexes)
-        return JobOptions(indexes=tuple(indexes) if indexes else None, index_policy=cfg.index_policy,
-                          compaction=cfg.compaction)
 
     def execute(self, context: Context) -> dict[str, Any]:
         if flag(self.rebuild):
@@ -307,8 +312,6 @@ class MemWalSnapshotOperator(MemWalJobOperator):
     job = "snapshot"
     template_fields: Sequence[str] = ("table", "engine")
 
-    def job_options(self, cfg: TableConfig) -> JobOptions:
-        return JobOptions(inline_threshold=cfg.snapshot_inline_threshold)
 
 
 class MemWalGcOperator(MemWalJobOperator):
@@ -322,10 +325,6 @@ class MemWalGcOperator(MemWalJobOperator):
         super().__init__(**kwargs)
         self.dry_run = dry_run
 
-    def job_options(self, cfg: TableConfig) -> JobOptions:
-        return JobOptions(gc=GcConfig(keep_manifest_versions=cfg.gc.keep_manifest_versions,
-                                      grace_period_s=cfg.gc.grace_period_s,
-                                      dry_run=flag(self.dry_run) or not cfg.gc.enabled))
 
 
 class MemWalCompactionOperator(MemWalJobOperator):
@@ -339,8 +338,6 @@ class MemWalCompactionOperator(MemWalJobOperator):
         super().__init__(**kwargs)
         self.force = force
 
-    def job_options(self, cfg: TableConfig) -> JobOptions:
-        return JobOptions(compaction=replace(cfg.compaction, force=flag(self.force)))
 
     def execute(self, context: Context) -> dict[str, Any]:
         cfg = self.cfg
@@ -361,7 +358,3 @@ class MemWalRetentionOperator(MemWalJobOperator):
     def __init__(self, *, dry_run: bool | str = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.dry_run = dry_run
-
-    def job_options(self, cfg: TableConfig) -> JobOptions:
-        return JobOptions(retention=replace(cfg.retention,
-                                            dry_run=flag(self.dry_run) or not cfg.retention.enabled))
