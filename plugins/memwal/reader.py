@@ -12,7 +12,6 @@ import itertools
 import logging
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import lance
@@ -25,6 +24,7 @@ from memwal.dedup import GEN_COLUMN, ROWADDR_COLUMN, SOURCE_COLUMN, newest_per_k
 from memwal.errors import MemWalError, MemWalNotInitializedError, MissingGenerationError
 from memwal.field_ids import source_names_from_schema
 from memwal.generation import open_generation
+from memwal.lsm_source import Source
 from memwal.pruning import prune
 from memwal.region_manifest import RegionManifest
 from memwal.sql_predicates import parse_simple_predicates
@@ -38,16 +38,6 @@ _MAX_OPEN_ATTEMPTS = 16
 Filter = str | pc.Expression | None
 _GEN, _ADDR = GEN_COLUMN, ROWADDR_COLUMN
 _memory_ids = itertools.count()
-
-
-@dataclass(frozen=True)
-class Source:
-    """One level of the LSM tree: the base table (generation 0), a flushed generation or a MemTable."""
-
-    region_id: str | None
-    generation: int
-    dataset: lance.LanceDataset
-    has_tombstone: bool
 
 
 def _memory_dataset(table: pa.Table) -> lance.LanceDataset:
@@ -110,6 +100,10 @@ class LsmReader:
         except MemWalNotInitializedError:
             details = None
         merged = dict(details.merged_generations) if details else {}
+        # The read plan (memwal.search_plan) serves (index_catchup, merged] through the generations' own indexes.
+        self.merged_generations: dict[str, int] = merged
+        self.index_catchup: dict[str, dict[str, int]] = (
+            {n: dict(r) for n, r in details.index_catchup.items()} if details else {})
         self.region_specs = details.region_specs if details else ()
         self.manifests: dict[str, RegionManifest] = {}
         # Per snapshot: live addresses, term counts, index descriptions; searches do not reopen or recount them.
