@@ -79,7 +79,7 @@ def member(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
 
 def _gap_sources(reader: LsmReader) -> list[Source]:
     """The gap generations opened on this snapshot; gap position = len(reader.sources) + list position."""
-    return reader._search_cache.setdefault("gap sources", [])
+    return reader.search_cache.setdefault("gap sources", [])
 
 
 def source_at(reader: LsmReader, position: int) -> Source:
@@ -93,7 +93,7 @@ def gap_positions(reader: LsmReader, index_name: str) -> View | None:
     region, opened once per snapshot. Asked only when the base index leaves rows unindexed: an index absent
     from index_catchup then counts as at 0 everywhere, as GC and status read it (memwal.index_coverage).
     None when one of them is no longer listed (its rows are then only in the base's unindexed rows)."""
-    cache = reader._search_cache
+    cache = reader.search_cache
     key = ("gaps", index_name)
     if key in cache:
         return cache[key]
@@ -121,11 +121,11 @@ def gap_positions(reader: LsmReader, index_name: str) -> View | None:
 def live_addresses(reader: LsmReader, view: View = ()) -> dict[int, np.ndarray]:
     """Per source position: the sorted row addresses of its rows that are their key's newest live version in
     the reader's sources plus the gap generations `view` (unfiltered), computed once per view and snapshot."""
-    cache = reader._search_cache
+    cache = reader.search_cache
     key = ("live", view)
     if key not in cache:
         positions = [*range(len(reader.sources)), *view]
-        winners = reader._winners([(i, source_at(reader, i)) for i in positions])
+        winners = reader.winners([(i, source_at(reader, i)) for i in positions])
         src = winners.column(_SRC).to_numpy()
         addr = winners.column(_ADDR).to_numpy().astype(np.uint64)
         cache[key] = {i: np.sort(addr[src == i]) for i in positions}
@@ -140,7 +140,7 @@ def is_live(reader: LsmReader, position: int, addresses: np.ndarray, view: View 
 def source_index(reader: LsmReader, position: int, column: str, matches: IndexMatch) -> Any | None:
     """The source's index on `column` accepted by `matches` (a describe_indices entry), or None; cached."""
     key = ("index", position, column, matches)
-    cache = reader._search_cache
+    cache = reader.search_cache
     if key not in cache:
         ds = source_at(reader, position).dataset
         cache[key] = next((d for d in ds.describe_indices() if matches(d, column)), None)
@@ -149,7 +149,7 @@ def source_index(reader: LsmReader, position: int, column: str, matches: IndexMa
 
 def _index_stats(reader: LsmReader, position: int, index: Any) -> dict:
     key = ("index stats", position, index.name)
-    cache = reader._search_cache
+    cache = reader.search_cache
     if key not in cache:
         cache[key] = source_at(reader, position).dataset.stats.index_stats(index.name)
     return cache[key]
@@ -169,9 +169,9 @@ def index_partitions(reader: LsmReader, position: int, index: Any) -> int:
 
 def _rows(reader: LsmReader, position: int) -> int:
     key = ("rows", position)
-    if key not in reader._search_cache:
-        reader._search_cache[key] = source_at(reader, position).dataset.count_rows()
-    return reader._search_cache[key]
+    if key not in reader.search_cache:
+        reader.search_cache[key] = source_at(reader, position).dataset.count_rows()
+    return reader.search_cache[key]
 
 
 def _unexplained(reader: LsmReader, index: Any, view: View) -> int:
@@ -203,7 +203,7 @@ def plan_sources(reader: LsmReader, column: str, matches: IndexMatch, filter: Fi
                  ) -> list[PlannedSource]:
     """The sources a search on `column` asks (regions the filter excludes pruned), each with its index: the
     base, the gap generations of the base index (after the unmerged ones in position order) and the rest."""
-    regions = reader._regions_for(filter)
+    regions = reader.regions_for(filter)
     base_index = source_index(reader, 0, column, matches)
     fast, view = _base_plan(reader, base_index, exact) if base_index is not None else (False, ())
     planned = []

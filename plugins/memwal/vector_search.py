@@ -107,7 +107,7 @@ def _flat_live(reader: LsmReader, position: int, column: str, dim: int, view: Vi
     """Row ids, row addresses and vectors of a small source's live newest rows, read once per snapshot: an
     unfiltered flat search of it is then one matrix product, not a Lance query."""
     key = ("flat vectors", position, column, view)
-    cache = reader._search_cache
+    cache = reader.search_cache
     if key not in cache:
         t = source_at(reader, position).dataset.to_table(columns=[column], with_row_address=True, with_row_id=True)
         t = t.filter(pa.array(is_live(reader, position, t.column("_rowaddr").to_numpy(), view)))
@@ -147,9 +147,9 @@ def _rows(reader: LsmReader, parts: list, picked: np.ndarray, columns: list[str]
 
 def _count(reader: LsmReader, position: int) -> int:
     key = ("rows", position)
-    if key not in reader._search_cache:
-        reader._search_cache[key] = source_at(reader, position).dataset.count_rows()
-    return reader._search_cache[key]
+    if key not in reader.search_cache:
+        reader.search_cache[key] = source_at(reader, position).dataset.count_rows()
+    return reader.search_cache[key]
 
 
 def default_nprobes(partitions: int) -> int:
@@ -173,7 +173,7 @@ def vector_search(reader: LsmReader, vector: Any, *, column: str | None = None, 
     _check_int(table, "k", k, False)
     _check_int(table, "nprobes", nprobes, True)
     _check_int(table, "refine_factor", refine_factor, True)
-    cache = reader._search_cache
+    cache = reader.search_cache
     if ("vector column", column) not in cache:
         cache[("vector column", column)] = _resolve(reader, column)
     column, metric = cache[("vector column", column)]
@@ -189,7 +189,7 @@ def vector_search(reader: LsmReader, vector: Any, *, column: str | None = None, 
     missing = [c for c in columns if c not in reader.base.schema.names]
     if missing:
         raise BadInputError(f"table {table}: search columns {missing} are not in the table")
-    out_schema = reader._schema(columns)
+    out_schema = reader.output_schema(columns)
     plan = VectorPlan(column, metric)
     reader.last_vector_plan = plan
     read = list(dict.fromkeys([*columns, column]))
