@@ -187,7 +187,7 @@ def full_text_search(reader: LsmReader, query: str, *, column: str | None = None
         raise BadInputError(f"table {table}: full_text_search query must be a string, not {type(query).__name__}")
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise BadInputError(f"table {table}: full_text_search k must be a positive integer, not {k!r}")
-    cache = reader._search_cache
+    cache = reader.search_cache
     if ("column", column) not in cache:
         cache[("column", column)] = _resolve_column(reader, column)
     column, config = cache[("column", column)]
@@ -195,7 +195,7 @@ def full_text_search(reader: LsmReader, query: str, *, column: str | None = None
     missing = [c for c in columns if c not in reader.base.schema.names]
     if missing:
         raise BadInputError(f"table {table}: full_text_search columns {missing} are not in the table")
-    out_schema = reader._schema(columns).append(pa.field(SCORE_COLUMN, pa.float32()))
+    out_schema = reader.output_schema(columns).append(pa.field(SCORE_COLUMN, pa.float32()))
     terms = query_terms(query, config)
     plan = FtsPlan(column, terms)
     reader.last_fts_plan = plan
@@ -244,7 +244,7 @@ def full_text_search(reader: LsmReader, query: str, *, column: str | None = None
     rows = [position[t] for t in terms]
     weights = np.array([idf(int(df[j]), live_docs) if df[j] else 0.0 for j in rows])
 
-    regions = reader._regions_for(filter)
+    regions = reader.regions_for(filter)
     parts = []  # per source: scores, generation, addresses, source index, row ids of its matching rows
     for i, addrs, ids, tf, lengths in found:
         source = reader.sources[i]
@@ -272,7 +272,7 @@ def full_text_search(reader: LsmReader, query: str, *, column: str | None = None
     for i, ids in by_source.items():
         ids = sorted(ids)  # in row id order, so the rows come back in this order even if Lance sorts them
         t = reader.sources[i].dataset._take_rows(ids, columns=columns)
-        fetched[i] = dict(zip(ids, range(t.num_rows), strict=True)), t.cast(reader._schema(columns))
+        fetched[i] = dict(zip(ids, range(t.num_rows), strict=True)), t.cast(reader.output_schema(columns))
     parts = [fetched[s[3]][1].slice(fetched[s[3]][0][s[4]], 1) for s in top]
     result = pa.concat_tables(parts).combine_chunks()
     return result.append_column(pa.field(SCORE_COLUMN, pa.float32()),

@@ -12,7 +12,6 @@ import itertools
 import logging
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import lance
@@ -25,6 +24,7 @@ from memwal.dedup import GEN_COLUMN, ROWADDR_COLUMN, SOURCE_COLUMN, newest_per_k
 from memwal.errors import MemWalError, MemWalNotInitializedError, MissingGenerationError
 from memwal.field_ids import source_names_from_schema
 from memwal.generation import open_generation
+from memwal.lsm_source import Source
 from memwal.pruning import prune
 from memwal.region_manifest import RegionManifest
 from memwal.sql_predicates import parse_simple_predicates
@@ -38,16 +38,6 @@ _MAX_OPEN_ATTEMPTS = 16
 Filter = str | pc.Expression | None
 _GEN, _ADDR = GEN_COLUMN, ROWADDR_COLUMN
 _memory_ids = itertools.count()
-
-
-@dataclass(frozen=True)
-class Source:
-    """One level of the LSM tree: the base table (generation 0), a flushed generation or a MemTable."""
-
-    region_id: str | None
-    generation: int
-    dataset: lance.LanceDataset
-    has_tombstone: bool
 
 
 def _memory_dataset(table: pa.Table) -> lance.LanceDataset:
@@ -110,10 +100,15 @@ class LsmReader:
         except MemWalNotInitializedError:
             details = None
         merged = dict(details.merged_generations) if details else {}
+        # The read plan (memwal.search_plan) serves (index_catchup, merged] through the generations' own indexes.
+        self.merged_generations: dict[str, int] = merged
+        self.index_catchup: dict[str, dict[str, int]] = (
+            {n: dict(r) for n, r in details.index_catchup.items()} if details else {})
         self.region_specs = details.region_specs if details else ()
         self.manifests: dict[str, RegionManifest] = {}
-        # Per snapshot: live addresses, term counts, index descriptions; searches do not reopen or recount them.
-        self._search_cache: dict = {}
+        # Per snapshot: live addresses, term counts, index descriptions, opened gap generations; searches do not
+        # reopen or recount them (memwal.search_plan).
+        self.search_cache: dict = {}
         self.last_fts_plan = None
         self.last_vector_plan = None
         self._region_values: dict[str, tuple] | None = None
@@ -136,7 +131,7 @@ class LsmReader:
                 self.sources.append(Source(region_id, fg.generation, ds, True))
         return None
 
-    def _regions_for(self, filter: Filter) -> set[str] | None:
+    def regions_for(self, filter: Filter) -> set[str] | None:
         """Regions that may hold rows matching a filter of `col = v` / `col IN (...)` terms (None: all)."""
         if not isinstance(filter, str) or len(self.region_specs) != 1 or not self.manifests:
             return None
@@ -157,7 +152,7 @@ class LsmReader:
         return prune(spec, predicates, names, self._region_values, schema=self.base.schema) | unknown
 
     def _active(self, filter: Filter) -> list[tuple[int, Source]]:
-        regions = self._regions_for(filter)
+        regions = self.regions_for(filter)
         self.last_scan_regions = regions
         return [(i, s) for i, s in enumerate(self.sources)
                 if s.region_id is None or regions is None or s.region_id in regions]
@@ -177,7 +172,7 @@ class LsmReader:
             }
         )
 
-    def _winners(self, active: list[tuple[int, Source]]) -> pa.Table:
+    def winners(self, active: list[tuple[int, Source]]) -> pa.Table:
         """One row per live primary key: the source and row address of its newest version."""
         keys = pa.concat_tables([self._keys(i, s) for i, s in active], promote_options="permissive")
         winners = newest_per_key(keys, self.pk)
@@ -187,7 +182,7 @@ class LsmReader:
         """All live rows (newest version per key) matching filter, with the given columns."""
         columns = list(columns) if columns is not None else [f.name for f in self.base.schema]
         active = self._active(filter)
-        winners = self._winners(active)
+        winners = self.winners(active)
         parts = []
         for i, source in active:
             mine = winners.filter(pc.equal(winners.column(SOURCE_COLUMN), i)).column(_ADDR)
@@ -195,9 +190,9 @@ class LsmReader:
                 continue
             rows = source.dataset.to_table(columns=columns, filter=filter, with_row_address=True)
             rows = rows.filter(pc.is_in(rows.column("_rowaddr"), value_set=mine.combine_chunks()))
-            parts.append(rows.drop_columns(["_rowaddr"]).cast(self._schema(columns)))
+            parts.append(rows.drop_columns(["_rowaddr"]).cast(self.output_schema(columns)))
         if not parts:
-            return self._schema(columns).empty_table()
+            return self.output_schema(columns).empty_table()
         return pa.concat_tables(parts)
 
     def count_rows(self, filter: Filter = None) -> int:
@@ -240,5 +235,6 @@ class LsmReader:
         return vector_search(self, vector, column=column, k=k, filter=filter, columns=columns, nprobes=nprobes,
                              refine_factor=refine_factor)
 
-    def _schema(self, columns: Sequence[str]) -> pa.Schema:
+    def output_schema(self, columns: Sequence[str]) -> pa.Schema:
+        """The base table's schema of the given columns (the shape of every result)."""
         return pa.schema([self.base.schema.field(c) for c in columns])

@@ -1,12 +1,14 @@
 """The indexed read plan shared by the LSM searches (vector, full-text): which sources a search asks, through
 which index, and the newest-version check every candidate passes (memwal-spec.txt, Indexed Read Plan).
 
-Sources are those of an open LsmReader snapshot: the base table (its indexed fragments through the index;
-rows the index does not cover yet, e.g. generations merged but not caught up, are served flat by Lance and
-counted), every generation above merged_generations, and the MemTables the caller passed; regions the filter
-excludes (`col = v` terms) are pruned. A candidate row is returned only if it is its key's newest live
-version: the snapshot's winners (newest generation, then row address, tombstones hide) are computed once per
-snapshot and cached on the reader with the opened index descriptions.
+For each index: the base table searched over its index-covered fragments only (fast_search), plus, per
+region, every generation above that index's index_catchup (the gap (index_catchup, merged] is served by the
+generations' own indexes: GC keeps them), plus the unmerged generations and the MemTables passed; regions the
+filter excludes (`col = v` terms) are pruned. Base rows no index covers and no gap generation explains (a
+table written outside MemWAL, a collected gap generation) make the base searched with its unindexed rows
+flat (Lance does it), counted. A candidate is returned only if it is its key's newest live version in the
+plan's view: the winners (newest generation, then row address, tombstones hide) computed once per view and
+snapshot, cached on the reader with the opened gap generations and index descriptions.
 """
 
 from __future__ import annotations
@@ -19,25 +21,34 @@ import numpy as np
 
 from memwal.dedup import ROWADDR_COLUMN as _ADDR
 from memwal.dedup import SOURCE_COLUMN as _SRC
+from memwal.generation import open_generation
+from memwal.index_coverage import covered_fragments
+from memwal.lsm_source import Source
 
 if TYPE_CHECKING:
-    from memwal.reader import Filter, LsmReader, Source
+    from memwal.reader import Filter, LsmReader
 
-__all__ = ["PlannedSource", "SearchCost", "is_inverted_index", "is_live", "is_vector_index", "live_addresses",
-           "member", "plan_sources", "search_cost", "source_index", "unindexed_rows"]
+View = tuple[int, ...]  # positions of the gap generations a plan adds to the reader's sources
+
+__all__ = ["PlannedSource", "SearchCost", "View", "gap_positions", "index_partitions", "is_inverted_index", "is_live",
+           "is_vector_index", "live_addresses", "member", "plan_sources", "search_cost", "source_at", "source_index",
+           "unindexed_rows"]
 
 IndexMatch = Callable[[Any, str], bool]
 
 
 @dataclass(frozen=True)
 class PlannedSource:
-    """One source of a search: its position in reader.sources, the index it is asked through (None: flat) and
-    how many of its rows that index does not cover (searched flat by Lance)."""
+    """One source of a search: its position (source_at), the index it is asked through (None: flat), how many
+    of its rows that index does not cover and are searched flat by Lance (0 with fast_search), whether only the
+    index-covered fragments are searched, and the view (gap generations) its liveness is checked against."""
 
     position: int
     source: Source
     index: Any | None
     unindexed_rows: int
+    fast_search: bool = False
+    view: View = ()
 
     @property
     def rows_served_flat(self) -> int:
@@ -66,53 +77,143 @@ def member(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
     return sorted_set[pos] == values
 
 
-def live_addresses(reader: LsmReader) -> dict[int, np.ndarray]:
-    """Per source position: the sorted row addresses of its rows that are their key's newest live version
-    (the whole view, unfiltered), computed once per snapshot."""
-    cache = reader._search_cache
-    if "live" not in cache:
-        winners = reader._winners(list(enumerate(reader.sources)))
+def _gap_sources(reader: LsmReader) -> list[Source]:
+    """The gap generations opened on this snapshot; gap position = len(reader.sources) + list position."""
+    return reader.search_cache.setdefault("gap sources", [])
+
+
+def source_at(reader: LsmReader, position: int) -> Source:
+    """The source at `position`: one of reader.sources, or a gap generation a plan opened."""
+    n = len(reader.sources)
+    return reader.sources[position] if position < n else _gap_sources(reader)[position - n]
+
+
+def gap_positions(reader: LsmReader, index_name: str) -> View | None:
+    """Positions of the generations in (index_catchup[index][region], merged_generations[region]] of every
+    region, opened once per snapshot. Asked only when the base index leaves rows unindexed: an index absent
+    from index_catchup then counts as at 0 everywhere, as GC and status read it (memwal.index_coverage).
+    None when one of them is no longer listed (its rows are then only in the base's unindexed rows)."""
+    cache = reader.search_cache
+    key = ("gaps", index_name)
+    if key in cache:
+        return cache[key]
+    catchup = reader.index_catchup.get(index_name, {})
+    opened = cache.setdefault("gap positions", {})
+    found: list[int] | None = []
+    for region_id, manifest in reader.manifests.items():
+        low, high = catchup.get(region_id, 0), reader.merged_generations.get(region_id, 0)
+        listed = {fg.generation: fg for fg in manifest.flushed_generations}
+        for gen in range(low + 1, high + 1):
+            if gen not in listed:
+                found = None
+                break
+            if (region_id, gen) not in opened:
+                ds = open_generation(reader.store, region_id, gen, listed[gen].path)
+                _gap_sources(reader).append(Source(region_id, gen, ds, True))
+                opened[region_id, gen] = len(reader.sources) + len(_gap_sources(reader)) - 1
+            found.append(opened[region_id, gen])
+        if found is None:
+            break
+    cache[key] = None if found is None else tuple(found)
+    return cache[key]
+
+
+def live_addresses(reader: LsmReader, view: View = ()) -> dict[int, np.ndarray]:
+    """Per source position: the sorted row addresses of its rows that are their key's newest live version in
+    the reader's sources plus the gap generations `view` (unfiltered), computed once per view and snapshot."""
+    cache = reader.search_cache
+    key = ("live", view)
+    if key not in cache:
+        positions = [*range(len(reader.sources)), *view]
+        winners = reader.winners([(i, source_at(reader, i)) for i in positions])
         src = winners.column(_SRC).to_numpy()
         addr = winners.column(_ADDR).to_numpy().astype(np.uint64)
-        cache["live"] = {i: np.sort(addr[src == i]) for i in range(len(reader.sources))}
-    return cache["live"]
+        cache[key] = {i: np.sort(addr[src == i]) for i in positions}
+    return cache[key]
 
 
-def is_live(reader: LsmReader, position: int, addresses: np.ndarray) -> np.ndarray:
+def is_live(reader: LsmReader, position: int, addresses: np.ndarray, view: View = ()) -> np.ndarray:
     """Which of the given row addresses of source `position` are their key's newest live version."""
-    return member(np.asarray(addresses, np.uint64), live_addresses(reader)[position])
+    return member(np.asarray(addresses, np.uint64), live_addresses(reader, view)[position])
 
 
 def source_index(reader: LsmReader, position: int, column: str, matches: IndexMatch) -> Any | None:
     """The source's index on `column` accepted by `matches` (a describe_indices entry), or None; cached."""
     key = ("index", position, column, matches)
-    cache = reader._search_cache
+    cache = reader.search_cache
     if key not in cache:
-        ds = reader.sources[position].dataset
+        ds = source_at(reader, position).dataset
         cache[key] = next((d for d in ds.describe_indices() if matches(d, column)), None)
+    return cache[key]
+
+
+def _index_stats(reader: LsmReader, position: int, index: Any) -> dict:
+    key = ("index stats", position, index.name)
+    cache = reader.search_cache
+    if key not in cache:
+        cache[key] = source_at(reader, position).dataset.stats.index_stats(index.name)
     return cache[key]
 
 
 def unindexed_rows(reader: LsmReader, position: int, index: Any) -> int:
     """Rows of source `position` its index does not cover (searched flat by Lance); cached."""
-    key = ("unindexed", position, index.name)
-    cache = reader._search_cache
-    if key not in cache:
-        stats = reader.sources[position].dataset.stats.index_stats(index.name)
-        cache[key] = int(stats.get("num_unindexed_rows") or 0)
-    return cache[key]
+    return int(_index_stats(reader, position, index).get("num_unindexed_rows") or 0)
 
 
-def plan_sources(reader: LsmReader, column: str, matches: IndexMatch, filter: Filter = None
+def index_partitions(reader: LsmReader, position: int, index: Any) -> int:
+    """IVF partitions of a vector index (the largest over its segments; 1 when Lance does not say)."""
+    found = [int(d.get("num_partitions") or 0) for d in _index_stats(reader, position, index).get("indices", [])
+             if isinstance(d, dict)]
+    return max([1, *found])
+
+
+def _rows(reader: LsmReader, position: int) -> int:
+    key = ("rows", position)
+    if key not in reader.search_cache:
+        reader.search_cache[key] = source_at(reader, position).dataset.count_rows()
+    return reader.search_cache[key]
+
+
+def _unexplained(reader: LsmReader, index: Any, view: View) -> int:
+    """Live base rows (in the view) that the base index does not cover: written outside MemWAL, or of a gap
+    generation that is gone. Exact, from the view's winners."""
+    covered = covered_fragments(reader.base, index.name) or set()
+    live = live_addresses(reader, view)[0]
+    fragments = (live >> np.uint64(32)).astype(np.int64)
+    return int((~np.isin(fragments, np.fromiter(covered, np.int64, len(covered)))).sum())
+
+
+def _base_plan(reader: LsmReader, index: Any, exact: bool) -> tuple[bool, View]:
+    """Whether the base is searched over its indexed fragments only, and the gap generations added. exact:
+    decided from the view's winners (a search); else from row counts (status: index metadata only)."""
+    unindexed = unindexed_rows(reader, 0, index)
+    if unindexed == 0:
+        return True, ()
+    view = gap_positions(reader, index.name)
+    if view is None:
+        return False, ()
+    if exact:
+        fast = _unexplained(reader, index, view) == 0
+    else:
+        fast = bool(view) and unindexed <= sum(_rows(reader, p) for p in view)
+    return (True, view) if fast else (False, ())
+
+
+def plan_sources(reader: LsmReader, column: str, matches: IndexMatch, filter: Filter = None, exact: bool = True
                  ) -> list[PlannedSource]:
-    """The sources a search on `column` asks (regions the filter excludes pruned), each with its index."""
-    regions = reader._regions_for(filter)
+    """The sources a search on `column` asks (regions the filter excludes pruned), each with its index: the
+    base, the gap generations of the base index (after the unmerged ones in position order) and the rest."""
+    regions = reader.regions_for(filter)
+    base_index = source_index(reader, 0, column, matches)
+    fast, view = _base_plan(reader, base_index, exact) if base_index is not None else (False, ())
     planned = []
-    for i, source in enumerate(reader.sources):
+    for i in [*range(len(reader.sources)), *view]:
+        source = source_at(reader, i)
         if regions is not None and source.region_id is not None and source.region_id not in regions:
             continue
         index = source_index(reader, i, column, matches)
-        planned.append(PlannedSource(i, source, index, unindexed_rows(reader, i, index) if index else 0))
+        flat_rows = unindexed_rows(reader, i, index) if index is not None and not (i == 0 and fast) else 0
+        planned.append(PlannedSource(i, source, index, flat_rows, i == 0 and fast, view))
     return planned
 
 
@@ -120,8 +221,8 @@ def search_cost(reader: LsmReader, column: str, matches: IndexMatch, flat_rows: 
     """SearchCost of a search on `column` over the reader's snapshot (no filter): cheap, index metadata only.
     Generations and MemTables of at most `flat_rows` rows count as read flat (the vector search does so)."""
     cost = SearchCost(column)
-    for p in plan_sources(reader, column, matches):
-        if p.index is not None and p.source.generation > 0 and p.source.dataset.count_rows() <= flat_rows:
+    for p in plan_sources(reader, column, matches, exact=False):
+        if p.index is not None and p.source.generation > 0 and _rows(reader, p.position) <= flat_rows:
             p = PlannedSource(p.position, p.source, None, 0)
         if p.index is None:
             cost.flat_sources += 1

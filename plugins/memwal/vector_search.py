@@ -10,6 +10,7 @@ computed from their vectors.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -17,20 +18,23 @@ import numpy as np
 import pyarrow as pa
 
 from memwal.errors import BadInputError
-from memwal.search_plan import is_live, is_vector_index, plan_sources
+from memwal.search_plan import View, index_partitions, is_live, is_vector_index, plan_sources, source_at
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from memwal.reader import Filter, LsmReader
 
-__all__ = ["DISTANCE_COLUMN", "FLAT_ROWS", "VectorPlan", "vector_search"]
+__all__ = ["DISTANCE_COLUMN", "FLAT_ROWS", "VectorPlan", "default_nprobes", "vector_search"]
 
 DISTANCE_COLUMN = "_distance"
 # Generations and MemTables of at most this many rows are searched flat (exact), whatever index they carry.
 FLAT_ROWS = 20_000
-# When the caller gives none: partitions probed and refinement of an indexed source (the base table).
-DEFAULT_NPROBES = 20
+# When the caller gives none: partitions probed and refinement of an indexed source (the base table). nprobes
+# scales with the index's partitions (default_nprobes): a fixed 20 gave recall@10 0.73-0.79 from 316 to 1,000
+# partitions on bench/search.py's data; 64 reached 0.95 at 316 and 500 (bench/README.md).
+MIN_NPROBES = 80
+NPROBES_FRACTION = 0.1
 DEFAULT_REFINE_FACTOR = 10
 _METRICS = ("l2", "cosine", "dot")
 
@@ -98,28 +102,50 @@ def _distances(vectors: np.ndarray, q: np.ndarray, metric: str) -> np.ndarray:
     return ((v - q64) ** 2).sum(axis=1)
 
 
-def _flat_live(reader: LsmReader, position: int, column: str, dim: int
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Row ids, row addresses and vectors of a small source's live newest rows, read once per snapshot: an
-    unfiltered flat search of it is then one matrix product, not a Lance query."""
-    key = ("flat vectors", position, column)
-    cache = reader._search_cache
+def _flat_live(reader: LsmReader, position: int, column: str, dim: int, view: View
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Row ids, row addresses, vectors (float32) and their norms (float64) of a small source's live newest
+    rows, read once per snapshot: an unfiltered flat search of it is then one matrix-vector product."""
+    key = ("flat vectors", position, column, view)
+    cache = reader.search_cache
     if key not in cache:
-        t = reader.sources[position].dataset.to_table(columns=[column], with_row_address=True, with_row_id=True)
-        t = t.filter(pa.array(is_live(reader, position, t.column("_rowaddr").to_numpy())))
-        vecs = np.asarray(t.column(column).combine_chunks().flatten(), np.float32).reshape(-1, dim)
-        cache[key] = t.column("_rowid").to_numpy(), t.column("_rowaddr").to_numpy(), vecs
+        t = source_at(reader, position).dataset.to_table(columns=[column], with_row_address=True, with_row_id=True)
+        t = t.filter(pa.array(is_live(reader, position, t.column("_rowaddr").to_numpy(), view)))
+        vecs = np.ascontiguousarray(np.asarray(t.column(column).combine_chunks().flatten(), np.float32)
+                                    .reshape(-1, dim))
+        norms = np.sqrt((vecs.astype(np.float64) ** 2).sum(axis=1))
+        cache[key] = t.column("_rowid").to_numpy(), t.column("_rowaddr").to_numpy(), vecs, norms
     return cache[key]
 
 
-def _flat_top(reader: LsmReader, position: int, column: str, q: np.ndarray, k: int, metric: str
+def _flat_top(reader: LsmReader, position: int, column: str, q: np.ndarray, k: int, metric: str, view: View
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Row ids, row addresses and exact distances of the k nearest live rows of a small source (rows are
-    taken only for the final top k)."""
-    row_ids, addrs, vecs = _flat_live(reader, position, column, q.shape[0])
-    dist = _distances(vecs, q, metric)
-    top = np.argpartition(dist, k - 1)[:k] if len(dist) > k else np.arange(len(dist))
-    return row_ids[top], addrs[top], dist[top]
+    taken only for the final top k). A float32 matrix-vector product ranks the rows; every row within its
+    rounding bound of the k-th is re-ranked with exact float64 distances, so the top k is the exact one."""
+    row_ids, addrs, vecs, norms = _flat_live(reader, position, column, q.shape[0], view)
+    if len(norms) == 0:
+        return row_ids, addrs, np.zeros(0)
+    # einsum, not `@`: a matrix-vector product through multi-threaded BLAS took 11 ms instead of 0.25 on a
+    # loaded 2-core machine (its threads spin against the other work).
+    dots = np.einsum("ij,j->i", vecs, q).astype(np.float64)
+    qn = float(np.linalg.norm(q.astype(np.float64)))
+    # |float32 dot - exact dot| <= dim * eps32 * |v| |q| (a generous bound, doubled for the other operand).
+    slack = 4 * q.shape[0] * float(np.finfo(np.float32).eps)
+    if metric == "cosine":
+        with np.errstate(divide="ignore", invalid="ignore"):
+            approx = 1.0 - dots / (norms * qn)
+        bound = slack
+    else:
+        approx = norms ** 2 - 2 * dots + qn ** 2 if metric == "l2" else 1.0 - dots
+        bound = (2 if metric == "l2" else 1) * slack * float(norms.max()) * qn
+    approx = np.nan_to_num(approx, nan=np.inf)
+    kth = np.partition(approx, k - 1)[k - 1] if len(approx) > k else approx.max()
+    near = np.nonzero(approx <= kth + 2 * bound)[0]
+    dist = _distances(vecs[near], q, metric)
+    top = near[np.argsort(dist, kind="stable")[:k]] if len(near) > k else near
+    exact = _distances(vecs[top], q, metric)
+    return row_ids[top], addrs[top], exact
 
 
 def _rows(reader: LsmReader, parts: list, picked: np.ndarray, columns: list[str], schema: pa.Schema) -> pa.Table:
@@ -132,7 +158,7 @@ def _rows(reader: LsmReader, parts: list, picked: np.ndarray, columns: list[str]
             taken[j] = None, table.select(columns).cast(schema)
             continue
         ids = sorted(int(row_ids[i]) for jj, i in picked if jj == j)
-        t = reader.sources[position].dataset._take_rows(ids, columns=columns)  # comes back in row id order
+        t = source_at(reader, position).dataset._take_rows(ids, columns=columns)  # comes back in row id order
         taken[j] = dict(zip(ids, range(len(ids)), strict=True)), t.cast(schema)
     out = []
     for j, i in picked:
@@ -143,9 +169,15 @@ def _rows(reader: LsmReader, parts: list, picked: np.ndarray, columns: list[str]
 
 def _count(reader: LsmReader, position: int) -> int:
     key = ("rows", position)
-    if key not in reader._search_cache:
-        reader._search_cache[key] = reader.sources[position].dataset.count_rows()
-    return reader._search_cache[key]
+    if key not in reader.search_cache:
+        reader.search_cache[key] = source_at(reader, position).dataset.count_rows()
+    return reader.search_cache[key]
+
+
+def default_nprobes(partitions: int) -> int:
+    """nprobes when the caller gives none: NPROBES_FRACTION of the index's IVF partitions, at least
+    MIN_NPROBES, at most all of them (recall@10 >= 0.95 on bench/search.py's data, bench/README.md)."""
+    return max(1, min(partitions, max(MIN_NPROBES, math.ceil(NPROBES_FRACTION * partitions))))
 
 
 def _check_int(table: str, name: str, value: Any, optional: bool) -> None:
@@ -163,7 +195,7 @@ def vector_search(reader: LsmReader, vector: Any, *, column: str | None = None, 
     _check_int(table, "k", k, False)
     _check_int(table, "nprobes", nprobes, True)
     _check_int(table, "refine_factor", refine_factor, True)
-    cache = reader._search_cache
+    cache = reader.search_cache
     if ("vector column", column) not in cache:
         cache[("vector column", column)] = _resolve(reader, column)
     column, metric = cache[("vector column", column)]
@@ -179,11 +211,10 @@ def vector_search(reader: LsmReader, vector: Any, *, column: str | None = None, 
     missing = [c for c in columns if c not in reader.base.schema.names]
     if missing:
         raise BadInputError(f"table {table}: search columns {missing} are not in the table")
-    out_schema = reader._schema(columns)
+    out_schema = reader.output_schema(columns)
     plan = VectorPlan(column, metric)
     reader.last_vector_plan = plan
     read = list(dict.fromkeys([*columns, column]))
-    nprobes = DEFAULT_NPROBES if nprobes is None else nprobes
     refine_factor = DEFAULT_REFINE_FACTOR if refine_factor is None else refine_factor
     parts = []
     for p in plan_sources(reader, column, is_vector_index, filter):
@@ -198,20 +229,22 @@ def vector_search(reader: LsmReader, vector: Any, *, column: str | None = None, 
             plan.indexed_sources += 1
             plan.rows_served_flat += p.unindexed_rows
         if small and filter is None:
-            row_ids, addrs, dist = _flat_top(reader, p.position, column, q, k, metric)
+            row_ids, addrs, dist = _flat_top(reader, p.position, column, q, k, metric, p.view)
             plan.candidates += len(dist)
             if len(dist):
                 parts.append((None, dist, p.source.generation, addrs, p.position, row_ids))
             continue
-        ask = k
+        # An indexed source's first ask over-fetches 2k: on bench/search.py most first asks of the base lost a few
+        # candidates to newer versions and cost a second round (a second full IVF search).
+        ask = k if flat else 2 * k
         while True:
             nearest: dict[str, Any] = {"column": column, "q": q, "k": ask, "metric": metric, "use_index": not flat}
             if not flat:
-                nearest["nprobes"] = nprobes
+                nearest["nprobes"] = nprobes or default_nprobes(index_partitions(reader, p.position, p.index))
                 nearest["refine_factor"] = refine_factor
-            got = ds.to_table(columns=read, nearest=nearest, filter=filter, prefilter=True,
+            got = ds.to_table(columns=read, nearest=nearest, filter=filter, prefilter=True, fast_search=p.fast_search,
                               with_row_address=True, disable_scoring_autoprojection=True)
-            live = is_live(reader, p.position, got.column("_rowaddr").to_numpy())
+            live = is_live(reader, p.position, got.column("_rowaddr").to_numpy(), p.view)
             if int(live.sum()) >= k or got.num_rows < ask or ask >= rows:
                 break
             plan.extra_rounds += 1

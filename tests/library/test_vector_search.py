@@ -159,12 +159,13 @@ def test_ann_at_defaults_returns_live_newest_rows_never_short(lsm, k):
 
 
 def test_plan_counts_indexed_and_flat_sources(lsm):
-    """The base is asked through its IVF_PQ index (the merged, not yet indexed rows of generation 1 flat); our
-    writer's small generation (whatever index it carries) and the MemTable are read flat; all are counted."""
+    """The base is asked through its IVF_PQ index over its indexed fragments only; the merged, not yet indexed
+    generation 1 (the gap), our writer's small generation 2 (whatever index they carry) and the MemTable are
+    read flat; all are counted."""
     reader, _ = lsm
     reader.search(QUERIES[0])
     plan = reader.last_vector_plan
-    assert (plan.indexed_sources, plan.flat_sources) == (1, 2), plan.to_dict()
+    assert (plan.indexed_sources, plan.flat_sources) == (1, 3), plan.to_dict()
     assert plan.rows_served_flat >= 60 + 90 + 11, plan.to_dict()
 
 
