@@ -14,11 +14,10 @@ from memwal.errors import BadInputError
 from memwal.merge import merge_table
 from memwal.reader import LsmReader
 from memwal.storage import lance_storage_options
-from memwal.writer import RegionWriter
 
 from support.fts_model import assert_ranking, global_bm25
 from support.lance_core_writes import write_through_lance_core
-from support.maintenance import ONE_GEN_PER_FLUSH
+from support.maintenance import flush_generation
 from support.memtable_views import reader_with_memtable
 from support.tables import PK
 
@@ -63,12 +62,7 @@ def create_base(loc, texts: dict[int, str | None]) -> None:
 
 
 def flush(loc, region: str, puts: dict[int, str | None], deletes=()) -> None:
-    with RegionWriter(loc.uri, region, storage_options=loc.storage_options, config=ONE_GEN_PER_FLUSH) as w:
-        if puts:
-            w.put(table_of(puts))
-        if deletes:
-            w.delete(pa.table({"id": pa.array(list(deletes), pa.int64())}))
-        w.flush()
+    flush_generation(loc, region, table_of(puts) if puts else None, deletes)
 
 
 @pytest.fixture

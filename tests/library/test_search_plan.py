@@ -17,9 +17,8 @@ from memwal.merge import merge_table
 from memwal.reader import LsmReader
 from memwal.search_plan import is_vector_index, plan_sources, search_cost
 from memwal.storage import lance_storage_options
-from memwal.writer import RegionWriter
 
-from support.maintenance import ONE_GEN_PER_FLUSH
+from support.maintenance import flush_generation
 from support.tables import PK
 from support.vector_model import DIM, IVF_PQ_PARAMS, PARTITIONS, QUERIES, assert_top_k, vector_column, vector_of
 
@@ -37,11 +36,7 @@ def table_of(names: dict[int, str]) -> pa.Table:
 
 
 def flush(loc, region: str, puts: dict[int, str], deletes=()) -> None:
-    with RegionWriter(loc.uri, region, storage_options=loc.storage_options, config=ONE_GEN_PER_FLUSH) as w:
-        w.put(table_of(puts))
-        if deletes:
-            w.delete(pa.table({"id": pa.array(list(deletes), pa.int64())}))
-        w.flush()
+    flush_generation(loc, region, table_of(puts) if puts else None, deletes)
 
 
 @pytest.fixture

@@ -39,6 +39,16 @@ def write_generations(loc, region: str, gens) -> None:
             w.flush()
 
 
+def flush_generation(loc, region: str, upserts: pa.Table | None, deletes=()) -> None:
+    """One flushed generation of region: the upserts (if any rows), then deletes of the `deletes` ids."""
+    with RegionWriter(loc.uri, region, storage_options=loc.storage_options, config=ONE_GEN_PER_FLUSH) as w:
+        if upserts is not None and upserts.num_rows:
+            w.put(upserts)
+        if deletes:
+            w.delete(pa.table({"id": pa.array(list(deletes), pa.int64())}))
+        w.flush()
+
+
 def merge_without_our_lock(uri, storage_options, region, **kwargs):
     """A merge by another tool that does not take our MemWAL index lock (to stage Lance's rebase)."""
     from contextlib import nullcontext
