@@ -176,11 +176,16 @@ def _rows(reader: LsmReader, position: int) -> int:
 
 def _unexplained(reader: LsmReader, index: Any, view: View) -> int:
     """Live base rows (in the view) that the base index does not cover: written outside MemWAL, or of a gap
-    generation that is gone. Exact, from the view's winners."""
+    generation that is gone. Exact, from the view's winners; cached per view and snapshot."""
+    key = ("unexplained", index.name, view)
+    if key in reader.search_cache:
+        return reader.search_cache[key]
     covered = covered_fragments(reader.base, index.name) or set()
     live = live_addresses(reader, view)[0]
     fragments = (live >> np.uint64(32)).astype(np.int64)
-    return int((~np.isin(fragments, np.fromiter(covered, np.int64, len(covered)))).sum())
+    found = int((~np.isin(fragments, np.fromiter(covered, np.int64, len(covered)))).sum())
+    reader.search_cache[key] = found
+    return found
 
 
 def _base_plan(reader: LsmReader, index: Any, exact: bool) -> tuple[bool, View]:

@@ -102,30 +102,48 @@ def _distances(vectors: np.ndarray, q: np.ndarray, metric: str) -> np.ndarray:
     return ((v - q64) ** 2).sum(axis=1)
 
 
-def _flat_live(reader: LsmReader, position: int, column: str, dim: int, view: View
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Row ids, row addresses, vectors (float32) and their norms (float64) of a small source's live newest
-    rows, read once per snapshot: an unfiltered flat search of it is then one matrix-vector product."""
-    key = ("flat vectors", position, column, view)
+@dataclass(frozen=True)
+class _FlatBlock:
+    """The live newest rows of every small source of a plan, one row per entry: source position, generation,
+    row address, vector (float32) and norm (float64). Built once per snapshot, view and column, so an
+    unfiltered flat search of all of them is one matrix-vector product."""
+
+    positions: np.ndarray
+    gens: np.ndarray
+    addrs: np.ndarray
+    vecs: np.ndarray
+    norms: np.ndarray
+
+
+def _flat_block(reader: LsmReader, positions: tuple[int, ...], column: str, dim: int, view: View) -> _FlatBlock:
+    key = ("flat block", positions, column, view)
     cache = reader.search_cache
     if key not in cache:
-        t = source_at(reader, position).dataset.to_table(columns=[column], with_row_address=True, with_row_id=True)
-        t = t.filter(pa.array(is_live(reader, position, t.column("_rowaddr").to_numpy(), view)))
-        vecs = np.ascontiguousarray(np.asarray(t.column(column).combine_chunks().flatten(), np.float32)
-                                    .reshape(-1, dim))
-        norms = np.sqrt((vecs.astype(np.float64) ** 2).sum(axis=1))
-        cache[key] = t.column("_rowid").to_numpy(), t.column("_rowaddr").to_numpy(), vecs, norms
+        parts = []
+        for position in positions:
+            source = source_at(reader, position)
+            t = source.dataset.to_table(columns=[column], with_row_address=True)
+            t = t.filter(pa.array(is_live(reader, position, t.column("_rowaddr").to_numpy(), view)))
+            vecs = np.asarray(t.column(column).combine_chunks().flatten(), np.float32).reshape(-1, dim)
+            parts.append((np.full(len(vecs), position), np.full(len(vecs), source.generation),
+                          t.column("_rowaddr").to_numpy(), vecs))
+        if parts:
+            pos, gens, addrs, vecs = (np.concatenate(c) for c in zip(*parts, strict=True))
+        else:
+            pos, gens, addrs, vecs = np.zeros(0, int), np.zeros(0, int), np.zeros(0, np.uint64), np.zeros((0, dim))
+        vecs = np.ascontiguousarray(vecs, np.float32)
+        cache[key] = _FlatBlock(pos, gens, addrs.astype(np.uint64), vecs,
+                                np.sqrt((vecs.astype(np.float64) ** 2).sum(axis=1)))
     return cache[key]
 
 
-def _flat_top(reader: LsmReader, position: int, column: str, q: np.ndarray, k: int, metric: str, view: View
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Row ids, row addresses and exact distances of the k nearest live rows of a small source (rows are
-    taken only for the final top k). A float32 matrix-vector product ranks the rows; every row within its
-    rounding bound of the k-th is re-ranked with exact float64 distances, so the top k is the exact one."""
-    row_ids, addrs, vecs, norms = _flat_live(reader, position, column, q.shape[0], view)
+def _flat_top(block: _FlatBlock, q: np.ndarray, k: int, metric: str) -> tuple[np.ndarray, np.ndarray]:
+    """Entries of the block and exact distances of its k nearest rows. A float32 matrix-vector product ranks
+    the rows; every row within its rounding bound of the k-th is re-ranked with exact float64 distances, so
+    the top k is the exact one."""
+    vecs, norms = block.vecs, block.norms
     if len(norms) == 0:
-        return row_ids, addrs, np.zeros(0)
+        return np.zeros(0, int), np.zeros(0)
     # einsum, not `@`: a matrix-vector product through multi-threaded BLAS took 11 ms instead of 0.25 on a
     # loaded 2-core machine (its threads spin against the other work).
     dots = np.einsum("ij,j->i", vecs, q).astype(np.float64)
@@ -143,27 +161,35 @@ def _flat_top(reader: LsmReader, position: int, column: str, q: np.ndarray, k: i
     kth = np.partition(approx, k - 1)[k - 1] if len(approx) > k else approx.max()
     near = np.nonzero(approx <= kth + 2 * bound)[0]
     dist = _distances(vecs[near], q, metric)
-    top = near[np.argsort(dist, kind="stable")[:k]] if len(near) > k else near
-    exact = _distances(vecs[top], q, metric)
-    return row_ids[top], addrs[top], exact
+    order = np.argsort(dist, kind="stable")[:k]
+    return near[order], dist[order]
+
+
+def _source_rows(reader: LsmReader, position: int, columns: tuple[str, ...], schema: pa.Schema
+                 ) -> tuple[np.ndarray, pa.Table]:
+    """A small source's rows (the given columns, in the result's types) with their sorted row addresses,
+    read once per snapshot: a result row of it is then a slice, not a take."""
+    key = ("flat rows", position, columns)
+    cache = reader.search_cache
+    if key not in cache:
+        t = source_at(reader, position).dataset.to_table(columns=list(columns), with_row_address=True)
+        addrs = t.column("_rowaddr").to_numpy().astype(np.uint64)
+        order = np.argsort(addrs, kind="stable")
+        cache[key] = addrs[order], t.select(list(columns)).take(pa.array(order)).cast(schema)
+    return cache[key]
 
 
 def _rows(reader: LsmReader, parts: list, picked: np.ndarray, columns: list[str], schema: pa.Schema) -> pa.Table:
-    """The picked candidates' rows, in order: sliced from a source's query result, or taken (one take per
-    source, in row id order) for the flat-searched ones."""
-    taken = {}
-    for j in sorted({int(j) for j, _ in picked}):
-        table, _, _, _, position, row_ids = parts[j]
-        if table is not None:
-            taken[j] = None, table.select(columns).cast(schema)
-            continue
-        ids = sorted(int(row_ids[i]) for jj, i in picked if jj == j)
-        t = source_at(reader, position).dataset._take_rows(ids, columns=columns)  # comes back in row id order
-        taken[j] = dict(zip(ids, range(len(ids)), strict=True)), t.cast(schema)
+    """The picked candidates' rows, in order: sliced from an indexed source's query result, or from the small
+    source's rows read once per snapshot (_source_rows)."""
     out = []
     for j, i in picked:
-        at, t = taken[j]
-        out.append(t.slice(int(i) if at is None else at[int(parts[j][5][i])], 1))
+        table, _, _, addrs, positions = parts[j]
+        if table is not None:
+            out.append(table.select(columns).cast(schema).slice(int(i), 1))
+            continue
+        sorted_addrs, rows = _source_rows(reader, int(positions[i]), tuple(columns), schema)
+        out.append(rows.slice(int(np.searchsorted(sorted_addrs, addrs[i])), 1))
     return pa.concat_tables(out).combine_chunks()
 
 
@@ -216,23 +242,21 @@ def vector_search(reader: LsmReader, vector: Any, *, column: str | None = None, 
     reader.last_vector_plan = plan
     read = list(dict.fromkeys([*columns, column]))
     refine_factor = DEFAULT_REFINE_FACTOR if refine_factor is None else refine_factor
-    parts = []
+    parts = []  # per source asked: its result table (None: the flat block), distances, generations, addresses,
+    small = []  # positions                                                          and source positions
     for p in plan_sources(reader, column, is_vector_index, filter):
         ds = p.source.dataset
         rows = _count(reader, p.position)
-        small = p.source.generation > 0 and rows <= FLAT_ROWS
-        flat = p.index is None or small
+        is_small = p.source.generation > 0 and rows <= FLAT_ROWS
+        flat = p.index is None or is_small
         if flat:
             plan.flat_sources += 1
             plan.rows_served_flat += rows
         else:
             plan.indexed_sources += 1
             plan.rows_served_flat += p.unindexed_rows
-        if small and filter is None:
-            row_ids, addrs, dist = _flat_top(reader, p.position, column, q, k, metric, p.view)
-            plan.candidates += len(dist)
-            if len(dist):
-                parts.append((None, dist, p.source.generation, addrs, p.position, row_ids))
+        if is_small and filter is None:
+            small.append(p)
             continue
         # An indexed source's first ask over-fetches 2k: on bench/search.py most first asks of the base lost a few
         # candidates to newer versions and cost a second round (a second full IVF search).
@@ -254,13 +278,21 @@ def vector_search(reader: LsmReader, vector: Any, *, column: str | None = None, 
         got = got.filter(pa.array(live))
         if got.num_rows:
             vecs = np.asarray(got.column(column).combine_chunks().flatten(), np.float32).reshape(-1, dim)
-            addrs = got.column("_rowaddr").to_numpy()
-            parts.append((got, _distances(vecs, q, metric), p.source.generation, addrs, p.position, None))
+            n = got.num_rows
+            parts.append((got, _distances(vecs, q, metric), np.full(n, p.source.generation),
+                          got.column("_rowaddr").to_numpy().astype(np.uint64), np.full(n, p.position)))
+    if small:
+        view = small[0].view  # one plan, one view
+        block = _flat_block(reader, tuple(p.position for p in small), column, dim, view)
+        top, dist = _flat_top(block, q, k, metric)
+        plan.candidates += len(top)
+        if len(top):
+            parts.append((None, dist, block.gens[top], block.addrs[top], block.positions[top]))
     if not parts:
         return out_schema.append(pa.field(DISTANCE_COLUMN, pa.float32())).empty_table()
     dist = np.concatenate([part[1] for part in parts])
-    gens = np.concatenate([np.full(len(part[1]), part[2]) for part in parts])
-    addrs = np.concatenate([np.asarray(part[3], np.uint64) for part in parts])
+    gens = np.concatenate([part[2] for part in parts])
+    addrs = np.concatenate([part[3] for part in parts])
     which = np.concatenate([np.stack([np.full(len(part[1]), j), np.arange(len(part[1]))], axis=1)
                             for j, part in enumerate(parts)])
     order = np.lexsort((addrs, -gens, dist))[:k]  # nearest first; ties: newer generation, then row address
