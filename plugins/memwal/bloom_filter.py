@@ -110,7 +110,11 @@ class BloomFilter:
 
     def might_contain(self, values: pa.Array | pa.ChunkedArray) -> np.ndarray:
         """Per value: False if the generation certainly has no row with this key, True if it may."""
-        block, masks = _positions(key_hashes(values), self.num_blocks)
+        return self.might_contain_hashes(key_hashes(values))
+
+    def might_contain_hashes(self, hashes: np.ndarray) -> np.ndarray:
+        """might_contain for keys already hashed with key_hashes (one hash, probed in many filters)."""
+        block, masks = _positions(hashes, self.num_blocks)
         return np.all((self._words[block] & masks) == masks, axis=1)
 
     def __eq__(self, other: object) -> bool:

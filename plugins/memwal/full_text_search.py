@@ -21,7 +21,8 @@ import pyarrow as pa
 
 from memwal.errors import BadInputError
 from memwal.fts_tokenizer import TokenizerConfig, analyze, query_terms
-from memwal.search_plan import is_inverted_index, live_addresses, member, source_index, unindexed_rows
+from memwal.newest_version import member
+from memwal.search_plan import is_inverted_index, live_addresses, source_index, unindexed_rows
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -11,9 +11,11 @@ __all__ = ["Source"]
 
 @dataclass(frozen=True)
 class Source:
-    """One level of the LSM tree: the base table (generation 0), a flushed generation or a MemTable."""
+    """One level of the LSM tree: the base table (generation 0), a flushed generation (path: its directory
+    name in the region, where its bloom filter lives) or a MemTable."""
 
     region_id: str | None
     generation: int
     dataset: lance.LanceDataset
     has_tombstone: bool
+    path: str | None = None

@@ -128,7 +128,7 @@ class LsmReader:
                 if fg.generation <= floor:
                     continue
                 ds = open_generation(self.store, region_id, fg.generation, fg.path)
-                self.sources.append(Source(region_id, fg.generation, ds, True))
+                self.sources.append(Source(region_id, fg.generation, ds, True, fg.path))
         return None
 
     def regions_for(self, filter: Filter) -> set[str] | None:
@@ -172,11 +172,12 @@ class LsmReader:
             }
         )
 
-    def winners(self, active: list[tuple[int, Source]]) -> pa.Table:
-        """One row per live primary key: the source and row address of its newest version."""
+    def winners(self, active: list[tuple[int, Source]], *, tombstones: bool = False) -> pa.Table:
+        """One row per live primary key: the source and row address of its newest version (with
+        tombstones=True also the keys whose newest version is a tombstone, _tombstone telling which)."""
         keys = pa.concat_tables([self._keys(i, s) for i, s in active], promote_options="permissive")
         winners = newest_per_key(keys, self.pk)
-        return winners.filter(pc.invert(winners.column(naming.TOMBSTONE_COLUMN)))
+        return winners if tombstones else winners.filter(pc.invert(winners.column(naming.TOMBSTONE_COLUMN)))
 
     def scan(self, columns: Sequence[str] | None = None, filter: Filter = None) -> pa.Table:
         """All live rows (newest version per key) matching filter, with the given columns."""

@@ -7,8 +7,8 @@ generations' own indexes: GC keeps them), plus the unmerged generations and the 
 filter excludes (`col = v` terms) are pruned. Base rows no index covers and no gap generation explains (a
 table written outside MemWAL, a collected gap generation) make the base searched with its unindexed rows
 flat (Lance does it), counted. A candidate is returned only if it is its key's newest live version in the
-plan's view: the winners (newest generation, then row address, tombstones hide) computed once per view and
-snapshot, cached on the reader with the opened gap generations and index descriptions.
+plan's view (memwal.newest_version: bloom filters, then keys), cached on the reader per snapshot with the
+opened gap generations and index descriptions.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pyarrow as pa
 
-from memwal.dedup import ROWADDR_COLUMN as _ADDR
-from memwal.dedup import SOURCE_COLUMN as _SRC
 from memwal.generation import open_generation
 from memwal.index_coverage import covered_fragments
 from memwal.lsm_source import Source
+from memwal.newest_version import NewerCheck, base_keys, member, newer_versions, shadowed_in_bulk, upper_view
 
 if TYPE_CHECKING:
     from memwal.reader import Filter, LsmReader
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 View = tuple[int, ...]  # positions of the gap generations a plan adds to the reader's sources
 
 __all__ = ["PlannedSource", "SearchCost", "View", "gap_positions", "index_partitions", "is_inverted_index", "is_live",
-           "is_vector_index", "live_addresses", "member", "plan_sources", "search_cost", "source_at", "source_index",
+           "is_vector_index", "live_addresses", "plan_sources", "search_cost", "source_at", "source_index",
            "unindexed_rows"]
 
 IndexMatch = Callable[[Any, str], bool]
@@ -69,14 +69,6 @@ class SearchCost:
         return asdict(self)
 
 
-def member(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
-    """values[i] in sorted_set, vectorised."""
-    if len(sorted_set) == 0:
-        return np.zeros(len(values), bool)
-    pos = np.minimum(np.searchsorted(sorted_set, values), len(sorted_set) - 1)
-    return sorted_set[pos] == values
-
-
 def _gap_sources(reader: LsmReader) -> list[Source]:
     """The gap generations opened on this snapshot; gap position = len(reader.sources) + list position."""
     return reader.search_cache.setdefault("gap sources", [])
@@ -109,7 +101,7 @@ def gap_positions(reader: LsmReader, index_name: str) -> View | None:
                 break
             if (region_id, gen) not in opened:
                 ds = open_generation(reader.store, region_id, gen, listed[gen].path)
-                _gap_sources(reader).append(Source(region_id, gen, ds, True))
+                _gap_sources(reader).append(Source(region_id, gen, ds, True, listed[gen].path))
                 opened[region_id, gen] = len(reader.sources) + len(_gap_sources(reader)) - 1
             found.append(opened[region_id, gen])
         if found is None:
@@ -118,23 +110,33 @@ def gap_positions(reader: LsmReader, index_name: str) -> View | None:
     return cache[key]
 
 
+def _upper(reader: LsmReader, view: View) -> list[tuple[int, Source]]:
+    return [(i, source_at(reader, i)) for i in [*range(1, len(reader.sources)), *view]]
+
+
 def live_addresses(reader: LsmReader, view: View = ()) -> dict[int, np.ndarray]:
     """Per source position: the sorted row addresses of its rows that are their key's newest live version in
-    the reader's sources plus the gap generations `view` (unfiltered), computed once per view and snapshot."""
-    cache = reader.search_cache
+    the reader's sources plus the gap generations `view` (unfiltered), computed once per view and snapshot.
+    The base's (position 0) come from all its keys joined with the keys above it (memwal.newest_version)."""
     key = ("live", view)
+    cache = reader.search_cache
     if key not in cache:
-        positions = [*range(len(reader.sources)), *view]
-        winners = reader.winners([(i, source_at(reader, i)) for i in positions])
-        src = winners.column(_SRC).to_numpy()
-        addr = winners.column(_ADDR).to_numpy().astype(np.uint64)
-        cache[key] = {i: np.sort(addr[src == i]) for i in positions}
+        upper = upper_view(reader, _upper(reader, view), view)
+        keys = base_keys(reader)
+        shadowed = shadowed_in_bulk(list(reader.pk), keys, upper.keys)
+        base = np.sort(keys.column("_rowaddr").to_numpy().astype(np.uint64)[~shadowed])
+        cache[key] = {0: base, **upper.live}
     return cache[key]
 
 
-def is_live(reader: LsmReader, position: int, addresses: np.ndarray, view: View = ()) -> np.ndarray:
-    """Which of the given row addresses of source `position` are their key's newest live version."""
-    return member(np.asarray(addresses, np.uint64), live_addresses(reader, view)[position])
+def is_live(reader: LsmReader, position: int, rows: pa.Table, view: View = (), check: NewerCheck | None = None
+            ) -> np.ndarray:
+    """Which of the given rows of source `position` (`_rowaddr`, and the key columns for the base's) are their
+    key's newest live version: base rows through the bloom filters and keys above them (counted in `check`)."""
+    if position == 0:
+        return ~newer_versions(reader, rows.select(list(reader.pk)), _upper(reader, view), check)
+    addrs = rows.column("_rowaddr").to_numpy().astype(np.uint64)
+    return member(addrs, upper_view(reader, _upper(reader, view), view).live[position])
 
 
 def source_index(reader: LsmReader, position: int, column: str, matches: IndexMatch) -> Any | None:
@@ -176,16 +178,21 @@ def _rows(reader: LsmReader, position: int) -> int:
 
 def _unexplained(reader: LsmReader, index: Any, view: View) -> int:
     """Live base rows (in the view) that the base index does not cover: written outside MemWAL, or of a gap
-    generation that is gone. Exact, from the view's winners; cached per view and snapshot."""
+    generation that is gone. Exact: the uncovered fragments' keys against the keys above the base; cached per
+    view and snapshot."""
     key = ("unexplained", index.name, view)
-    if key in reader.search_cache:
-        return reader.search_cache[key]
-    covered = covered_fragments(reader.base, index.name) or set()
-    live = live_addresses(reader, view)[0]
-    fragments = (live >> np.uint64(32)).astype(np.int64)
-    found = int((~np.isin(fragments, np.fromiter(covered, np.int64, len(covered)))).sum())
-    reader.search_cache[key] = found
-    return found
+    cache = reader.search_cache
+    if key not in cache:
+        covered = covered_fragments(reader.base, index.name) or set()
+        fragments = [f for f in reader.base.get_fragments() if f.fragment_id not in covered]
+        found = 0
+        if fragments:
+            pk = list(reader.pk)
+            keys = pa.concat_tables([f.to_table(columns=pk) for f in fragments])
+            upper = upper_view(reader, _upper(reader, view), view)
+            found = int((~shadowed_in_bulk(pk, keys, upper.keys)).sum())
+        cache[key] = found
+    return cache[key]
 
 
 def _base_plan(reader: LsmReader, index: Any, exact: bool) -> tuple[bool, View]:

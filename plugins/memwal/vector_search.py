@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from memwal.errors import BadInputError
+from memwal.newest_version import NewerCheck
 from memwal.search_plan import View, index_partitions, is_live, is_vector_index, plan_sources, source_at
 
 if TYPE_CHECKING:
@@ -42,7 +43,8 @@ _METRICS = ("l2", "cosine", "dot")
 @dataclass
 class VectorPlan:
     """What the last vector search paid: sources asked through an index or flat, rows served flat, candidates
-    read, how many were shadowed (stale, deleted or duplicate versions) and the extra rounds that cost."""
+    read, how many were shadowed (stale, deleted or duplicate versions) and the extra rounds that cost; for base
+    candidates, the (key, generation) pairs a bloom filter ruled out and those checked against keys."""
 
     column: str
     metric: str
@@ -52,6 +54,8 @@ class VectorPlan:
     candidates: int = 0
     shadowed: int = 0
     extra_rounds: int = 0
+    bloom_skips: int = 0
+    key_probes: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -123,7 +127,7 @@ def _flat_block(reader: LsmReader, positions: tuple[int, ...], column: str, dim:
         for position in positions:
             source = source_at(reader, position)
             t = source.dataset.to_table(columns=[column], with_row_address=True)
-            t = t.filter(pa.array(is_live(reader, position, t.column("_rowaddr").to_numpy(), view)))
+            t = t.filter(pa.array(is_live(reader, position, t, view)))
             vecs = np.asarray(t.column(column).combine_chunks().flatten(), np.float32).reshape(-1, dim)
             parts.append((np.full(len(vecs), position), np.full(len(vecs), source.generation),
                           t.column("_rowaddr").to_numpy(), vecs))
@@ -240,8 +244,9 @@ def vector_search(reader: LsmReader, vector: Any, *, column: str | None = None, 
     out_schema = reader.output_schema(columns)
     plan = VectorPlan(column, metric)
     reader.last_vector_plan = plan
-    read = list(dict.fromkeys([*columns, column]))
+    read = list(dict.fromkeys([*columns, column, *reader.pk]))  # keys: the newest-version check
     refine_factor = DEFAULT_REFINE_FACTOR if refine_factor is None else refine_factor
+    check = NewerCheck()
     parts = []  # per source asked: its result table (None: the flat block), distances, generations, addresses,
     small = []  # positions                                                          and source positions
     for p in plan_sources(reader, column, is_vector_index, filter):
@@ -268,7 +273,7 @@ def vector_search(reader: LsmReader, vector: Any, *, column: str | None = None, 
                 nearest["refine_factor"] = refine_factor
             got = ds.to_table(columns=read, nearest=nearest, filter=filter, prefilter=True, fast_search=p.fast_search,
                               with_row_address=True, disable_scoring_autoprojection=True)
-            live = is_live(reader, p.position, got.column("_rowaddr").to_numpy(), p.view)
+            live = is_live(reader, p.position, got, p.view, check)
             if int(live.sum()) >= k or got.num_rows < ask or ask >= rows:
                 break
             plan.extra_rounds += 1
@@ -281,6 +286,7 @@ def vector_search(reader: LsmReader, vector: Any, *, column: str | None = None, 
             n = got.num_rows
             parts.append((got, _distances(vecs, q, metric), np.full(n, p.source.generation),
                           got.column("_rowaddr").to_numpy().astype(np.uint64), np.full(n, p.position)))
+    plan.bloom_skips, plan.key_probes = check.bloom_skips, check.key_probes
     if small:
         view = small[0].view  # one plan, one view
         block = _flat_block(reader, tuple(p.position for p in small), column, dim, view)

@@ -1,0 +1,175 @@
+"""The read plan's newest-version check (memwal-spec.txt, Indexed Read Plan): is a candidate row its key's
+newest live version in the view a search reads?
+
+A row of a generation or MemTable: the winners among the sources above the base (their keys read once per
+snapshot and view; newest generation, then row address; a tombstone hides its key). A base row: live unless a
+source above the base holds its key. For a search's candidates each generation's bloom filter is asked first
+(a certain "no" skips the generation), then, for the keys it may hold, the generation's own keys (what its
+`_pk_index` holds, loaded once per snapshot and only for a generation a bloom filter could not rule out).
+Whole-base questions (full-text statistics, rows no index covers) join the base's keys with the keys above it;
+the base's keys are read once per base version. Base rows are taken as unique per key (the merge keeps them so).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from memwal import naming
+from memwal.bloom_filter import BloomFilter, key_hashes, read_bloom_filter
+from memwal.dedup import ROWADDR_COLUMN as _ADDR
+from memwal.dedup import SOURCE_COLUMN as _SRC
+from memwal.errors import CorruptFileError
+
+if TYPE_CHECKING:
+    from memwal.lsm_source import Source
+    from memwal.reader import LsmReader
+
+__all__ = ["NewerCheck", "UpperView", "base_keys", "member", "newer_versions", "shadowed_in_bulk", "upper_view"]
+
+log = logging.getLogger(__name__)
+
+Upper = list[tuple[int, "Source"]]  # (reader position, source) of every source above the base in a view
+_BASE_KEYS: OrderedDict[tuple[str, int], pa.Table] = OrderedDict()
+_BASE_KEYS_CACHED = 2
+_LOCK = threading.Lock()
+_MARK = "__memwal_upper"
+
+
+@dataclass
+class NewerCheck:
+    """What the newest-version check of base candidates cost: (key, generation) pairs a bloom filter ruled
+    out, and pairs checked against a generation's or MemTable's keys."""
+
+    bloom_skips: int = 0
+    key_probes: int = 0
+
+
+@dataclass(frozen=True)
+class UpperView:
+    """The sources above the base in one view: per position, the sorted row addresses of the rows that are
+    their key's newest live version; and every key they hold (any version, tombstones too)."""
+
+    live: dict[int, np.ndarray]
+    keys: pa.Table
+
+
+def member(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
+    """values[i] in sorted_set, vectorised."""
+    if len(sorted_set) == 0:
+        return np.zeros(len(values), bool)
+    pos = np.minimum(np.searchsorted(sorted_set, values), len(sorted_set) - 1)
+    return sorted_set[pos] == values
+
+
+def upper_view(reader: LsmReader, upper: Upper, key: object) -> UpperView:
+    """The UpperView of these sources, computed once per snapshot under `key` (the view's name)."""
+    cache = reader.search_cache
+    if ("upper", key) not in cache:
+        pk = list(reader.pk)
+        if upper:
+            winners = reader.winners(upper, tombstones=True)
+            live = winners.filter(pc.invert(winners.column(naming.TOMBSTONE_COLUMN)))
+            src = live.column(_SRC).to_numpy()
+            addr = live.column(_ADDR).to_numpy().astype(np.uint64)
+            by_position = {i: np.sort(addr[src == i]) for i, _ in upper}
+            keys = winners.select(pk)
+        else:
+            by_position, keys = {}, reader.output_schema(pk).empty_table()
+        cache["upper", key] = UpperView(by_position, keys)
+    return cache["upper", key]
+
+
+def shadowed_in_bulk(pk: list[str], keys: pa.Table, upper_keys: pa.Table) -> np.ndarray:
+    """Per row of `keys` (the key columns of base rows): whether a source above the base holds that key."""
+    if keys.num_rows == 0 or upper_keys.num_rows == 0:
+        return np.zeros(keys.num_rows, bool)
+    left = keys.select(pk).append_column(_MARK, pa.array(np.arange(keys.num_rows, dtype=np.int64)))
+    found = left.join(upper_keys.select(pk), keys=pk, join_type="left semi").column(_MARK).to_numpy()
+    out = np.zeros(keys.num_rows, bool)
+    out[found] = True
+    return out
+
+
+def base_keys(reader: LsmReader) -> pa.Table:
+    """The base version's key columns and `_rowaddr`, read once per base version (shared by readers)."""
+    ds = reader.base
+    key = (ds.uri, ds.version)
+    with _LOCK:
+        if key in _BASE_KEYS:
+            _BASE_KEYS.move_to_end(key)
+            return _BASE_KEYS[key]
+    keys = ds.to_table(columns=list(reader.pk), with_row_address=True)
+    with _LOCK:
+        _BASE_KEYS[key] = keys
+        while len(_BASE_KEYS) > _BASE_KEYS_CACHED:
+            _BASE_KEYS.popitem(last=False)
+    return keys
+
+
+def _bloom(reader: LsmReader, position: int, source: Source) -> BloomFilter | None:
+    """The generation's bloom filter when it has one and hashes keys as the base types them; cached."""
+    key = ("bloom", position)
+    cache = reader.search_cache
+    if key not in cache:
+        found = None
+        pk = reader.pk
+        same_type = len(pk) == 1 and source.dataset.schema.field(pk[0]).type == reader.base.schema.field(pk[0]).type
+        if source.path is not None and source.region_id is not None and same_type:
+            try:
+                found = read_bloom_filter(reader.store, source.region_id, source.path)
+            except CorruptFileError as e:
+                log.warning("region %s generation %d: %s; its keys are checked without it", source.region_id,
+                            source.generation, e)
+        cache[key] = found
+    return cache[key]
+
+
+def _key_set(reader: LsmReader, position: int, source: Source) -> frozenset:
+    """Every key the source holds (any version), as values (one key column) or tuples; cached."""
+    key = ("keys", position)
+    cache = reader.search_cache
+    if key not in cache:
+        t = source.dataset.to_table(columns=list(reader.pk))
+        cols = [t.column(c).to_pylist() for c in reader.pk]
+        cache[key] = frozenset(cols[0] if len(cols) == 1 else zip(*cols, strict=True))
+    return cache[key]
+
+
+def newer_versions(reader: LsmReader, keys: pa.Table, upper: Upper, check: NewerCheck | None = None
+                   ) -> np.ndarray:
+    """Per row of `keys` (base candidates' key columns): whether a source above the base holds that key.
+    Each generation's bloom filter first; its keys only for the candidates the filter may hold."""
+    n = keys.num_rows
+    found = np.zeros(n, bool)
+    if n == 0 or not upper:
+        return found
+    pk = list(reader.pk)
+    hashes = key_hashes(keys.column(pk[0])) if len(pk) == 1 else None
+    values = None
+    for position, source in upper:
+        todo = ~found
+        bloom = _bloom(reader, position, source) if hashes is not None else None
+        if bloom is not None:
+            maybe = bloom.might_contain_hashes(hashes)
+            if check is not None:
+                check.bloom_skips += int((todo & ~maybe).sum())
+            todo &= maybe
+        if not todo.any():
+            continue
+        if values is None:
+            cols = [keys.column(c).to_pylist() for c in pk]
+            values = cols[0] if len(cols) == 1 else list(zip(*cols, strict=True))
+        held = _key_set(reader, position, source)
+        if check is not None:
+            check.key_probes += int(todo.sum())
+        for i in np.nonzero(todo)[0]:
+            found[i] = values[i] in held
+    return found

@@ -1,0 +1,129 @@
+"""The read plan's newest-version check (memwal.newest_version): base candidates are checked against the
+generations above them through each generation's bloom filter first, then its keys; a generation with no
+bloom filter (or a corrupt one) is checked by its keys alone; whole-base questions join the keys."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import uuid
+
+import lance
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from memwal.bloom_filter import NUM_BLOCKS, BloomFilter, bloom_filter_path
+from memwal.newest_version import shadowed_in_bulk
+from memwal.reader import LsmReader
+from memwal.storage import lance_storage_options
+from memwal.table import MemWalTable
+
+from support.maintenance import flush_generation
+from support.tables import PK
+from support.vector_model import DIM, IVF_PQ_PARAMS, PARTITIONS, vector_column, vector_of
+
+SCHEMA = pa.schema([
+    pa.field("id", pa.int64(), nullable=False, metadata=PK),
+    pa.field("name", pa.string()),
+    pa.field("vec", pa.list_(pa.float32(), DIM)),
+])
+UPDATED = range(100, 110)  # base keys generation 1 rewrites
+DELETED = range(200, 205)  # base keys generation 2 deletes
+
+
+def table_of(names: dict[int, str]) -> pa.Table:
+    ids = sorted(names)
+    return pa.table({"id": pa.array(ids, pa.int64()), "name": [names[i] for i in ids],
+                     "vec": vector_column([names[i] for i in ids])}, schema=SCHEMA)
+
+
+@pytest.fixture
+def table(local_location):
+    """An IVF_PQ-indexed base of ids 0-299 and three unmerged generations of one region: 1 rewrites 100-109,
+    2 deletes 200-204, 3 adds 1000-1019. Returns the location, region and the newest-wins model."""
+    loc = local_location
+    model = {i: f"b{i}" for i in range(300)}
+    opts = lance_storage_options(loc.storage_options)
+    ds = lance.write_dataset(table_of(model), loc.uri, storage_options=opts)
+    ds.create_index("vec", "IVF_PQ", name="vec_idx", **IVF_PQ_PARAMS)
+    lance.dataset(loc.uri, storage_options=opts).initialize_mem_wal(maintained_indexes=["vec_idx"], unsharded=True)
+    region = str(uuid.uuid4())
+    rewrites = {i: f"g1-{i}" for i in UPDATED}
+    added = {i: f"g3-{i}" for i in range(1000, 1020)}
+    flush_generation(loc, region, table_of(rewrites))
+    flush_generation(loc, region, None, DELETED)
+    flush_generation(loc, region, table_of(added))
+    model.update(rewrites)
+    model.update(added)
+    for i in DELETED:
+        del model[i]
+    return loc, region, model
+
+
+def _bloom_files(loc, region: str) -> list[str]:
+    manifest = MemWalTable(loc.uri).manifest(region)
+    return [os.path.join(loc.uri, bloom_filter_path(region, fg.path)) for fg in manifest.flushed_generations]
+
+
+def _search_stale(reader: LsmReader, model: dict) -> list[dict]:
+    """Exact searches at the vectors the stale base rows (rewritten or deleted keys) still hold: each stale
+    row is its own query's nearest base candidate, so every one reaches the check."""
+    found = []
+    for i in [*UPDATED, *DELETED]:
+        got = reader.search(vector_of(f"b{i}"), k=5, nprobes=PARTITIONS, refine_factor=math.ceil(len(model) / 5) + 1)
+        for row in got.to_pylist():
+            assert model.get(row["id"]) == row["name"], f"query b{i}: row {row['id']} {row['name']!r} is stale"
+        found.append(reader.last_vector_plan)
+    return found
+
+
+def test_base_candidates_are_checked_by_bloom_filters_then_keys(table):
+    loc, _, model = table
+    plans = _search_stale(LsmReader(loc.uri), model)
+    assert sum(p.shadowed for p in plans) >= len(UPDATED) + len(DELETED), "the stale base rows were not candidates"
+    assert sum(p.bloom_skips for p in plans) > 0, "no generation was ruled out by its bloom filter"
+    # A key probe only where a bloom filter said "maybe": at least every shadowed candidate, far fewer than
+    # (candidates x generations).
+    probes = sum(p.key_probes for p in plans)
+    assert sum(p.shadowed for p in plans) <= probes < sum(p.bloom_skips + p.key_probes for p in plans)
+
+
+def test_a_generation_without_a_bloom_filter_is_checked_by_its_keys(table):
+    loc, region, model = table
+    for path in _bloom_files(loc, region):
+        os.remove(path)
+    plans = _search_stale(LsmReader(loc.uri), model)
+    assert sum(p.bloom_skips for p in plans) == 0
+    assert sum(p.key_probes for p in plans) >= sum(p.shadowed for p in plans) >= len(UPDATED) + len(DELETED)
+
+
+def test_a_corrupt_bloom_filter_is_logged_and_its_keys_checked(table, caplog):
+    loc, region, model = table
+    broken = _bloom_files(loc, region)[0]
+    with open(broken, "r+b") as f:
+        f.truncate(100)  # not a whole number of 32-byte blocks
+    with caplog.at_level(logging.WARNING, logger="memwal.newest_version"):
+        _search_stale(LsmReader(loc.uri), model)
+    assert any(region in r.getMessage() and "bloom_filter.bin" in r.getMessage() for r in caplog.records), \
+        [r.getMessage() for r in caplog.records]
+
+
+def test_a_bloom_filters_no_is_taken_as_certain(table):
+    """The check reads the bloom filters: one rewritten to hold no key makes its generation's versions
+    invisible to base candidates (as the spec has readers trust a filter's "no")."""
+    loc, region, model = table
+    rewrites = _bloom_files(loc, region)[0]  # generation 1: rewrites 100-109
+    with open(rewrites, "wb") as f:
+        f.write(BloomFilter(np.zeros((NUM_BLOCKS, 8), np.uint32)).to_bytes())
+    reader = LsmReader(loc.uri)
+    got = reader.search(vector_of("b100"), k=1, nprobes=PARTITIONS, refine_factor=400)
+    assert got.column("name").to_pylist() == ["b100"], "the bloom filter was not consulted"
+
+
+def test_shadowed_in_bulk_joins_composite_keys():
+    keys = pa.table({"a": [1, 1, 2, 3], "b": ["x", "y", "x", None]})
+    upper = pa.table({"a": [1, 2, 9], "b": ["y", "x", "x"]})
+    assert shadowed_in_bulk(["a", "b"], keys, upper).tolist() == [False, True, True, False]
+    assert shadowed_in_bulk(["a", "b"], keys, upper.slice(0, 0)).tolist() == [False] * 4
