@@ -89,11 +89,13 @@ def _default(f: Field) -> Any:
 class JobSpec:
     """One job: its options (the JobOptions class, whose fields say which job each belongs to: a `section`
     holding the job's options dataclass, and `option(job=...)` fields of its own) and its `run` (table,
-    JobOptions, regions, **hooks) -> JSON-ready summary."""
+    JobOptions, regions, **hooks) -> JSON-ready summary; its `plan` (table, JobOptions, regions) -> WorkPlan,
+    what it would do now from metadata only (memwal.job_plans), from which the engine is chosen."""
 
     name: str
     options: type
     run: Callable[..., dict[str, Any]] | None = None
+    plan: Callable[..., Any] | None = None
 
     @property
     def section(self) -> str | None:

@@ -1,5 +1,6 @@
 """The six jobs as `memwal.job_spec.JobSpec` objects (`SPECS`): each its options (declared on `JobOptions`
-and its options dataclass) and its run, the library function that does the work in this process.
+and its options dataclass), its plan (memwal.job_plans) and its run, the library function that does the work
+in this process.
 
 A run takes (table handle, JobOptions, regions, **hooks) and returns the JSON-ready summary; the hooks are
 what Spark passes (`memwal.jobs.run_job`). The jobs' modules are imported when a job runs, not before:
@@ -12,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from memwal.job_config import JobOptions
+from memwal.job_plans import plan_catchup, plan_compaction, plan_driver_only, plan_merge, plan_snapshot
 from memwal.job_spec import JobSpec
 
 if TYPE_CHECKING:
@@ -64,12 +66,12 @@ def _retention(table: MemWalTable, options: JobOptions, regions: Sequence[str] |
 
 
 SPECS: dict[str, JobSpec] = {s.name: s for s in (
-    JobSpec("merge", JobOptions, _merge),
-    JobSpec("catchup", JobOptions, _catchup),
-    JobSpec("snapshot", JobOptions, _snapshot),
-    JobSpec("gc", JobOptions, _gc),
-    JobSpec("compaction", JobOptions, _compaction),
-    JobSpec("retention", JobOptions, _retention),
+    JobSpec("merge", JobOptions, _merge, plan_merge),
+    JobSpec("catchup", JobOptions, _catchup, plan_catchup),
+    JobSpec("snapshot", JobOptions, _snapshot, plan_snapshot),
+    JobSpec("gc", JobOptions, _gc, plan_driver_only("gc")),
+    JobSpec("compaction", JobOptions, _compaction, plan_compaction),
+    JobSpec("retention", JobOptions, _retention, plan_driver_only("retention")),
 )}
 
 

@@ -44,7 +44,7 @@ def test_env_file_and_variable_override(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("entry, key, words", [
-    ({"uri": "/t", "engine": "sparky"}, "engine", "'sparky' is not one of spark, spark_connect, auto, in_process"),
+    ({"uri": "/t", "engine": "sparky"}, "engine", "'sparky' is not one of in_process, spark, spark_connect, auto"),
     ({"uri": "/t", "schedule": "every minute"}, "schedule", "not a cron expression"),
     ({"uri": "/t", "max_bytes_per_commit": "lots"}, "max_bytes_per_commit", "is not a size"),
     ({"uri": "/t", "apply": "rows"}, "apply", "must be one of auto, passes, fragments, not 'rows'"),

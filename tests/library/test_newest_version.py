@@ -113,7 +113,7 @@ def test_a_corrupt_bloom_filter_is_logged_and_its_keys_checked(table, caplog):
 def test_a_bloom_filters_no_is_taken_as_certain(table):
     """The check reads the bloom filters: one rewritten to hold no key makes its generation's versions
     invisible to base candidates (as the spec has readers trust a filter's "no")."""
-    loc, region, model = table
+    loc, region, _ = table
     rewrites = _bloom_files(loc, region)[0]  # generation 1: rewrites 100-109
     with open(rewrites, "wb") as f:
         f.write(BloomFilter(np.zeros((NUM_BLOCKS, 8), np.uint32)).to_bytes())

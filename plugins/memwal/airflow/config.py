@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from memwal import option_values
+from memwal.engines import ENGINES
 from memwal.job_config import DEFAULT_INLINE_THRESHOLD, GcConfig, JobOptions, MergeConfig
 from memwal.job_specs import SPECS
 from memwal.lag import THRESHOLD_KEYS, threshold_checks
@@ -73,7 +74,6 @@ __all__ = [
 TABLES_FILE_ENV = "MEMWAL_TABLES_FILE"
 TABLES_VARIABLE = "memwal_tables"
 DEFAULT_TABLES_FILE = Path(__file__).resolve().parents[3] / "dags" / "memwal_tables.yaml"
-ENGINES = ("spark", "spark_connect", "auto", "in_process")  # memwal.engines.ENGINES
 _TABLE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}$")
 _PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly",
             "@annually")
