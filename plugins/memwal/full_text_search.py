@@ -1,7 +1,9 @@
 """Full-text search over the LSM view (base table, flushed generations, MemTables) with one global BM25.
 
-Every source is asked through its own INVERTED index for the rows holding a query term (flat, counted, where
-it has none); only each key's newest live version counts (a stale or deleted row neither matches nor counts in
+The sources are the read plan's (memwal.search_plan): the base through its INVERTED index over its indexed
+fragments when the gap generations (merged, index not caught up) serve the rest through their own indexes;
+each source asked through its own INVERTED index for the rows holding a query term (flat, counted, where it
+has none); only each key's newest live version in that view counts (a stale or deleted row neither matches nor counts in
 the statistics); the filter is a prefilter on those rows. Scores are Lance's BM25 (k1 1.2, b 0.75, idf
 ln(1 + (N - df + 0.5) / (df + 0.5)), a repeated query term counted per occurrence) with the statistics of the
 whole live view: N = live rows with at least one term, avgdl = their terms / N, df = live rows holding the term.
@@ -22,7 +24,7 @@ import pyarrow as pa
 from memwal.errors import BadInputError
 from memwal.fts_tokenizer import TokenizerConfig, analyze, query_terms
 from memwal.newest_version import member
-from memwal.search_plan import is_inverted_index, live_addresses, source_index, unindexed_rows
+from memwal.search_plan import is_inverted_index, live_addresses, plan_sources, source_at
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -37,7 +39,7 @@ SCORE_COLUMN = "_score"
 _ADDR, _ID = "_rowaddr", "_rowid"
 # SourceTerms of immutable datasets (base versions, generations): (uri, version, column, config) -> value.
 _TERMS: OrderedDict[tuple, SourceTerms] = OrderedDict()
-_TERMS_CACHED = 16
+_TERMS_CACHED = 64  # the base, unmerged and gap generations of a few tables
 _TF_CACHED = 64  # per source: term -> frequencies per row
 _LOCK = threading.Lock()  # the caches are shared by the threads of a process
 
@@ -81,11 +83,6 @@ def _resolve_column(reader: LsmReader, column: str | None) -> tuple[str, Tokeniz
                     None)
     return column, TokenizerConfig.from_index_details(desc.details if desc else None,
                                                       index=desc.name if desc else column)
-
-
-def _live_addresses(reader: LsmReader, cache: dict) -> dict[int, np.ndarray]:
-    """Per source index: the sorted row addresses of the live newest versions (memwal.search_plan)."""
-    return live_addresses(reader)
 
 
 class SourceTerms:
@@ -150,20 +147,21 @@ def _fts(column: str, query: str) -> dict[str, Any]:
     return {"query": query, "columns": [column]}
 
 
-def _matching(source: Source, column: str, query: str) -> np.ndarray:
-    """Row addresses of the source's rows (any version) holding a query term, asked through its index."""
+def _matching(source: Source, column: str, query: str, fast_search: bool) -> np.ndarray:
+    """Row addresses of the source's rows (any version) holding a query term, asked through its index (over
+    its indexed fragments only with fast_search: the base when the gap generations serve the rest)."""
     t = source.dataset.to_table(full_text_query=_fts(column, query), columns=[], with_row_address=True,
-                                disable_scoring_autoprojection=True)
+                                fast_search=fast_search, disable_scoring_autoprojection=True)
     return t.column(_ADDR).to_numpy().astype(np.uint64)
 
 
-def _allowed(source: Source, column: str, query: str, filter: Filter, index: Any | None, pk: Sequence[str]
-             ) -> np.ndarray:
+def _allowed(source: Source, column: str, query: str, filter: Filter, index: Any | None, pk: Sequence[str],
+             fast_search: bool) -> np.ndarray:
     """Row addresses of the source's rows passing the filter (a prefilter of the index search)."""
     ds = source.dataset
     if index is not None:
         t = ds.to_table(full_text_query=_fts(column, query), columns=[pk[0]], filter=filter, prefilter=True,
-                        with_row_address=True, disable_scoring_autoprojection=True)
+                        fast_search=fast_search, with_row_address=True, disable_scoring_autoprojection=True)
     else:
         t = ds.to_table(columns=[pk[0]], filter=filter, with_row_address=True)
     return np.sort(t.column(_ADDR).to_numpy().astype(np.uint64))
@@ -203,11 +201,16 @@ def full_text_search(reader: LsmReader, query: str, *, column: str | None = None
     if not terms:
         return out_schema.empty_table()
 
-    live = _live_addresses(reader, cache)
+    # The read plan over the whole view (the statistics are the view's whatever the filter): the base over its
+    # indexed fragments when the gap generations serve the rest, those generations through their own indexes.
+    planned = plan_sources(reader, column, is_inverted_index)
+    view = planned[0].view if planned else ()
+    live = live_addresses(reader, view)
     unique = sorted(set(terms))
     total_terms, live_docs = 0, 0
-    found = []  # (source index, addresses, row ids, tf (unique terms x rows), doc lengths)
-    for i, source in enumerate(reader.sources):
+    found = []  # (planned source, addresses, row ids, tf (unique terms x rows), doc lengths)
+    for p in planned:
+        i, source, index = p.position, p.source, p.index
         terms_of = _source_terms(source, column, config, cache)
         if ("totals", i, column, config) not in cache:
             live_mask = np.zeros(len(terms_of.addrs), bool)
@@ -217,7 +220,6 @@ def full_text_search(reader: LsmReader, query: str, *, column: str | None = None
         source_terms, source_docs, live_mask = cache[("totals", i, column, config)]
         total_terms += source_terms
         live_docs += source_docs
-        index = source_index(reader, i, column, is_inverted_index)
         tf_all = np.stack([terms_of.tf(t) for t in unique])
         if index is None:
             plan.flat_sources += 1
@@ -225,14 +227,14 @@ def full_text_search(reader: LsmReader, query: str, *, column: str | None = None
             pos = np.nonzero(tf_all.any(axis=0))[0]
         else:
             plan.indexed_sources += 1
-            plan.rows_served_flat += unindexed_rows(reader, i, index)
-            pos = np.sort(terms_of.positions(_matching(source, column, query)))
+            plan.rows_served_flat += p.unindexed_rows
+            pos = np.sort(terms_of.positions(_matching(source, column, query, p.fast_search)))
         plan.candidates += len(pos)
         keep = live_mask[pos]
         plan.shadowed += int((~keep).sum())
         pos = pos[keep]
         if len(pos):
-            found.append((i, terms_of.addrs[pos], terms_of.row_ids[pos], tf_all[:, pos], terms_of.lengths[pos]))
+            found.append((p, terms_of.addrs[pos], terms_of.row_ids[pos], tf_all[:, pos], terms_of.lengths[pos]))
     plan.live_docs = live_docs
     if not found or live_docs == 0:
         return out_schema.empty_table()
@@ -247,15 +249,14 @@ def full_text_search(reader: LsmReader, query: str, *, column: str | None = None
 
     regions = reader.regions_for(filter)
     parts = []  # per source: scores, generation, addresses, source index, row ids of its matching rows
-    for i, addrs, ids, tf, lengths in found:
-        source = reader.sources[i]
+    for p, addrs, ids, tf, lengths in found:
+        i, source = p.position, p.source
         if regions is not None and source.region_id is not None and source.region_id not in regions:
             continue
         scores = bm25(tf[rows].astype(np.float64), lengths.astype(np.float64), weights, avg)
         keep = scores > 0
         if filter is not None:
-            index = source_index(reader, i, column, is_inverted_index)
-            keep &= member(addrs, _allowed(source, column, query, filter, index, reader.pk))
+            keep &= member(addrs, _allowed(source, column, query, filter, p.index, reader.pk, p.fast_search))
         n = int(keep.sum())
         parts.append((scores[keep], np.full(n, source.generation), addrs[keep], np.full(n, i), ids[keep]))
     if not parts:
@@ -272,7 +273,7 @@ def full_text_search(reader: LsmReader, query: str, *, column: str | None = None
     fetched = {}
     for i, ids in by_source.items():
         ids = sorted(ids)  # in row id order, so the rows come back in this order even if Lance sorts them
-        t = reader.sources[i].dataset._take_rows(ids, columns=columns)
+        t = source_at(reader, i).dataset._take_rows(ids, columns=columns)
         fetched[i] = dict(zip(ids, range(t.num_rows), strict=True)), t.cast(reader.output_schema(columns))
     parts = [fetched[s[3]][1].slice(fetched[s[3]][0][s[4]], 1) for s in top]
     result = pa.concat_tables(parts).combine_chunks()

@@ -155,15 +155,34 @@ def test_filter_is_a_prefilter_on_the_newest_versions(lsm, filter):
 
 
 def test_plan_counts_indexed_and_flat_sources(lsm):
-    """The base is searched through its INVERTED index (its merged, not yet indexed rows flat); our writer's
-    generation through the INVERTED index its flush built; the MemTable has none and is read flat; all are
-    counted."""
+    """The spec's read plan: the base through its INVERTED index over its indexed fragments only; generation 1
+    (merged, index not caught up: the gap) and generation 2 through the INVERTED indexes their flush built;
+    the MemTable has none and is read flat (its 11 rows: the only rows served flat); all are counted."""
     reader, _ = lsm
     reader.full_text_search("quartz")
     plan = reader.last_fts_plan
-    assert plan.indexed_sources == 2 and plan.flat_sources == 1, plan.to_dict()
-    assert plan.rows_served_flat >= 60 + 10, plan.to_dict()
+    assert plan.indexed_sources == 3 and plan.flat_sources == 1, plan.to_dict()
+    assert plan.rows_served_flat == 11, "the gap's 60 base rows should be served by generation 1's own index"
     assert plan.shadowed > 0, "the updated base rows holding 'quartz' should be seen and dropped as stale"
+
+
+def test_the_gap_is_served_by_the_gap_generation_and_the_base_fast_searched(lsm, monkeypatch):
+    """Lance is asked for the base's matches over its indexed fragments only (fast_search) and for generation
+    1's through its own index; the scores stay one global BM25 (test above)."""
+    from memwal import full_text_search as fts
+
+    asked = []
+    real = fts._matching
+
+    def spy(source, column, query, fast_search):
+        asked.append((source.generation, fast_search))
+        return real(source, column, query, fast_search)
+
+    monkeypatch.setattr(fts, "_matching", spy)
+    reader, model = lsm
+    keys, scores = _ours(reader, "quartz zeta", 1000)
+    assert_ranking(keys, scores, global_bm25(model, "quartz zeta"), 1000, "with the gap generation")
+    assert sorted(asked) == [(0, True), (1, False), (2, False)], asked
 
 
 def test_scores_match_lance_fts_on_a_plain_base_table(local_location):
