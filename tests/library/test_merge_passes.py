@@ -15,11 +15,11 @@ from lance.mem_wal import CompactedSsTable
 from lance.optimize import Compaction, CompactionOptions
 
 from memwal import merge_commit
-from memwal.mem_wal_index import load_index, read_details_at
+from memwal.mem_wal_index import load_index
 from memwal.merge import MergeConfig
-from memwal.reader import LsmReader
 
-from support.maintenance import merge_region, merge_without_our_lock, write_generations
+from support.maintenance import merge_region, merge_without_our_lock
+from support.merge_passes import exact_everywhere, lsm_view, passes_table
 from support.tables import lance_core_scan, open_base, rows, view
 
 ONE = MergeConfig(max_generations_per_commit=1)
@@ -34,36 +34,8 @@ def join_path(request, monkeypatch) -> str:
     return request.param
 
 
-def _table(loc, gens, fragment_rows: int = 1024) -> str:
-    """Base ids 0..9 (fragments of fragment_rows rows), a BTREE on the key, MemWAL, and one region whose
-    generations are gens: (put_ids, tag, delete_ids) each. Returns the region id."""
-    lance.write_dataset(rows(range(10), "base"), loc.uri, max_rows_per_file=fragment_rows)
-    open_base(loc).create_scalar_index("id", "BTREE")
-    open_base(loc).initialize_mem_wal(unsharded=True)
-    region = str(uuid.uuid4())
-    write_generations(loc, region, gens)
-    return region
-
-
-def _lsm(loc, version=None) -> dict:
-    return view(LsmReader(loc.uri, version=version).scan())
-
-
 def _base_ids(loc) -> set[int]:
     return set(open_base(loc).to_table().column("id").to_pylist())
-
-
-def _exact_everywhere(loc, v0: int, model: dict) -> None:
-    """The LSM view equals the model at every version from v0 on, progress never goes back, and the
-    latest base table is the model (everything merged)."""
-    merged = []
-    for v in range(v0, open_base(loc).version + 1):
-        assert _lsm(loc, v) == model, f"the LSM view at table version {v} differs from the model"
-        merged.append(dict(read_details_at(loc.store(), v).merged_generations))
-    for region in merged[-1]:
-        gens = [m.get(region, 0) for m in merged]
-        assert gens == sorted(gens), f"merged_generations went back: {gens}"
-    assert view(open_base(loc).to_table()) == model
 
 
 def _between_passes(monkeypatch, action) -> None:
@@ -100,13 +72,13 @@ def test_a_reader_between_the_passes_sees_the_exact_lsm_view(local_location, mon
     and shadow the base, so the view is exact.
     """
     loc = local_location
-    region = _table(loc, GENS)
-    model, v0 = _lsm(loc), open_base(loc).version
+    region = passes_table(loc, GENS)
+    model, v0 = lsm_view(loc), open_base(loc).version
     seen = []
 
     def read(n: int) -> None:
         seen.append((n, sorted({3, 4, 20} - _base_ids(loc)), load_index(loc.uri).merged_generations))
-        assert _lsm(loc) == model, "our reader between the passes differs from the model"
+        assert lsm_view(loc) == model, "our reader between the passes differs from the model"
         assert view(lance_core_scan(loc)) == model, "Lance core's reader between the passes differs"
 
     _between_passes(monkeypatch, read)
@@ -114,7 +86,7 @@ def test_a_reader_between_the_passes_sees_the_exact_lsm_view(local_location, mon
     # gen 1's delete pass removed 3 and 4 (20 not inserted yet); gen 2's removed 20 (3 comes back in its
     # upsert pass); gen 3 has no deletes: one pass, nothing in between
     assert seen == [(1, [3, 4, 20], {}), (2, [3, 4, 20], {region: 1})], seen
-    _exact_everywhere(loc, v0, model)
+    exact_everywhere(loc, v0, model)
 
 
 def test_a_merger_without_our_lock_reinserting_a_deleted_key_before_our_delete_pass(local_location, monkeypatch):
@@ -125,8 +97,8 @@ def test_a_merger_without_our_lock_reinserting_a_deleted_key_before_our_delete_p
     refuse it); with retries off we reopen, see progress moved, and plan again: nothing left to merge.
     """
     loc = local_location
-    region = _table(loc, [([20], "g1", [5]), ([5], "g2", [])])
-    model, v0 = _lsm(loc), open_base(loc).version
+    region = passes_table(loc, [([20], "g1", [5]), ([5], "g2", [])])
+    model, v0 = lsm_view(loc), open_base(loc).version
     assert model[5] == ("g25", 2.5)
 
     def other_merger(n: int) -> None:
@@ -137,14 +109,14 @@ def test_a_merger_without_our_lock_reinserting_a_deleted_key_before_our_delete_p
     ours = merge_region(loc.uri, None, region, ONE)
     assert checks[0] == v0, "our delete pass was checked at the version we planned from"
     assert ours.conflicts == 1 and ours.generations == [] and ours.generations_merged_by_others == 2
-    _exact_everywhere(loc, v0, model)
+    exact_everywhere(loc, v0, model)
 
 
 def test_lance_retry_of_a_delete_pass_deletes_a_key_reinserted_meanwhile(local_location):
     """Why merge_commit turns Lance's retry off: a delete pass from version v that conflicts is rerun by
     Lance on the latest version, where it deletes the row a later commit re-inserted."""
     loc = local_location
-    _table(loc, [])
+    passes_table(loc, [])
     stale = open_base(loc)
     open_base(loc).merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(
         rows([5], "later"))
@@ -161,8 +133,8 @@ def test_a_merger_without_our_lock_between_our_passes(local_location, monkeypatc
     delete 5 for good.
     """
     loc = local_location
-    region = _table(loc, [([5], "g1", []), ([20], "g2", [5])])
-    model, v0 = _lsm(loc), open_base(loc).version
+    region = passes_table(loc, [([5], "g1", []), ([20], "g2", [5])])
+    model, v0 = lsm_view(loc), open_base(loc).version
     assert 5 not in model
 
     def other_merger(n: int) -> None:
@@ -174,15 +146,15 @@ def test_a_merger_without_our_lock_between_our_passes(local_location, monkeypatc
     _between_passes(monkeypatch, other_merger)
     ours = merge_region(loc.uri, None, region, MergeConfig(max_generations_per_commit=2))
     assert ours.conflicts == 1 and ours.generations == [2] and ours.generations_merged_by_others == 1
-    _exact_everywhere(loc, v0, model)
+    exact_everywhere(loc, v0, model)
 
 
 def test_a_compaction_between_the_passes(local_location, monkeypatch):
     """Our delete pass | a compaction rewrites the fragments (materialising its deletions) | our upsert
     pass runs on the compacted version."""
     loc = local_location
-    region = _table(loc, GENS, fragment_rows=3)
-    model, v0 = _lsm(loc), open_base(loc).version
+    region = passes_table(loc, GENS, fragment_rows=3)
+    model, v0 = lsm_view(loc), open_base(loc).version
     fragments = []
 
     def compact(n: int) -> None:
@@ -194,7 +166,7 @@ def test_a_compaction_between_the_passes(local_location, monkeypatch):
     ours = merge_region(loc.uri, None, region, ONE)
     assert len(fragments) == 2 and fragments[0] == (4, 1), fragments  # 4 fragments of 3 rows into one
     assert ours.generations == [1, 2, 3] and ours.conflicts == 0
-    _exact_everywhere(loc, v0, model)
+    exact_everywhere(loc, v0, model)
 
 
 def test_a_compaction_committing_inside_a_pass_is_a_conflict_we_rerun(local_location, monkeypatch):
@@ -204,8 +176,8 @@ def test_a_compaction_committing_inside_a_pass_is_a_conflict_we_rerun(local_loca
     no replan, the marker moves once.
     """
     loc = local_location
-    region = _table(loc, [([7, 20], "g1", [3])], fragment_rows=3)  # the update of 7 touches a fragment
-    model, v0 = _lsm(loc), open_base(loc).version
+    region = passes_table(loc, [([7, 20], "g1", [3])], fragment_rows=3)  # the update of 7 touches a fragment
+    model, v0 = lsm_view(loc), open_base(loc).version
 
     def compact(n: int) -> None:
         if n == 2:  # the upsert pass's first check (the first is the delete pass's)
@@ -215,15 +187,15 @@ def test_a_compaction_committing_inside_a_pass_is_a_conflict_we_rerun(local_loca
     ours = merge_region(loc.uri, None, region, ONE)
     assert len(checks) == 3 and checks[2] > checks[1], "the upsert pass conflicted and ran again, compacted"
     assert ours.generations == [1] and ours.conflicts == 0
-    _exact_everywhere(loc, v0, model)
+    exact_everywhere(loc, v0, model)
 
 
 def test_a_compaction_planned_before_the_passes_and_committed_between_them_is_refused(local_location, monkeypatch):
     """A compaction planned and executed before our delete pass commits after it: Lance refuses the
     compaction (retryable conflict: it rewrote fragments our pass changed); our merge is unaffected."""
     loc = local_location
-    region = _table(loc, GENS[:1], fragment_rows=3)
-    model, v0 = _lsm(loc), open_base(loc).version
+    region = passes_table(loc, GENS[:1], fragment_rows=3)
+    model, v0 = lsm_view(loc), open_base(loc).version
     options = CompactionOptions(target_rows_per_fragment=1000)
     plan = Compaction.plan(open_base(loc), options)
     rewrites = [task.execute(open_base(loc)) for task in plan.tasks]
@@ -238,7 +210,7 @@ def test_a_compaction_planned_before_the_passes_and_committed_between_them_is_re
     _between_passes(monkeypatch, commit_compaction)
     assert merge_region(loc.uri, None, region, ONE).generations == [1]
     assert len(refused) == 1 and "conflict" in refused[0].lower(), refused
-    _exact_everywhere(loc, v0, model)
+    exact_everywhere(loc, v0, model)
 
 
 def _passes(monkeypatch) -> list[tuple[str, int, bool, str]]:
@@ -266,8 +238,8 @@ def test_the_upsert_pass_reads_the_version_before_our_delete_pass_and_keeps_its_
     key scan) and Lance rebases it onto v+1: both deletion vectors kept, the deleted keys stay deleted.
     """
     loc = local_location
-    region = _table(loc, GENS, fragment_rows=3)  # the deletes and the updates share fragments
-    model, v0 = _lsm(loc), open_base(loc).version
+    region = passes_table(loc, GENS, fragment_rows=3)  # the deletes and the updates share fragments
+    model, v0 = lsm_view(loc), open_base(loc).version
     ran = _passes(monkeypatch)
     assert merge_region(loc.uri, None, region, ONE).generations == [1, 2, 3]
     # gens 1 and 2 carry deletes and upserts; gen 3 upserts only (one pass, on the latest version)
@@ -277,7 +249,7 @@ def test_the_upsert_pass_reads_the_version_before_our_delete_pass_and_keeps_its_
         assert u[2] and u[1] == d[1], f"the upsert pass did not read the version our delete pass read: {ran}"
     assert not u3[2]
     assert {3, 4, 20} - _base_ids(loc) == {4, 20}  # 3 re-inserted by gen 2, 4 and 20 deleted for good
-    _exact_everywhere(loc, v0, model)
+    exact_everywhere(loc, v0, model)
 
 
 @pytest.mark.parametrize("stable_row_ids", [False, True], ids=["row-addresses", "stable-row-ids"])
@@ -314,8 +286,8 @@ def test_a_merger_without_our_lock_commits_after_the_check_of_an_upsert_pass_rea
     refuses it (stale marker or conflict), we plan again and find nothing left to merge.
     """
     loc = local_location
-    region = _table(loc, [([20], "g1", [3]), ([20], "g2", [])])
-    model, v0 = _lsm(loc), open_base(loc).version
+    region = passes_table(loc, [([20], "g1", [3]), ([20], "g2", [])])
+    model, v0 = lsm_view(loc), open_base(loc).version
     assert model[20] == ("g220", 10.0) and 3 not in model
 
     def other_merger(n: int) -> None:
@@ -330,7 +302,7 @@ def test_a_merger_without_our_lock_commits_after_the_check_of_an_upsert_pass_rea
     upsert = [p for p in ran if p[0] == "upsert" and p[2]]  # the other merger's, then ours
     assert upsert and upsert[-1][3] != "ok", f"our upsert read before our delete was not refused: {ran}"
     assert ours.conflicts == 1 and ours.generations == [] and ours.generations_merged_by_others == 2
-    _exact_everywhere(loc, v0, model)
+    exact_everywhere(loc, v0, model)
 
 
 def test_a_composite_key_deletes_with_a_merge_insert_and_upserts_on_the_latest_version(local_location,

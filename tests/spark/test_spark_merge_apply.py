@@ -9,12 +9,12 @@ import uuid
 from types import SimpleNamespace
 
 import pytest
-from test_merge_passes import _exact_everywhere, _lsm, _table
 
 from memwal import merge_apply
 from memwal.merge import MergeConfig, merge_table
 from spark_jobs.task_runner import spark_runner
 
+from support.merge_passes import exact_everywhere, lsm_view, passes_table
 from support.tables import open_base, view
 
 pytestmark = pytest.mark.spark
@@ -32,14 +32,14 @@ def _loc(tmp_path) -> SimpleNamespace:
 
 def test_the_apply_on_spark_equals_the_two_pass_merge_in_process(spark, tmp_path):
     ours, theirs = _loc(tmp_path), _loc(tmp_path)
-    _table(ours, GENS, fragment_rows=3)
-    _table(theirs, GENS, fragment_rows=3)
-    model, v0 = _lsm(ours), open_base(ours).version
+    passes_table(ours, GENS, fragment_rows=3)
+    passes_table(theirs, GENS, fragment_rows=3)
+    model, v0 = lsm_view(ours), open_base(ours).version
     summary = merge_table(ours.uri, config=MergeConfig(max_generations_per_commit=1, apply="fragments"),
                           runner=spark_runner(spark, "test apply"), parallelism=2)
     assert not summary.failed_regions and summary.table_commits == 6, summary  # an Update and a marker each
     merge_table(theirs.uri, config=MergeConfig(max_generations_per_commit=1, apply="passes"))
-    _exact_everywhere(ours, v0, model)
+    exact_everywhere(ours, v0, model)
     assert view(open_base(ours).to_table()) == view(open_base(theirs).to_table()) == model
 
 
@@ -47,8 +47,8 @@ def test_an_executor_lost_mid_apply_commits_nothing_and_the_merge_retries(spark,
     """The first apply task's Python worker exits (os._exit) on its first attempt: the Spark job fails, the
     apply raises ApplyTaskError before any commit, the merge retries and ends exact."""
     loc = _loc(tmp_path)
-    _table(loc, GENS[:1], fragment_rows=3)
-    model, v0 = _lsm(loc), open_base(loc).version
+    passes_table(loc, GENS[:1], fragment_rows=3)
+    model, v0 = lsm_view(loc), open_base(loc).version
     flag = tmp_path / "died-once"
 
     def dying(real):
@@ -66,7 +66,7 @@ def test_an_executor_lost_mid_apply_commits_nothing_and_the_merge_retries(spark,
     assert flag.exists(), "no task died"
     (region,) = summary.regions
     assert region.generations == [1] and region.conflicts == 1, region
-    _exact_everywhere(loc, v0, model)
+    exact_everywhere(loc, v0, model)
 
 
 def test_the_spark_merge_job_applies_staged_upserts_on_the_executors(spark, tmp_path):
@@ -77,9 +77,9 @@ def test_the_spark_merge_job_applies_staged_upserts_on_the_executors(spark, tmp_
     from spark_jobs.task_runner import default_parallelism
 
     ours, theirs = _loc(tmp_path), _loc(tmp_path)
-    _table(ours, GENS, fragment_rows=3)
-    _table(theirs, GENS, fragment_rows=3)
-    model, v0 = _lsm(ours), open_base(ours).version
+    passes_table(ours, GENS, fragment_rows=3)
+    passes_table(theirs, GENS, fragment_rows=3)
+    model, v0 = lsm_view(ours), open_base(ours).version
     opened, staged = [], []
     base = spark_dedup(spark, inline_bytes=0)
 
@@ -103,7 +103,7 @@ def test_the_spark_merge_job_applies_staged_upserts_on_the_executors(spark, tmp_
     assert staged and all(staged), f"every batch staged its upserts: {staged}"
     assert not opened, "the driver opened staged upserts"
     merge_table(theirs.uri, config=MergeConfig(max_generations_per_commit=1, apply="passes"))
-    _exact_everywhere(ours, v0, model)
+    exact_everywhere(ours, v0, model)
     assert view(open_base(ours).to_table()) == view(open_base(theirs).to_table()) == model
 
 
@@ -120,8 +120,8 @@ def test_an_older_generation_merged_between_our_update_and_marker_on_spark_is_me
     from support.tables import rows
 
     loc = _loc(tmp_path)
-    region = _table(loc, [([5], "g1", []), ([5, 50000], "g2", [])])
-    model, v0 = _lsm(loc), open_base(loc).version
+    region = passes_table(loc, [([5], "g1", []), ([5, 50000], "g2", [])])
+    model, v0 = lsm_view(loc), open_base(loc).version
     real, calls = merge_commit.check_progress, []
 
     def hooked(table, since):
@@ -136,4 +136,4 @@ def test_an_older_generation_merged_between_our_update_and_marker_on_spark_is_me
                           runner=spark_runner(spark, "test window"), parallelism=2)
     assert not summary.failed_regions and summary.regions[0].conflicts == 1, summary
     assert view(open_base(loc).to_table())[5] == ("g25", 2.5), "gen 2's row of key 5 must win"
-    _exact_everywhere(loc, v0, model)
+    exact_everywhere(loc, v0, model)
