@@ -186,11 +186,13 @@ def _source_rows(reader: LsmReader, position: int, columns: tuple[str, ...], sch
 def _rows(reader: LsmReader, parts: list, picked: np.ndarray, columns: list[str], schema: pa.Schema) -> pa.Table:
     """The picked candidates' rows, in order: sliced from an indexed source's query result, or from the small
     source's rows read once per snapshot (_source_rows)."""
-    out = []
+    out, cast = [], {}
     for j, i in picked:
         table, _, _, addrs, positions = parts[j]
         if table is not None:
-            out.append(table.select(columns).cast(schema).slice(int(i), 1))
+            if j not in cast:
+                cast[j] = table.select(columns).cast(schema)
+            out.append(cast[j].slice(int(i), 1))
             continue
         sorted_addrs, rows = _source_rows(reader, int(positions[i]), tuple(columns), schema)
         out.append(rows.slice(int(np.searchsorted(sorted_addrs, addrs[i])), 1))
