@@ -9,7 +9,6 @@ import uuid
 import lance
 import pyarrow as pa
 import pytest
-from test_merge_passes import _exact_everywhere, _lsm, _table
 
 from memwal import merge_apply
 from memwal.mem_wal_index import load_index
@@ -17,6 +16,7 @@ from memwal.merge import MergeConfig
 
 from support.apply_runner import pickling_runner, use_fragment_apply
 from support.maintenance import merge_region, merge_without_our_lock, write_generations
+from support.merge_passes import exact_everywhere, lsm_view, passes_table
 from support.tables import lance_core_scan, open_base, rows, view
 
 ONE = MergeConfig(max_generations_per_commit=1, apply="fragments")
@@ -61,7 +61,7 @@ def _passes_result(tmp_path, gens, fragment_rows: int) -> dict:
 
     loc = SimpleNamespace(uri=str(tmp_path / f"passes-{uuid.uuid4().hex}"), storage_options=None)
     loc.store = lambda: None
-    region = _table(loc, gens, fragment_rows)
+    region = passes_table(loc, gens, fragment_rows)
     merge_region(loc.uri, None, region, MergeConfig(max_generations_per_commit=1, apply="passes"))
     return view(open_base(loc).to_table())
 
@@ -69,10 +69,10 @@ def _passes_result(tmp_path, gens, fragment_rows: int) -> dict:
 @pytest.mark.parametrize("fragment_rows", [3, 1024])
 def test_the_apply_equals_the_two_pass_merge(local_location, tmp_path, monkeypatch, fragment_rows):
     loc = local_location
-    region = _table(loc, GENS, fragment_rows)
-    model, v0 = _lsm(loc), open_base(loc).version
+    region = passes_table(loc, GENS, fragment_rows)
+    model, v0 = lsm_view(loc), open_base(loc).version
     assert merge_region(loc.uri, None, region, ONE).generations == [1, 2, 3]
-    _exact_everywhere(loc, v0, model)
+    exact_everywhere(loc, v0, model)
     monkeypatch.undo()
     assert view(open_base(loc).to_table()) == _passes_result(tmp_path, GENS, fragment_rows) == model
 
@@ -81,14 +81,14 @@ def test_a_reader_between_the_update_and_the_marker_sees_the_exact_view(local_lo
     """Update committed (replacement rows and deletions in the base, merged_generations unmoved) | readers,
     ours and Lance core's | the marker commit. The generations still shadow those keys: exact."""
     loc = local_location
-    region = _table(loc, GENS, fragment_rows=3)
-    model, v0 = _lsm(loc), open_base(loc).version
+    region = passes_table(loc, GENS, fragment_rows=3)
+    model, v0 = lsm_view(loc), open_base(loc).version
     seen = []
 
     def read(n: int) -> None:
         base = view(open_base(loc).to_table())
         seen.append((n, load_index(loc.uri).merged_generations.get(region, 0), 4 in base, base.get(5)))
-        assert _lsm(loc) == model, "our reader between the Update and the marker differs from the model"
+        assert lsm_view(loc) == model, "our reader between the Update and the marker differs from the model"
         assert view(lance_core_scan(loc)) == model, "Lance core's reader between the commits differs"
 
     _at(monkeypatch, "merge.between_update_and_marker", read)
@@ -96,7 +96,7 @@ def test_a_reader_between_the_update_and_the_marker_sees_the_exact_view(local_lo
     # after gen 1's Update: 4 deleted and 5 replaced in the base, the marker still at 0
     assert seen[0] == (1, 0, False, ("g15", 2.5)), seen
     assert [s[1] for s in seen] == [0, 1, 2], seen
-    _exact_everywhere(loc, v0, model)
+    exact_everywhere(loc, v0, model)
 
 
 def test_a_crash_between_the_update_and_the_marker_reruns_to_the_same_result(local_location, tmp_path,
@@ -104,8 +104,8 @@ def test_a_crash_between_the_update_and_the_marker_reruns_to_the_same_result(loc
     """The process dies after gen 2's Update; the rerun plans gen 2 again, finds its replaced keys at their new
     addresses and writes them again, deletes nothing twice, and moves the marker once."""
     loc = local_location
-    region = _table(loc, GENS, fragment_rows=3)
-    model, v0 = _lsm(loc), open_base(loc).version
+    region = passes_table(loc, GENS, fragment_rows=3)
+    model, v0 = lsm_view(loc), open_base(loc).version
 
     def die(n: int) -> None:
         if n == 2:
@@ -116,12 +116,12 @@ def test_a_crash_between_the_update_and_the_marker_reruns_to_the_same_result(loc
         merge_region(loc.uri, None, region, ONE)
     assert load_index(loc.uri).merged_generations == {region: 1}
     assert 20 not in view(open_base(loc).to_table()), "gen 2's Update (deleting 20) was committed"
-    assert _lsm(loc) == model and view(lance_core_scan(loc)) == model
+    assert lsm_view(loc) == model and view(lance_core_scan(loc)) == model
     use_fragment_apply(monkeypatch)  # the rerun (a new process: no fault)
     monkeypatch.setattr(merge_apply, "fault_point", lambda name: None)
     rerun = merge_region(loc.uri, None, region, ONE)
     assert rerun.generations == [2, 3] and rerun.generations_merged_by_others == 0
-    _exact_everywhere(loc, v0, model)
+    exact_everywhere(loc, v0, model)
     assert view(open_base(loc).to_table()) == _passes_result(tmp_path, GENS, 3)
 
 
@@ -130,8 +130,8 @@ def test_a_compaction_between_the_apply_and_the_update_makes_it_replan(local_loc
     our Update (read version v) is refused by Lance; nothing of it is visible; we replan on the compacted
     version and commit once."""
     loc = local_location
-    region = _table(loc, GENS[:1], fragment_rows=3)
-    model, v0 = _lsm(loc), open_base(loc).version
+    region = passes_table(loc, GENS[:1], fragment_rows=3)
+    model, v0 = lsm_view(loc), open_base(loc).version
     versions = []
 
     def compact(n: int) -> None:
@@ -143,7 +143,7 @@ def test_a_compaction_between_the_apply_and_the_update_makes_it_replan(local_loc
     ours = merge_region(loc.uri, None, region, ONE)
     assert ours.generations == [1] and len(hits) == 2, "the Update was refused and the apply replanned once"
     assert view(open_base(loc, versions[0]).to_table()) == view(open_base(loc, v0).to_table())
-    _exact_everywhere(loc, v0, model)
+    exact_everywhere(loc, v0, model)
 
 
 def test_a_row_delete_on_a_planned_fragment_makes_the_update_replan(local_location, monkeypatch):
@@ -151,7 +151,7 @@ def test_a_row_delete_on_a_planned_fragment_makes_the_update_replan(local_locati
     base key 5 (another row of that fragment) commits | our Update would overwrite that fragment's deletion
     vector: Lance refuses it; we replan on the latest version and both deletions stand."""
     loc = local_location
-    region = _table(loc, [([20], "g1", [4])], fragment_rows=3)
+    region = passes_table(loc, [([20], "g1", [4])], fragment_rows=3)
     v0 = open_base(loc).version
 
     def delete_five(n: int) -> None:
@@ -186,8 +186,8 @@ def test_a_merger_without_our_lock_updating_our_keys_after_our_check_is_refused(
     it; we replan, see progress moved and find nothing left to merge.
     """
     loc = local_location
-    region = _table(loc, [([5], "g1", [])])
-    model, v0 = _lsm(loc), open_base(loc).version
+    region = passes_table(loc, [([5], "g1", [])])
+    model, v0 = lsm_view(loc), open_base(loc).version
 
     def other() -> None:
         merge_without_our_lock(loc.uri, None, region, config=MergeConfig(apply="passes"))
@@ -195,7 +195,7 @@ def test_a_merger_without_our_lock_updating_our_keys_after_our_check_is_refused(
     _after_final_check(monkeypatch, other)
     ours = merge_region(loc.uri, None, region, ONE)
     assert ours.generations == [] and ours.generations_merged_by_others == 1 and ours.conflicts == 1
-    _exact_everywhere(loc, v0, model)
+    exact_everywhere(loc, v0, model)
 
 
 def test_a_merger_without_our_lock_inserting_fresh_keys_after_our_check(local_location, monkeypatch):
@@ -207,8 +207,8 @@ def test_a_merger_without_our_lock_inserting_fresh_keys_after_our_check(local_lo
     replaces 5 again with the same row.
     """
     loc = local_location
-    region = _table(loc, [([20], "g1", []), ([5], "g2", [])])
-    model, v0 = _lsm(loc), open_base(loc).version
+    region = passes_table(loc, [([20], "g1", []), ([5], "g2", [])])
+    model, v0 = lsm_view(loc), open_base(loc).version
 
     def other() -> None:
         merge_without_our_lock(loc.uri, None, region, config=MergeConfig(apply="passes"), up_to_generation=1)
@@ -216,15 +216,15 @@ def test_a_merger_without_our_lock_inserting_fresh_keys_after_our_check(local_lo
     _after_final_check(monkeypatch, other)
     ours = merge_region(loc.uri, None, region, TWO)
     assert ours.conflicts == 1 and ours.generations == [2] and ours.generations_merged_by_others == 1
-    _exact_everywhere(loc, v0, model)
+    exact_everywhere(loc, v0, model)
 
 
 def test_a_task_failing_on_its_first_attempt_commits_nothing_and_the_merge_retries(local_location, monkeypatch):
     """An executor lost mid-apply: the first apply's first task wrote its fragment, the next raised.
     Nothing was committed by that attempt (no table version), the merge retries it and ends exact."""
     loc = local_location
-    region = _table(loc, GENS, fragment_rows=3)
-    model, v0 = _lsm(loc), open_base(loc).version
+    region = passes_table(loc, GENS, fragment_rows=3)
+    model, v0 = lsm_view(loc), open_base(loc).version
     calls = []
 
     def flaky(fn, tasks, /):
@@ -249,7 +249,7 @@ def test_a_task_failing_on_its_first_attempt_commits_nothing_and_the_merge_retri
     monkeypatch.setattr(merge_apply, "_run", spy)
     ours = merge_region(loc.uri, None, region, ONE)
     assert ours.generations == [1, 2, 3] and ours.conflicts == 1
-    _exact_everywhere(loc, v0, model)
+    exact_everywhere(loc, v0, model)
 
 
 def test_stable_row_ids_keep_their_ids_as_lance_merge_insert_does(local_location, monkeypatch):
@@ -261,7 +261,7 @@ def test_stable_row_ids_keep_their_ids_as_lance_merge_insert_does(local_location
     open_base(loc).initialize_mem_wal(unsharded=True)
     region = str(uuid.uuid4())
     write_generations(loc, region, GENS)
-    model, v0 = _lsm(loc), open_base(loc).version
+    model, v0 = lsm_view(loc), open_base(loc).version
     ids = {r["id"]: r["_rowid"] for r in open_base(loc).to_table(with_row_id=True).to_pylist()}
     applied = []
     real = merge_apply.plan_apply
@@ -270,7 +270,7 @@ def test_stable_row_ids_keep_their_ids_as_lance_merge_insert_does(local_location
     assert not applied, "a stable-row-id table went through the fragment apply"
     after = {r["id"]: r["_rowid"] for r in open_base(loc).to_table(with_row_id=True).to_pylist()}
     assert after[5] == ids[5] and after[7] == ids[7], "updated rows keep their stable row id"
-    _exact_everywhere(loc, v0, model)
+    exact_everywhere(loc, v0, model)
 
 
 def test_the_apply_locates_rows_through_the_lookup_and_deletes_by_offset(local_location):
@@ -278,7 +278,7 @@ def test_the_apply_locates_rows_through_the_lookup_and_deletes_by_offset(local_l
     from memwal.table import MemWalTable
 
     loc = local_location
-    _table(loc, [], fragment_rows=3)  # [0..2] [3..5] [6..8] [9]
+    passes_table(loc, [], fragment_rows=3)  # [0..2] [3..5] [6..8] [9]
     table = MemWalTable(loc.uri)
     upserts = rows([1, 7, 9, 30], "u")
     plan = merge_apply.plan_apply(table, upserts, pa.table({"id": pa.array([4, 40], pa.int64())}),
@@ -337,15 +337,15 @@ def test_staged_upserts_are_read_by_the_tasks_never_by_the_driver(local_location
     from support.maintenance import build_table
 
     loc = local_location
-    region_ids = [_table(loc, GENS, fragment_rows=3)] if regions == 1 else build_table(loc, regions=2)
-    model, v0 = _lsm(loc), open_base(loc).version
+    region_ids = [passes_table(loc, GENS, fragment_rows=3)] if regions == 1 else build_table(loc, regions=2)
+    model, v0 = lsm_view(loc), open_base(loc).version
     opened: list = []
     summary = merge_table(loc.uri, config=MergeConfig(max_generations_per_commit=8, apply="fragments"),
                           dedup=_staging_dedup(opened))
     assert not summary.failed_regions and summary.commits == regions, summary
     assert opened == [], "the driver opened staged upserts"
     assert sorted(r.region_id for r in summary.regions if r.rows_upserted) == sorted(region_ids)
-    _exact_everywhere(loc, v0, model)
+    exact_everywhere(loc, v0, model)
 
 
 def test_an_unknown_apply_mode_is_refused_naming_it():
@@ -382,8 +382,8 @@ def test_a_large_backlog_is_applied_without_the_driver_reading_a_staged_file(loc
 
     loc = local_location
     monkeypatch.setattr(merge_apply, "use_index", lambda ds, keys, pk=(): False)
-    _table(loc, GENS, fragment_rows=3)
-    model, v0 = _lsm(loc), open_base(loc).version
+    passes_table(loc, GENS, fragment_rows=3)
+    model, v0 = lsm_view(loc), open_base(loc).version
     in_task, driver_reads, opened = [], [], []
     use_fragment_apply(monkeypatch, _task_aware_runner(in_task), parallelism=3)
     real_read = merge_apply.read_staged
@@ -398,7 +398,7 @@ def test_a_large_backlog_is_applied_without_the_driver_reading_a_staged_file(loc
                           dedup=_staging_dedup(opened))
     assert not summary.failed_regions and summary.commits == 1, summary
     assert opened == [] and driver_reads == [], f"the driver read staged upserts: {driver_reads}"
-    _exact_everywhere(loc, v0, model)
+    exact_everywhere(loc, v0, model)
     assert not [p for p in loc.store().list("_mem_wal/_staging") if "/apply-" in p.path], "scratch files left"
 
 
@@ -412,7 +412,7 @@ def test_an_upserted_key_with_rows_in_two_fragments_is_refused_before_anything_i
 
     loc = local_location
     monkeypatch.setattr(merge_apply, "use_index", lambda ds, keys, pk=(): False)
-    _table(loc, [([5, 30], "g1", [])], fragment_rows=3)  # fragments [0..2] [3..5] [6..8] [9]
+    passes_table(loc, [([5, 30], "g1", [])], fragment_rows=3)  # fragments [0..2] [3..5] [6..8] [9]
     lance.write_dataset(rows([5], "dup"), loc.uri, mode="append")  # a fifth fragment: key 5 again
     use_fragment_apply(monkeypatch, parallelism=parallelism)
     before = open_base(loc).version
@@ -428,7 +428,7 @@ def test_a_deleted_key_with_rows_in_two_fragments_loses_both_rows(local_location
 
     loc = local_location
     monkeypatch.setattr(merge_apply, "use_index", lambda ds, keys, pk=(): False)
-    _table(loc, [([1], "g1", [5])], fragment_rows=3)
+    passes_table(loc, [([1], "g1", [5])], fragment_rows=3)
     lance.write_dataset(rows([5], "dup"), loc.uri, mode="append")
     use_fragment_apply(monkeypatch, parallelism=2)
     summary = merge_table(loc.uri, config=MergeConfig(apply="fragments"))
@@ -449,8 +449,8 @@ def test_the_fresh_upsert_round_runs_only_when_an_upsert_may_be_fresh(local_loca
 
     loc = local_location
     monkeypatch.setattr(merge_apply, "use_index", lambda ds, keys, pk=(): False)
-    _table(loc, gens, fragment_rows=3)
-    model, v0 = _lsm(loc), open_base(loc).version
+    passes_table(loc, gens, fragment_rows=3)
+    model, v0 = lsm_view(loc), open_base(loc).version
     use_fragment_apply(monkeypatch, parallelism=3)
     rounds = []
 
@@ -463,7 +463,7 @@ def test_the_fresh_upsert_round_runs_only_when_an_upsert_may_be_fresh(local_loca
     summary = merge_table(loc.uri, config=MergeConfig(apply="fragments"))
     assert not summary.failed_regions, summary
     assert (("fresh_upserts", 1) in rounds) == fresh_round, rounds
-    _exact_everywhere(loc, v0, model)
+    exact_everywhere(loc, v0, model)
 
 
 @pytest.mark.parametrize("order", ["ascending", "descending"])
@@ -478,8 +478,8 @@ def test_the_scan_goes_run_by_run_with_staged_files_in_or_out_of_key_order(local
     loc = local_location
     monkeypatch.setattr(merge_apply, "use_index", lambda ds, keys, pk=(): False)
     monkeypatch.setattr(merge_apply, "SCAN_CHUNK_ROWS", 4)  # runs of one or two 3-row fragments
-    _table(loc, [([1, 4, 8, 12, 20, 21, 3, 0], "g1", [2, 9, 13]), ([4, 21, 5], "g2", [0])], fragment_rows=3)
-    model, v0 = _lsm(loc), open_base(loc).version
+    passes_table(loc, [([1, 4, 8, 12, 20, 21, 3, 0], "g1", [2, 9, 13]), ([4, 21, 5], "g2", [0])], fragment_rows=3)
+    model, v0 = lsm_view(loc), open_base(loc).version
     use_fragment_apply(monkeypatch, parallelism=parallelism)
     streamed, real = [], merge_apply._replacements
 
@@ -491,7 +491,7 @@ def test_the_scan_goes_run_by_run_with_staged_files_in_or_out_of_key_order(local
     summary = merge_table(loc.uri, config=MergeConfig(max_generations_per_commit=8, apply="fragments"),
                           dedup=_staging_dedup([], order))
     assert not summary.failed_regions and summary.commits == 1, summary
-    _exact_everywhere(loc, v0, model)
+    exact_everywhere(loc, v0, model)
     if order == "ascending":
         assert len(streamed) > parallelism and all(streamed), streamed  # one call per run, each streamed
     else:

@@ -16,7 +16,6 @@ import uuid
 import lance
 import pytest
 from lance.mem_wal import CompactedSsTable
-from test_merge_passes import _exact_everywhere, _lsm
 
 from memwal import merge_apply, merge_commit
 from memwal import table as table_module
@@ -27,6 +26,7 @@ from memwal.merge import MergeConfig, merge_table
 
 from support.apply_runner import use_fragment_apply
 from support.maintenance import merge_region, merge_without_our_lock, write_generations
+from support.merge_passes import exact_everywhere, lsm_view
 from support.tables import lance_core_scan, open_base, rows, view
 
 BATCH = 3  # generations per commit: a region's whole backlog in one commit
@@ -124,7 +124,7 @@ def test_an_older_generation_merged_between_our_data_and_our_marker_is_merged_ov
     loc = local_location
     gens = CASES[case]
     region = _table(loc, gens)
-    model, v0 = _lsm(loc), open_base(loc).version
+    model, v0 = lsm_view(loc), open_base(loc).version
 
     def other() -> None:
         if merger == "lance_core":
@@ -138,7 +138,7 @@ def test_an_older_generation_merged_between_our_data_and_our_marker_is_merged_ov
     assert ours.conflicts == 1 and ours.generations == [2], (
         "our first marker must be refused once the other merger recorded generation 1, and gen 2 merged again")
     assert load_index(loc.uri).merged_generations[region] == 2
-    _exact_everywhere(loc, v0, model)
+    exact_everywhere(loc, v0, model)
     assert view(lance_core_scan(loc)) == model
 
 
@@ -153,7 +153,7 @@ def test_a_merger_between_two_marker_steps_makes_the_next_step_stale(local_locat
     loc = local_location
     gens = [([5], "g1", []), ([5], "g2", []), ([5, 50000], "g3", [])]
     region = _table(loc, gens)
-    model, v0 = _lsm(loc), open_base(loc).version
+    model, v0 = lsm_view(loc), open_base(loc).version
 
     def other() -> None:
         if merger == "lance_core":
@@ -168,7 +168,7 @@ def test_a_merger_between_two_marker_steps_makes_the_next_step_stale(local_locat
     # the refused commit is reported as a conflict as a whole (its first step is counted as merged by others)
     assert ours.conflicts == 1 and ours.generations == [3], "step 2 refused, gen 3 merged again after it"
     assert view(open_base(loc).to_table())[5] == ("g35", 2.5), "gen 3's row of key 5 must win"
-    _exact_everywhere(loc, v0, model)
+    exact_everywhere(loc, v0, model)
 
 
 def test_progress_moves_one_generation_per_commit(local_location, monkeypatch, path):
@@ -209,7 +209,7 @@ def test_a_merger_whose_lease_was_taken_over_makes_no_further_commit(local_locat
     """
     loc = local_location
     region = _table(loc, [([5], "g1", []), ([5, 50000], "g2", [7])])
-    model, v0 = _lsm(loc), open_base(loc).version
+    model, v0 = lsm_view(loc), open_base(loc).version
     clock = _Clock()
     monkeypatch.setattr(table_module, "index_lock", lambda store: TableLock(store, "mem_wal_index", 60.0,
                                                                               wait_s=5.0, clock=clock))
@@ -228,12 +228,12 @@ def test_a_merger_whose_lease_was_taken_over_makes_no_further_commit(local_locat
     assert summary.failed_regions == [region]
     assert "taken over" in summary.regions[0].error, summary.regions[0].error
     assert open_base(loc).version == versions[0], "a commit was made after our lease was taken over"
-    assert _lsm(loc) == model, "the view after the stopped merge differs from the model"
+    assert lsm_view(loc) == model, "the view after the stopped merge differs from the model"
     taken[0].release()
     monkeypatch.undo()
     rerun = merge_region(loc.uri, None, region, MergeConfig(max_generations_per_commit=BATCH))
     assert rerun.merged_generation_after == 2
-    _exact_everywhere(loc, v0, model)
+    exact_everywhere(loc, v0, model)
 
 
 def test_check_refuses_a_lease_that_expired_or_was_taken_over(local_location):

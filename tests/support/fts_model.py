@@ -6,6 +6,7 @@ Snowball stemmer and stop-word list, which the plain-base test checks against La
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import unicodedata
@@ -22,8 +23,14 @@ _WORD = re.compile(r"[^\W_]+")
 def terms_of(text: str | None) -> list[str]:
     """Lance 14's default analysis: split on non-alphanumerics, drop >= 40-byte tokens, lower-case, stem,
     drop stop words (after stemming), fold to ASCII."""
+    return list(_terms(text or ""))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _terms(text: str) -> tuple[str, ...]:
+    """terms_of, remembered per text: the model test scores the same texts for every query of every step."""
     out = []
-    for raw in _WORD.findall(text or ""):
+    for raw in _WORD.findall(text):
         if len(raw.encode()) >= 40:
             continue
         term = _STEM.stemWord(raw.lower())
@@ -31,12 +38,17 @@ def terms_of(text: str | None) -> list[str]:
             continue
         term = "".join(c for c in unicodedata.normalize("NFKD", term) if not unicodedata.combining(c))
         out.append(term)
-    return out
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _counts(text: str) -> Counter:
+    return Counter(_terms(text))
 
 
 def global_bm25(texts: dict, query: str) -> dict:
     """key -> score of every live row (key -> text) holding a query term, with the statistics of all rows."""
-    docs = {key: Counter(terms_of(t)) for key, t in texts.items()}
+    docs = {key: _counts(t or "") for key, t in texts.items()}  # shared Counters: read only
     lengths = {key: sum(c.values()) for key, c in docs.items()}
     n = sum(1 for v in lengths.values() if v)
     if n == 0:
