@@ -38,12 +38,11 @@ dist: $(STAMP)
 lint: setup
 	$(BIN)/ruff check .
 
-# The server tier (a real Airflow on PostgreSQL, the wheel installs) runs after the rest, in its own pass: two
-# of its modules at once, each module's tests in order on one worker (tests/conftest.py); both passes always
-# run, and either failing fails `make test`.
+# The server tier (a real Airflow on PostgreSQL, the wheel installs: tests that build on one another's state)
+# runs after the rest, in one process; both passes always run, and either failing fails `make test`.
 test: setup lint
 	$(BIN)/python -m pytest $(XDIST) -m "not server" $(PYTEST_ARGS); first=$$?; \
-	$(BIN)/python -m pytest $(XDIST) -m server $(PYTEST_ARGS); second=$$?; \
+	$(BIN)/python -m pytest -p no:xdist -m server $(PYTEST_ARGS); second=$$?; \
 	test $$first = 0 && test $$second = 0
 
 test-fast: setup

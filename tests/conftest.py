@@ -135,11 +135,9 @@ _TIER_MARKS = {
     "concurrency": ("slow",),  # child processes racing on one table
 }
 # One worker each: the Spark tests share a session's SparkSession, standalone cluster and Connect server
-# (tests/spark/conftest.py); the DAG tests share one migrated Airflow home (tests/airflow/conftest.py).
-# Starting these twice would cost more than it saves and put two JVM clusters on two cores. The server tier
-# (a real Airflow's servers, the wheel installs) runs in its own pass, one group per module (its deployment
-# is module-scoped; each launcher has its own ports and PostgreSQL database) and one for the tests sharing
-# the page's Airflow (`ui_airflow`), so two groups run at once on the two workers.
+# (tests/spark/conftest.py); the real-Airflow tests start Airflow's servers and their PostgreSQL databases;
+# the DAG tests share one migrated Airflow home (tests/airflow/conftest.py). Starting these twice would cost
+# more than it saves and put two JVM clusters on two cores.
 _GROUPS = {"spark": "spark", "e2e": "server", "deploy": "server", "airflow": "airflow"}
 _SERVER_FIXTURES = {"ui_airflow"}  # tests/ui: a real local Airflow serving the MemWAL page
 _SLOW_FILES = {"test_make_airflow.py"}  # tests/ui: `make airflow` end to end
@@ -164,12 +162,9 @@ def pytest_collection_modifyitems(config, items):
         if "s3_endpoint" in getattr(item, "fixturenames", ()) or "s3" in _params(item):
             item.add_marker(pytest.mark.s3)  # moto S3: `make test` only, the inner loop stays on local files
         group = _GROUPS.get(tier)
-        if _SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
-            group = "server-ui"  # one Airflow serving the page for the session
-        elif parts[-1] in _SLOW_FILES or group == "server":
-            group = f"server-{Path(parts[-1]).stem}"  # a module's own deployment, in order on one worker
-        if group and group.startswith("server"):
+        if _SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ())) or parts[-1] in _SLOW_FILES:
             item.add_marker(pytest.mark.slow)
             item.add_marker(pytest.mark.server)
+            group = "server"
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
