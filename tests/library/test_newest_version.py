@@ -9,7 +9,6 @@ import math
 import os
 import uuid
 
-import lance
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -17,26 +16,13 @@ import pytest
 from memwal.bloom_filter import NUM_BLOCKS, BloomFilter, bloom_filter_path
 from memwal.newest_version import shadowed_in_bulk
 from memwal.reader import LsmReader
-from memwal.storage import lance_storage_options
 from memwal.table import MemWalTable
 
 from support.maintenance import flush_generation
-from support.tables import PK
-from support.vector_model import DIM, IVF_PQ_PARAMS, PARTITIONS, vector_column, vector_of
+from support.vector_model import PARTITIONS, create_indexed_base, named_rows, vector_of
 
-SCHEMA = pa.schema([
-    pa.field("id", pa.int64(), nullable=False, metadata=PK),
-    pa.field("name", pa.string()),
-    pa.field("vec", pa.list_(pa.float32(), DIM)),
-])
 UPDATED = range(100, 110)  # base keys generation 1 rewrites
 DELETED = range(200, 205)  # base keys generation 2 deletes
-
-
-def table_of(names: dict[int, str]) -> pa.Table:
-    ids = sorted(names)
-    return pa.table({"id": pa.array(ids, pa.int64()), "name": [names[i] for i in ids],
-                     "vec": vector_column([names[i] for i in ids])}, schema=SCHEMA)
 
 
 @pytest.fixture
@@ -45,16 +31,13 @@ def table(local_location):
     2 deletes 200-204, 3 adds 1000-1019. Returns the location, region and the newest-wins model."""
     loc = local_location
     model = {i: f"b{i}" for i in range(300)}
-    opts = lance_storage_options(loc.storage_options)
-    ds = lance.write_dataset(table_of(model), loc.uri, storage_options=opts)
-    ds.create_index("vec", "IVF_PQ", name="vec_idx", **IVF_PQ_PARAMS)
-    lance.dataset(loc.uri, storage_options=opts).initialize_mem_wal(maintained_indexes=["vec_idx"], unsharded=True)
+    create_indexed_base(loc, model)
     region = str(uuid.uuid4())
     rewrites = {i: f"g1-{i}" for i in UPDATED}
     added = {i: f"g3-{i}" for i in range(1000, 1020)}
-    flush_generation(loc, region, table_of(rewrites))
+    flush_generation(loc, region, named_rows(rewrites))
     flush_generation(loc, region, None, DELETED)
-    flush_generation(loc, region, table_of(added))
+    flush_generation(loc, region, named_rows(added))
     model.update(rewrites)
     model.update(added)
     for i in DELETED:

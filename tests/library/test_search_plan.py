@@ -19,24 +19,11 @@ from memwal.search_plan import is_vector_index, plan_sources, search_cost
 from memwal.storage import lance_storage_options
 
 from support.maintenance import flush_generation
-from support.tables import PK
-from support.vector_model import DIM, IVF_PQ_PARAMS, PARTITIONS, QUERIES, assert_top_k, vector_column, vector_of
-
-SCHEMA = pa.schema([
-    pa.field("id", pa.int64(), nullable=False, metadata=PK),
-    pa.field("name", pa.string()),
-    pa.field("vec", pa.list_(pa.float32(), DIM)),
-])
-
-
-def table_of(names: dict[int, str]) -> pa.Table:
-    ids = sorted(names)
-    return pa.table({"id": pa.array(ids, pa.int64()), "name": [names[i] for i in ids],
-                     "vec": vector_column([names[i] for i in ids])}, schema=SCHEMA)
+from support.vector_model import PARTITIONS, QUERIES, assert_top_k, create_indexed_base, named_rows, vector_of
 
 
 def flush(loc, region: str, puts: dict[int, str], deletes=()) -> None:
-    flush_generation(loc, region, table_of(puts) if puts else None, deletes)
+    flush_generation(loc, region, named_rows(puts) if puts else None, deletes)
 
 
 @pytest.fixture
@@ -46,10 +33,7 @@ def gap(local_location):
     updated) unmerged. Our flush builds `vec_idx` into every generation."""
     loc = local_location
     model = {i: f"b{i}" for i in range(300)}
-    opts = lance_storage_options(loc.storage_options)
-    ds = lance.write_dataset(table_of(model), loc.uri, storage_options=opts)
-    ds.create_index("vec", "IVF_PQ", name="vec_idx", **IVF_PQ_PARAMS)
-    lance.dataset(loc.uri, storage_options=opts).initialize_mem_wal(maintained_indexes=["vec_idx"], unsharded=True)
+    create_indexed_base(loc, model)
     region = str(uuid.uuid4())
     gens = [({i: f"g1-{i}" for i in [*range(300, 340), *range(100, 120)]}, range(5, 10)),
             ({i: f"g2-{i}" for i in range(120, 130)}, ())]
@@ -123,7 +107,7 @@ def test_rows_written_outside_memwal_are_searched_flat_and_counted(gap):
     its unindexed rows flat (never skipped) and the plan counts them."""
     loc, model = gap
     outside = {i: f"o{i}" for i in range(5000, 5030)}
-    lance.write_dataset(table_of(outside), loc.uri, mode="append",
+    lance.write_dataset(named_rows(outside), loc.uri, mode="append",
                         storage_options=lance_storage_options(loc.storage_options))
     model.update(outside)
     reader = LsmReader(loc.uri)

@@ -97,3 +97,28 @@ def check_lance_searches(ds: lance.LanceDataset, names: Mapping[int, str], score
                         ("score >= 0", [k for k, s in scores.items() if s >= 0])):
         got = sorted(ds.to_table(columns=["id"], filter=where).column("id").to_pylist())
         assert got == sorted(want), f"{what}: filter {where}"
+
+
+NAMED_SCHEMA = pa.schema([
+    pa.field("id", pa.int64(), nullable=False, metadata={"lance-schema:unenforced-primary-key": "true"}),
+    pa.field("name", pa.string()),
+    pa.field("vec", pa.list_(pa.float32(), DIM)),
+])
+
+
+def named_rows(names: Mapping[int, str]) -> pa.Table:
+    """Rows id, name, vec (vector_of(name)), ids ascending: the search tests' table shape."""
+    ids = sorted(names)
+    return pa.table({"id": pa.array(ids, pa.int64()), "name": [names[i] for i in ids],
+                     "vec": vector_column([names[i] for i in ids])}, schema=NAMED_SCHEMA)
+
+
+def create_indexed_base(loc, names: Mapping[int, str]) -> None:
+    """A base table of named_rows(names) with an IVF_PQ `vec_idx`, MemWAL initialized maintaining it."""
+    from memwal.storage import lance_storage_options
+
+    opts = lance_storage_options(loc.storage_options)
+    ds = lance.write_dataset(named_rows(names), loc.uri, storage_options=opts)
+    ds.create_index("vec", "IVF_PQ", name="vec_idx", **IVF_PQ_PARAMS)
+    lance.dataset(loc.uri, storage_options=opts).initialize_mem_wal(maintained_indexes=["vec_idx"], unsharded=True)
+
