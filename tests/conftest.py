@@ -139,6 +139,12 @@ _TIER_MARKS = {
 # the DAG tests share one migrated Airflow home (tests/airflow/conftest.py). Starting these twice would cost
 # more than it saves and put two JVM clusters on two cores.
 _GROUPS = {"spark": "spark", "e2e": "server", "deploy": "server", "airflow": "airflow"}
+# Only the Spark tests on those session fixtures share a worker; the ones that start their own spark-submit
+# (the CLI, the submit and security tests) spread over both workers.
+_SPARK_SESSION_FIXTURES = {"spark", "standalone_master", "connect_server"}
+# The longest single tests start first (xdist sends the big groups, then single tests in collection order):
+# started last, the model tests left one worker running alone for minutes at the end of the pass.
+_FIRST_TIERS = ("model", "spark")
 _SERVER_FIXTURES = {"ui_airflow"}  # tests/ui: a real local Airflow serving the MemWAL page
 _SLOW_FILES = {"test_make_airflow.py"}  # tests/ui: `make airflow` end to end
 
@@ -151,6 +157,15 @@ def _params(item) -> list:
 
 def pytest_collection_modifyitems(config, items):
     tests = Path(__file__).resolve().parent
+
+    def rank(item) -> int:
+        try:
+            tier = Path(item.path).resolve().relative_to(tests).parts[0]
+        except ValueError:
+            return len(_FIRST_TIERS)
+        return _FIRST_TIERS.index(tier) if tier in _FIRST_TIERS else len(_FIRST_TIERS)
+
+    items.sort(key=rank)  # stable: modules stay whole and in order
     for item in items:
         try:
             parts = Path(item.path).resolve().relative_to(tests).parts
@@ -162,6 +177,8 @@ def pytest_collection_modifyitems(config, items):
         if "s3_endpoint" in getattr(item, "fixturenames", ()) or "s3" in _params(item):
             item.add_marker(pytest.mark.s3)  # moto S3: `make test` only, the inner loop stays on local files
         group = _GROUPS.get(tier)
+        if tier == "spark" and not _SPARK_SESSION_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            group = None
         if _SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ())) or parts[-1] in _SLOW_FILES:
             item.add_marker(pytest.mark.slow)
             item.add_marker(pytest.mark.server)
