@@ -196,3 +196,12 @@ def test_a_vector_of_the_wrong_length_is_refused(lsm):
     reader, _ = lsm
     with pytest.raises(BadInputError, match=f"search vector must be {DIM} finite numbers for column 'vec'"):
         reader.search([1.0, 2.0])
+
+
+def test_the_first_ask_of_an_indexed_source_grows_with_what_may_shadow_it():
+    """k plus what the rows above may shadow, at most the earlier fixed 2k: 14 for bench/search.py's 1M base
+    under 60,000 newer rows, 2k when they are as many as half the base."""
+    assert vs.first_ask(10, 1_000_000, 0) == 11
+    assert vs.first_ask(10, 1_000_000, 60_000) == 14
+    assert vs.first_ask(10, 100_000, 60_000) == 20
+    assert all(10 < vs.first_ask(10, 10**6, n) <= 20 for n in (0, 10, 10**3, 10**5, 10**7))
