@@ -32,7 +32,7 @@ View = tuple[int, ...]  # positions of the gap generations a plan adds to the re
 
 __all__ = ["PlannedSource", "SearchCost", "View", "gap_positions", "index_partitions", "is_inverted_index", "is_live",
            "is_vector_index", "live_addresses", "plan_sources", "search_cost", "source_at", "source_index",
-           "unindexed_rows"]
+           "source_rows", "unindexed_rows", "upper_positions"]
 
 IndexMatch = Callable[[Any, str], bool]
 
@@ -110,8 +110,14 @@ def gap_positions(reader: LsmReader, index_name: str) -> View | None:
     return cache[key]
 
 
+def upper_positions(reader: LsmReader, view: View = ()) -> list[int]:
+    """Positions of every source above the base in the view: the reader's generations and MemTables, then the
+    view's gap generations."""
+    return [*range(1, len(reader.sources)), *view]
+
+
 def _upper(reader: LsmReader, view: View) -> list[tuple[int, Source]]:
-    return [(i, source_at(reader, i)) for i in [*range(1, len(reader.sources)), *view]]
+    return [(i, source_at(reader, i)) for i in upper_positions(reader, view)]
 
 
 def live_addresses(reader: LsmReader, view: View = ()) -> dict[int, np.ndarray]:
@@ -169,7 +175,8 @@ def index_partitions(reader: LsmReader, position: int, index: Any) -> int:
     return max([1, *found])
 
 
-def _rows(reader: LsmReader, position: int) -> int:
+def source_rows(reader: LsmReader, position: int) -> int:
+    """Rows of source `position` (Lance's count, deletions applied); cached per snapshot."""
     key = ("rows", position)
     if key not in reader.search_cache:
         reader.search_cache[key] = source_at(reader, position).dataset.count_rows()
@@ -207,7 +214,7 @@ def _base_plan(reader: LsmReader, index: Any, exact: bool) -> tuple[bool, View]:
     if exact:
         fast = _unexplained(reader, index, view) == 0
     else:
-        fast = bool(view) and unindexed <= sum(_rows(reader, p) for p in view)
+        fast = bool(view) and unindexed <= sum(source_rows(reader, p) for p in view)
     return (True, view) if fast else (False, ())
 
 
@@ -234,7 +241,7 @@ def search_cost(reader: LsmReader, column: str, matches: IndexMatch, flat_rows: 
     Generations and MemTables of at most `flat_rows` rows count as read flat (the vector search does so)."""
     cost = SearchCost(column)
     for p in plan_sources(reader, column, matches, exact=False):
-        if p.index is not None and p.source.generation > 0 and _rows(reader, p.position) <= flat_rows:
+        if p.index is not None and p.source.generation > 0 and source_rows(reader, p.position) <= flat_rows:
             p = PlannedSource(p.position, p.source, None, 0)
         if p.index is None:
             cost.flat_sources += 1

@@ -19,7 +19,16 @@ import pyarrow as pa
 
 from memwal.errors import BadInputError
 from memwal.newest_version import NewerCheck
-from memwal.search_plan import View, index_partitions, is_live, is_vector_index, plan_sources, source_at
+from memwal.search_plan import (
+    View,
+    index_partitions,
+    is_live,
+    is_vector_index,
+    plan_sources,
+    source_at,
+    source_rows,
+    upper_positions,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -169,7 +178,7 @@ def _flat_top(block: _FlatBlock, q: np.ndarray, k: int, metric: str) -> tuple[np
     return near[order], dist[order]
 
 
-def _source_rows(reader: LsmReader, position: int, columns: tuple[str, ...], schema: pa.Schema
+def _small_source_table(reader: LsmReader, position: int, columns: tuple[str, ...], schema: pa.Schema
                  ) -> tuple[np.ndarray, pa.Table]:
     """A small source's rows (the given columns, in the result's types) with their sorted row addresses,
     read once per snapshot: a result row of it is then a slice, not a take."""
@@ -185,7 +194,7 @@ def _source_rows(reader: LsmReader, position: int, columns: tuple[str, ...], sch
 
 def _rows(reader: LsmReader, parts: list, picked: np.ndarray, columns: list[str], schema: pa.Schema) -> pa.Table:
     """The picked candidates' rows, in order: sliced from an indexed source's query result, or from the small
-    source's rows read once per snapshot (_source_rows)."""
+    source's rows read once per snapshot (_small_source_table)."""
     out, cast = [], {}
     for j, i in picked:
         table, _, _, addrs, positions = parts[j]
@@ -194,16 +203,9 @@ def _rows(reader: LsmReader, parts: list, picked: np.ndarray, columns: list[str]
                 cast[j] = table.select(columns).cast(schema)
             out.append(cast[j].slice(int(i), 1))
             continue
-        sorted_addrs, rows = _source_rows(reader, int(positions[i]), tuple(columns), schema)
+        sorted_addrs, rows = _small_source_table(reader, int(positions[i]), tuple(columns), schema)
         out.append(rows.slice(int(np.searchsorted(sorted_addrs, addrs[i])), 1))
     return pa.concat_tables(out).combine_chunks()
-
-
-def _count(reader: LsmReader, position: int) -> int:
-    key = ("rows", position)
-    if key not in reader.search_cache:
-        reader.search_cache[key] = source_at(reader, position).dataset.count_rows()
-    return reader.search_cache[key]
 
 
 def first_ask(k: int, rows: int, newer_rows: int) -> int:
@@ -219,8 +221,8 @@ def _upper_rows(reader: LsmReader, position: int, view: View) -> int:
     """Rows of the sources that may hold newer versions of the base's rows (all above it); for an indexed
     generation its own count, which caps its first ask at the earlier 2k."""
     if position != 0:
-        return _count(reader, position)
-    return sum(_count(reader, i) for i in [*range(1, len(reader.sources)), *view])
+        return source_rows(reader, position)
+    return sum(source_rows(reader, i) for i in upper_positions(reader, view))
 
 
 def default_nprobes(partitions: int) -> int:
@@ -270,7 +272,7 @@ def vector_search(reader: LsmReader, vector: Any, *, column: str | None = None, 
     small = []  # positions                                                          and source positions
     for p in plan_sources(reader, column, is_vector_index, filter):
         ds = p.source.dataset
-        rows = _count(reader, p.position)
+        rows = source_rows(reader, p.position)
         is_small = p.source.generation > 0 and rows <= FLAT_ROWS
         flat = p.index is None or is_small
         if flat:
