@@ -4,10 +4,11 @@ newest live version in the view a search reads?
 A row of a generation or MemTable: the winners among the sources above the base (their keys read once per
 snapshot and view; newest generation, then row address; a tombstone hides its key). A base row: live unless a
 source above the base holds its key. For a search's candidates each generation's bloom filter is asked first
-(a certain "no" skips the generation), then, for the keys it may hold, the generation's own keys (what its
-`_pk_index` holds, loaded once per snapshot and only for a generation a bloom filter could not rule out).
-Whole-base questions (full-text statistics, rows no index covers) join the base's keys with the keys above it;
-the base's keys are read once per base version. Base rows are taken as unique per key (the merge keeps them so).
+(a certain "no" from every filter clears the candidate without a lookup), then the candidates some filter may
+hold are looked up in the keys above the base (those the winners already read: no second read of a
+generation's keys). Whole-base questions (full-text statistics, rows no index covers) join the base's keys
+with the keys above it; the base's keys are read once per base version. Base rows are taken as unique per key
+(the merge keeps them so).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ _MARK = "__memwal_upper"
 @dataclass
 class NewerCheck:
     """What the newest-version check of base candidates cost: (key, generation) pairs a bloom filter ruled
-    out, and pairs checked against a generation's or MemTable's keys."""
+    out, and candidates looked up in the keys above the base (some filter, or a source without one, said maybe)."""
 
     bloom_skips: int = 0
     key_probes: int = 0
@@ -132,44 +133,44 @@ def _bloom(reader: LsmReader, position: int, source: Source) -> BloomFilter | No
     return cache[key]
 
 
-def _key_set(reader: LsmReader, position: int, source: Source) -> frozenset:
-    """Every key the source holds (any version), as values (one key column) or tuples; cached."""
-    key = ("keys", position)
+def _held_keys(reader: LsmReader, upper: Upper, key: object) -> frozenset:
+    """Every key a source above the base holds in the view `key` (any version), as values (one key column) or
+    tuples: from the keys its UpperView already read, built once per snapshot."""
     cache = reader.search_cache
-    if key not in cache:
-        t = source.dataset.to_table(columns=list(reader.pk))
+    if ("held", key) not in cache:
+        t = upper_view(reader, upper, key).keys
         cols = [t.column(c).to_pylist() for c in reader.pk]
-        cache[key] = frozenset(cols[0] if len(cols) == 1 else zip(*cols, strict=True))
-    return cache[key]
+        cache["held", key] = frozenset(cols[0] if len(cols) == 1 else zip(*cols, strict=True))
+    return cache["held", key]
 
 
-def newer_versions(reader: LsmReader, keys: pa.Table, upper: Upper, check: NewerCheck | None = None
+def newer_versions(reader: LsmReader, keys: pa.Table, upper: Upper, key: object, check: NewerCheck | None = None
                    ) -> np.ndarray:
-    """Per row of `keys` (base candidates' key columns): whether a source above the base holds that key.
-    Each generation's bloom filter first; its keys only for the candidates the filter may hold."""
+    """Per row of `keys` (base candidates' key columns): whether a source above the base (the view `key`)
+    holds that key. Each generation's bloom filter first; only the candidates some filter may hold (or a
+    source without one) are looked up in the keys above the base."""
     n = keys.num_rows
     found = np.zeros(n, bool)
     if n == 0 or not upper:
         return found
     pk = list(reader.pk)
     hashes = key_hashes(keys.column(pk[0])) if len(pk) == 1 else None
-    values = None
+    maybe = np.zeros(n, bool)
     for position, source in upper:
-        todo = ~found
         bloom = _bloom(reader, position, source) if hashes is not None else None
-        if bloom is not None:
-            maybe = bloom.might_contain_hashes(hashes)
-            if check is not None:
-                check.bloom_skips += int((todo & ~maybe).sum())
-            todo &= maybe
-        if not todo.any():
+        if bloom is None:
+            maybe[:] = True
             continue
-        if values is None:
-            cols = [keys.column(c).to_pylist() for c in pk]
-            values = cols[0] if len(cols) == 1 else list(zip(*cols, strict=True))
-        held = _key_set(reader, position, source)
+        might = bloom.might_contain_hashes(hashes)
         if check is not None:
-            check.key_probes += int(todo.sum())
-        for i in np.nonzero(todo)[0]:
+            check.bloom_skips += int((~might).sum())
+        maybe |= might
+    if maybe.any():
+        held = _held_keys(reader, upper, key)
+        cols = [keys.column(c).to_pylist() for c in pk]
+        values = cols[0] if len(cols) == 1 else list(zip(*cols, strict=True))
+        if check is not None:
+            check.key_probes += int(maybe.sum())
+        for i in np.nonzero(maybe)[0]:
             found[i] = values[i] in held
     return found

@@ -140,7 +140,7 @@ def is_live(reader: LsmReader, position: int, rows: pa.Table, view: View = (), c
     """Which of the given rows of source `position` (`_rowaddr`, and the key columns for the base's) are their
     key's newest live version: base rows through the bloom filters and keys above them (counted in `check`)."""
     if position == 0:
-        return ~newer_versions(reader, rows.select(list(reader.pk)), _upper(reader, view), check)
+        return ~newer_versions(reader, rows.select(list(reader.pk)), _upper(reader, view), view, check)
     addrs = rows.column("_rowaddr").to_numpy().astype(np.uint64)
     return member(addrs, upper_view(reader, _upper(reader, view), view).live[position])
 

@@ -1,6 +1,6 @@
 """The read plan's newest-version check (memwal.newest_version): base candidates are checked against the
-generations above them through each generation's bloom filter first, then its keys; a generation with no
-bloom filter (or a corrupt one) is checked by its keys alone; whole-base questions join the keys."""
+generations above them through each generation's bloom filter first, then the keys above the base; a generation
+with no bloom filter (or a corrupt one) counts as "maybe"; whole-base questions join the keys."""
 
 from __future__ import annotations
 
@@ -67,8 +67,8 @@ def test_base_candidates_are_checked_by_bloom_filters_then_keys(table):
     plans = _search_stale(LsmReader(loc.uri), model)
     assert sum(p.shadowed for p in plans) >= len(UPDATED) + len(DELETED), "the stale base rows were not candidates"
     assert sum(p.bloom_skips for p in plans) > 0, "no generation was ruled out by its bloom filter"
-    # A key probe only where a bloom filter said "maybe": at least every shadowed candidate, far fewer than
-    # (candidates x generations).
+    # A lookup only where a bloom filter said "maybe": at least every shadowed candidate, fewer than the
+    # (candidate, generation) pairs the filters ruled out plus the lookups.
     probes = sum(p.key_probes for p in plans)
     assert sum(p.shadowed for p in plans) <= probes < sum(p.bloom_skips + p.key_probes for p in plans)
 
