@@ -12,11 +12,14 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
 .PHONY: setup proto dist test test-fast lint demo bench bench-merge clean
 
-# Both cores (pytest-xdist): tests sharing a server or a session's Spark run serially in their xdist_group
-# (tests/conftest.py); TEST_WORKERS=1 runs the suite in one process. `make test-fast` is the inner loop: the
-# suite on local files without the S3, Spark, Airflow, model, crash/race and end-to-end tiers (docs/testing.md).
-TEST_WORKERS ?= 2
-XDIST := $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup,-p no:xdist)
+# Both cores (pytest-xdist --dist loadgroup): the tests sharing a server or a session's Spark run in order in
+# their xdist_group on one worker (tests/conftest.py), the rest spread over the others. `make test` has one worker
+# more than cores: the server group (a real Airflow's tests, mostly waiting on its processes) holds one for the
+# whole run. TEST_WORKERS=1 runs the suite in one process. `make test-fast` is the inner loop: the suite on
+# local files without the S3, Spark, Airflow, model, crash/race and end-to-end tiers (docs/testing.md).
+TEST_WORKERS ?= 3
+FAST_WORKERS ?= 2
+xdist = $(if $(filter-out 1,$(1)),-n $(1) --dist loadgroup --no-loadscope-reorder,-p no:xdist)
 FAST := not slow and not spark and not model and not airflow and not s3
 
 setup: $(STAMP)
@@ -38,15 +41,13 @@ dist: $(STAMP)
 lint: setup
 	$(BIN)/ruff check .
 
-# The server tier (a real Airflow on PostgreSQL, the wheel installs: tests that build on one another's state)
-# runs after the rest, in one process; both passes always run, and either failing fails `make test`.
+# One pass: the server tier (a real Airflow on PostgreSQL, the wheel installs: tests that build on one another's
+# state) is the xdist group "server", run in order on one worker while the rest of the suite runs beside it.
 test: setup lint
-	$(BIN)/python -m pytest $(XDIST) -m "not server" $(PYTEST_ARGS); first=$$?; \
-	$(BIN)/python -m pytest -p no:xdist -m server $(PYTEST_ARGS); second=$$?; \
-	test $$first = 0 && test $$second = 0
+	$(BIN)/python -m pytest $(call xdist,$(TEST_WORKERS)) $(PYTEST_ARGS)
 
 test-fast: setup
-	$(BIN)/python -m pytest $(XDIST) -m "$(FAST)" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(call xdist,$(FAST_WORKERS)) -m "$(FAST)" $(PYTEST_ARGS)
 
 demo: setup
 	bash scripts/demo.sh

@@ -25,6 +25,7 @@ from airflow_support import (
     xcom,
 )
 
+from support.jvm import FAST_JVM
 from support.lancedb_peer import INDEX, LanceDbTable, round_batches
 from support.tables import open_base
 
@@ -32,8 +33,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 from e2e_support import SparkSubmitRecorder  # the e2e tests' recording spark-submit
 
 SPARK_LOCAL = json.dumps({"conn_type": "spark", "host": "local[2]"})
-FAST_JVM = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
-            "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
 
 
 def _table_env(tmp_path, location, **settings) -> dict[str, str]:

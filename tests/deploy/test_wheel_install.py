@@ -30,13 +30,14 @@ import yaml
 
 from memwal.reader import LsmReader
 
+from support.jvm import FAST_JVM_OPTIONS
 from support.maintenance import build_table
 from support.python_envs import imports, python_without_memwal
 from support.tables import open_base, sorted_rows
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
-from e2e_support import FAST_JVM_OPTIONS, SparkStandalone  # noqa: E402
+from e2e_support import SparkStandalone  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

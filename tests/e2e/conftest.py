@@ -32,7 +32,6 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
 from e2e_support import (
-    FAST_JVM_OPTIONS,
     Deployment,
     LanceCoreTable,
     ProcSampler,
@@ -44,6 +43,8 @@ from e2e_support import (
 )
 from local_airflow import LocalAirflow
 from ports import free_port
+
+from support.jvm import FAST_JVM_OPTIONS
 
 log = logging.getLogger("e2e")
 
@@ -134,7 +135,8 @@ def deployment(s3_endpoint, tmp_path_factory):
         "AIRFLOW__CORE__MAX_TASK_RETRY_DELAY": "5",
     }
     af = LocalAirflow(home=str(root / "airflow"), tables_file=str(tables_file),
-                      database=os.environ.get("MEMWAL_E2E_DATABASE", "auto"), connections=connections, env=env)
+                      database=os.environ.get("MEMWAL_E2E_DATABASE", "auto"), connections=connections, env=env,
+                      reparse_interval=300)  # the DAG files and tables file never change during the module
 
     tables: dict[str, LanceCoreTable] = {}
     errors: list[BaseException] = []

@@ -25,13 +25,13 @@ from memwal.region_manifest import list_regions, load_latest_manifest
 from memwal.storage import ObjectStore, lance_storage_options
 from spark_jobs import submit
 
+from support.jvm import FAST_JVM_OPTIONS
+
 if TYPE_CHECKING:
     from local_airflow import LocalAirflow
 
 REPO = Path(__file__).resolve().parents[2]
 
-# Test-only JVM flags (as tests/spark): C1-only JIT starts the short-lived JVMs much faster on 2 cores.
-FAST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 # -- Spark standalone ----------------------------------------------------------------------------------

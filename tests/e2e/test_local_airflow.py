@@ -45,7 +45,7 @@ def test_launcher_runs_a_dag_over_rest_and_stop_leaves_nothing_behind(tmp_path):
     (dags / "tiny.py").write_text(TINY_DAG)
     (tmp_path / "plugins").mkdir()
     af = LocalAirflow(home=str(tmp_path / "home"), dags_folder=str(dags), plugins_folder=str(tmp_path / "plugins"),
-                      database="sqlite", pools={})
+                      database="sqlite", pools={}, reparse_interval=300)
     try:
         af.start()
         assert af.backend == "sqlite"

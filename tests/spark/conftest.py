@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 from ports import free_port  # scripts/ (tests/conftest.py)
-from spark_helpers import FAST_JVM, FAST_JVM_OPTIONS
 
 from spark_jobs import common, submit
+
+from support.jvm import FAST_JVM, FAST_JVM_OPTIONS
 
 # Workers must run this interpreter (the venv), not whatever python3 is on PATH.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -13,14 +13,11 @@ from memwal.storage import ObjectStore
 from memwal.table import MemWalTable
 from memwal.writer import RegionWriter, WriterConfig
 
+from support.jvm import FAST_JVM
 from support.tables import create_base, open_base, rows, sorted_rows
 
 ONE_GEN_PER_FLUSH = WriterConfig(max_memtable_rows=10**9, max_flush_interval_s=None)
 
-# Test-only: the JVMs here live for seconds, so C1-only JIT starts them much faster (about 40% per
-# spark-submit on this 2-core machine). Not a production default: long merges want C2.
-FAST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-FAST_JVM = {"spark.driver.extraJavaOptions": FAST_JVM_OPTIONS, "spark.executor.extraJavaOptions": FAST_JVM_OPTIONS}
 
 
 def staging_spark_dedup(app: str, master: str = "local[1]"):

@@ -8,11 +8,12 @@ import json
 import zipfile
 
 import pytest
-from spark_helpers import FAST_JVM, Loc, build_table, lsm_view
+from spark_helpers import Loc, build_table, lsm_view
 
 from memwal.cli import main
 from spark_jobs import submit
 
+from support.jvm import FAST_JVM
 from support.python_envs import imports, python_without_memwal
 
 pytestmark = pytest.mark.spark

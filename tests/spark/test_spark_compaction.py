@@ -7,7 +7,7 @@ import json
 
 import lance
 import pytest
-from spark_helpers import FAST_JVM, Loc, base_rows, build_table, lsm_view
+from spark_helpers import Loc, base_rows, build_table, lsm_view
 
 from memwal.compaction import fragment_health
 from memwal.mem_wal_index import load_index
@@ -15,6 +15,8 @@ from memwal.merge import merge_table
 from spark_jobs import compaction as compaction_job
 from spark_jobs import retention as retention_job
 from spark_jobs import submit
+
+from support.jvm import FAST_JVM
 
 pytestmark = pytest.mark.spark
 

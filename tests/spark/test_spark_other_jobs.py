@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from spark_helpers import FAST_JVM, Loc, base_rows, build_table, lsm_view
+from spark_helpers import Loc, base_rows, build_table, lsm_view
 
 from memwal.mem_wal_index import load_index
 from memwal.merge import merge_table
@@ -20,6 +20,7 @@ from spark_jobs import snapshot as snapshot_job
 from spark_jobs import submit
 from spark_jobs.merge_dedup import STAGING_DIR
 
+from support.jvm import FAST_JVM
 from support.tables import open_base
 
 pytestmark = pytest.mark.spark

@@ -8,12 +8,13 @@ import json
 import subprocess
 
 import pytest
-from spark_helpers import FAST_JVM, Loc, base_rows, build_table, lsm_view
+from spark_helpers import Loc, base_rows, build_table, lsm_view
 
 from memwal.mem_wal_index import load_index
 from spark_jobs import submit
 from spark_jobs.merge_dedup import STAGING_DIR
 
+from support.jvm import FAST_JVM
 from support.s3_decoy import NOT_REACHED, S3_REMOVALS, s3_options_without
 from support.tables import create_base
 

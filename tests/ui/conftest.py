@@ -86,7 +86,7 @@ def ui_airflow(ui_tables_file: Path, s3_endpoint: str):
     controls = {name: {k: v for k, v in conn.items() if k not in removed} for name, removed in S3_CONTROLS.items()}
     # the S3 control tables fail their lag checks by design: retry them after 1 s, not the default 30
     af = LocalAirflow(tables_file=str(ui_tables_file), connections={S3_CONN: conn, **controls},
-                      env={"MEMWAL_LAG_MONITOR_RETRY_DELAY_S": "1"})
+                      env={"MEMWAL_LAG_MONITOR_RETRY_DELAY_S": "1"}, reparse_interval=300)
     af.start()
     try:
         yield af
