@@ -4,10 +4,7 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import time
-import urllib.request
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +14,7 @@ import pytest
 from memwal.storage import ObjectStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from support import atomic_moto
 from support.jvm import FAST_JVM_OPTIONS
 from support.s3_decoy import isolate_environment
 
@@ -49,24 +47,7 @@ isolate_environment()
 def s3_endpoint():
     """A moto S3 server on 127.0.0.1 for this test session; yields its endpoint URL. Nothing reaches it
     unless the code under test passes this endpoint (see the decoy above)."""
-    port = free_port()
-    moto = Path(sys.executable).with_name("moto_server")
-    proc = subprocess.Popen(
-        [str(moto), "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    endpoint = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1)
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError("moto_server did not start") from None
-            time.sleep(0.1)
+    proc, endpoint = atomic_moto.start(free_port())  # moto_server, its conditional writes atomic as on S3
     yield endpoint
     proc.terminate()
     proc.wait(timeout=10)
