@@ -14,8 +14,8 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
 # Both cores (pytest-xdist --dist loadgroup): the tests sharing a server or a session's Spark run in order in
 # their xdist_group on one worker (tests/conftest.py), the rest spread over the others. `make test` has one worker
-# more than cores: the server group (a real Airflow's tests, mostly waiting on its processes) holds one for the
-# whole run. TEST_WORKERS=1 runs the suite in one process. `make test-fast` is the inner loop: the suite on
+# more than cores: the real Airflow's e2e module (mostly waiting on its servers) holds one for about half the
+# run. TEST_WORKERS=1 runs the suite in one process. `make test-fast` is the inner loop: the suite on
 # local files without the S3, Spark, Airflow, model, crash/race and end-to-end tiers (docs/testing.md).
 TEST_WORKERS ?= 3
 FAST_WORKERS ?= 2
@@ -41,8 +41,8 @@ dist: $(STAMP)
 lint: setup
 	$(BIN)/ruff check .
 
-# One pass: the server tier (a real Airflow on PostgreSQL, the wheel installs: tests that build on one another's
-# state) is the xdist group "server", run in order on one worker while the rest of the suite runs beside it.
+# One pass: each module of the server tier (a real Airflow on PostgreSQL, the wheel installs: tests that build on
+# one another's state) is an xdist group ("server-<module>"), run in order on one worker beside the rest.
 test: setup lint
 	$(BIN)/python -m pytest $(call xdist,$(TEST_WORKERS)) $(PYTEST_ARGS)
 

@@ -307,7 +307,7 @@ def test_canary_secret_appears_nowhere(deployment: Deployment):
     canary_sha256 = hashlib.sha256(deployment.canary.encode()).hexdigest()
     assert {r["secret_sha256"] for r in deployment.recorder.records()} == {canary_sha256}, (
         "the connection's secret (the canary) reached every Spark job, in its storage options file")
-    # Every DAG's runs in one call (`~`): a per-DAG listing misses a DAG the processor is re-parsing under load.
+    # Every DAG's runs in one call (`~`), not a listing per DAG of the first page of /dags.
     runs = af.request("GET", "/api/v2/dags/~/dagRuns", params={"limit": 1})["total_entries"]
     assert runs >= 6, "the earlier tests' DAG runs are there to search"
     for name in ("scheduler", "api-server", "dag-processor", "triggerer"):
