@@ -35,7 +35,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -65,6 +64,7 @@ from memwal.merge import merge_table  # noqa: E402
 from memwal.table import MemWalTable  # noqa: E402
 from memwal.writer import RegionWriter, WriterConfig  # noqa: E402
 
+from support import atomic_moto  # noqa: E402
 from support.s3_requests import counting_proxy  # noqa: E402
 
 ONE_GEN_PER_FLUSH = WriterConfig(max_memtable_rows=10**9, max_flush_interval_s=None)
@@ -105,23 +105,6 @@ def timed(fn, repeat: int) -> float:
         fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
-
-
-def start_moto() -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    proc = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "moto_server"), "-H", "127.0.0.1",
-                             "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    endpoint = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1)
-            return proc, endpoint
-        except OSError:
-            if time.monotonic() > deadline:
-                proc.kill()
-                raise
-            time.sleep(0.1)
 
 
 def stop_moto(proc: subprocess.Popen) -> None:
@@ -206,7 +189,7 @@ def local_and_s3(prefix: str) -> Iterator[tuple[str, str, str]]:
     """A moto server with bucket `bench`: (its endpoint, a local table path, the S3 table URI); both gone
     afterwards."""
     tmp = tempfile.mkdtemp(prefix=prefix)
-    moto, endpoint = start_moto()
+    moto, endpoint = atomic_moto.start(free_port())  # the tests' moto_server (tests/support)
     try:
         import boto3
 
