@@ -133,14 +133,18 @@ def _bloom(reader: LsmReader, position: int, source: Source) -> BloomFilter | No
     return cache[key]
 
 
+def _key_values(keys: pa.Table, pk: list[str]) -> list:
+    """The rows of `keys` as Python keys: values (one key column) or tuples."""
+    cols = [keys.column(c).to_pylist() for c in pk]
+    return cols[0] if len(cols) == 1 else list(zip(*cols, strict=True))
+
+
 def _held_keys(reader: LsmReader, upper: Upper, key: object) -> frozenset:
     """Every key a source above the base holds in the view `key` (any version), as values (one key column) or
     tuples: from the keys its UpperView already read, built once per snapshot."""
     cache = reader.search_cache
     if ("held", key) not in cache:
-        t = upper_view(reader, upper, key).keys
-        cols = [t.column(c).to_pylist() for c in reader.pk]
-        cache["held", key] = frozenset(cols[0] if len(cols) == 1 else zip(*cols, strict=True))
+        cache["held", key] = frozenset(_key_values(upper_view(reader, upper, key).keys, list(reader.pk)))
     return cache["held", key]
 
 
@@ -167,8 +171,7 @@ def newer_versions(reader: LsmReader, keys: pa.Table, upper: Upper, key: object,
         maybe |= might
     if maybe.any():
         held = _held_keys(reader, upper, key)
-        cols = [keys.column(c).to_pylist() for c in pk]
-        values = cols[0] if len(cols) == 1 else list(zip(*cols, strict=True))
+        values = _key_values(keys, pk)
         if check is not None:
             check.key_probes += int(maybe.sum())
         for i in np.nonzero(maybe)[0]:
