@@ -136,15 +136,18 @@ class TableLock:
             return True
 
     def check(self) -> None:
-        """Raise LeaseLostError unless this lock is held by us right now: our sequence is the newest lock
-        object, held, and its lease has not expired (a commit must not follow a lease that was lost)."""
+        """Raise LeaseLostError unless this lock is held by us right now: the newest lock object is ours,
+        held, and its lease has not expired (a commit must not follow a lease that was lost).
+
+        Our heartbeat may renew (create our next object) while the listing runs, so the newest object may
+        be one past the sequence read before it: any of ours from that sequence on is still our lease."""
         with self._mutex:
             seq = self.seq
         where = f"{self.store.uri}/{self.dir}"
         if seq is None:
             raise LeaseLostError(where, self.owner, "is not held")
         latest = self._latest()
-        if latest is None or latest.seq != seq or latest.owner != self.owner or latest.released:
+        if latest is None or latest.seq < seq or latest.owner != self.owner or latest.released:
             taker = latest.owner if latest is not None else "nobody"
             raise LeaseLostError(where, self.owner, f"was taken over (newest lock object: {taker})")
         if latest.expires_at < self.clock():

@@ -102,3 +102,19 @@ def test_giving_up_names_the_lock_its_holder_and_the_wait(local_location):
     assert isinstance(exc, CommitConflictError) and exc.owner == holder.owner and exc.waited_s == 0
     assert exc.lock.endswith("_mem_wal/_locks/t") and str(exc).startswith(f"lock {exc.lock} is held by {holder.owner}")
     assert "gave up after waiting 0s" in str(exc) and "rerun" in str(exc)
+
+
+def test_a_check_racing_its_own_heartbeat_keeps_the_lease(local_location):
+    """Issue 41 item 6: a renew() landing between check()'s read of our sequence and its listing must not
+    read as a takeover (the storage hook runs the heartbeat's renew right before check() lists)."""
+    from support.storage_hooks import before_first
+
+    store = local_location.store()
+    holder = TableLock(store, "t", lease_s=600).acquire()  # the heartbeat waits 200 s: only the hook renews
+    try:
+        with before_first("list_files", lambda p: p.endswith("_locks/t"), holder.renew) as fired:
+            holder.check()
+        assert fired and holder.seq == 2, "the renew ran inside the check"
+        holder.check()
+    finally:
+        holder.release()
