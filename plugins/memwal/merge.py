@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 
 from memwal import naming
 from memwal.dedup import GEN_COLUMN, ROWADDR_COLUMN, newest_per_key
-from memwal.errors import CommitConflictError, LockTimeoutError, MemWalError, MissingGenerationError
+from memwal.errors import CommitConflictError, LeaseLostError, LockTimeoutError, MemWalError, MissingGenerationError
 from memwal.faults import fault_point
 from memwal.generation import open_generation
 from memwal.job_config import MergeConfig
@@ -494,7 +494,7 @@ class _Outcome(Enum):
 
     COMMITTED = "committed"  # its commit landed (a round: every commit landed)
     REPLAN = "replan"  # refused, overtaken or failed: reload the index and plan again
-    STOPPED = "stopped"  # the MemWAL index lock was not ours in time: the run ends
+    STOPPED = "stopped"  # the MemWAL index lock was not ours in time, or our lease was lost: the run ends
 
 
 class _MergeRun:
@@ -561,13 +561,29 @@ class _MergeRun:
         else:
             log.warning("merge commit for region(s) %s failed (%s); retrying", regions, exc)
 
-    def stop(self, later: Sequence[list[list[GenerationRef]]], exc: LockTimeoutError) -> None:
-        """Another job held the MemWAL index lock longer than we wait (a long compaction round): this commit
-        and the rest of the round are not made, the commits made so far stay ours."""
+    def stop(self, later: Sequence[list[list[GenerationRef]]], exc: LockTimeoutError | LeaseLostError) -> None:
+        """Another job held the MemWAL index lock longer than we wait (a long compaction round), or took it
+        over after we stalled past our lease: this commit and the rest of the round are not made, their
+        regions fail with `exc`; the commits made so far stay ours and their regions' results stand. A lease
+        lost between the steps of this commit (memwal.merge_commit) leaves its regions merged part of the
+        way: their merged_generation_after is read back from the MemWAL index."""
+        if isinstance(exc, LeaseLostError) and later:
+            self.observe_index([refs[0].region_id for refs in later[0]])
         for refs in (refs for commit in later for refs in commit):
             progress = self.regions[refs[0].region_id]
             if progress.error is None:
                 progress.fail(exc)
+
+    def observe_index(self, region_ids: Sequence[str]) -> None:
+        """What the MemWAL index records as merged now, for these regions (best effort: a failed read is
+        logged and changes nothing)."""
+        try:
+            details = self.table.refresh().details
+        except (MemWalError, OSError) as exc:
+            log.warning("could not read back what the MemWAL index records as merged: %s", exc)
+            return
+        for r in region_ids:
+            self.regions[r].observe(details.merged_generation(r), first=False)
 
     def landed(self, batches: Sequence[list[GenerationRef]], inputs: Sequence[MergeInput], upserted: Sequence[int],
                done: CommitPasses) -> None:
@@ -601,7 +617,7 @@ def _commit_step(run: _MergeRun, rnd: _Round, c: int, later: Sequence[list[list[
     try:
         done = _commit(run.table, markers, inputs[0] if combined is None else combined.input, since, run.apply)
         upserted = [done.upserted] if combined is None else combined.upserted
-    except LockTimeoutError as exc:
+    except (LockTimeoutError, LeaseLostError) as exc:  # the run ends; what landed before stays reported
         run.stop(later, exc)
         return _Outcome.STOPPED
     except OSError as exc:
@@ -670,9 +686,10 @@ def merge_table(
 ) -> MergeSummary:
     """Merge all regions (or the given ones), each up to up_to_generation if given, several regions per
     commit. A region that fails is reported, the others still run. Giving up on the MemWAL index lock
-    (LockTimeoutError) ends the run: the regions still to commit are reported failed with it, and what was
-    committed stays in the summary. runner / parallelism: where the fragment apply's tasks run and how many
-    (`config.apply`, `memwal.merge_apply.choose_apply`)."""
+    (LockTimeoutError) or losing our lease on it (LeaseLostError) ends the run: the regions still to commit
+    are reported failed with it, and what was committed stays in the summary (those regions are not failed).
+    runner / parallelism: where the fragment apply's tasks run and how many (`config.apply`,
+    `memwal.merge_apply.choose_apply`)."""
     table = MemWalTable.of(table)
     config = config or MergeConfig()
     apply = choose_apply(config.apply, runner, parallelism)

@@ -408,3 +408,111 @@ def test_a_lock_timeout_keeps_what_was_merged_and_names_the_lock(local_location)
     rerun = merge_table(loc.uri)
     assert rerun.to_dict()["generations_merged"] == 1 and not rerun.failed_regions
     assert dict(load_index(loc.uri).merged_generations) == {first: 1, second: 1}
+
+
+
+# -- a lease lost mid-run (issue 41, item 7) -----------------------------------------------------------
+
+
+class _Lease:
+    """Our merge's MemWAL index locks judged by a hand-moved clock (monkeypatched in); `take_over()` makes
+    us stall past the lease and another job take the lock over, deterministically. Release `takers`."""
+
+    def __init__(self, monkeypatch, loc, on_acquire=lambda n: False):
+        from memwal import table as table_module
+        from memwal.lock import TableLock
+
+        self.now, self.loc, self.takers, self.acquired = 1_000_000.0, loc, [], 0
+        lease = self
+
+        class Judged(TableLock):
+            def acquire(self) -> TableLock:
+                super().acquire()
+                lease.acquired += 1
+                if on_acquire(lease.acquired):
+                    lease.take_over()
+                return self
+
+        self.lock_type = TableLock
+        monkeypatch.setattr(table_module, "index_lock",
+                            lambda store: Judged(store, "mem_wal_index", 60.0, wait_s=5.0, clock=self.clock))
+
+    def clock(self) -> float:
+        return self.now
+
+    def take_over(self) -> None:
+        self.now += 120.0  # our 60 s lease ran out while we stalled
+        self.takers.append(self.lock_type(self.loc.store(), "mem_wal_index", 60.0, wait_s=5.0,
+                                          clock=self.clock).acquire())
+
+    def release(self) -> None:
+        for t in self.takers:
+            t.release()
+
+
+def test_a_lost_lease_fails_only_the_regions_not_yet_committed(local_location, monkeypatch):
+    """
+    two regions, one commit each | the first commits | our lease is taken over right after we lock for the
+    second | the summary keeps the first region merged (its generation, no error) and reports only the
+    second failed with the lease error: what the page's run line (failed_regions) and the alert
+    (failure_reason) are made from. A rerun merges the second.
+    """
+    from memwal.jobs import failure_reason
+
+    loc = local_location
+    first, second = _regions_table(loc, 2, 1)
+    lease = _Lease(monkeypatch, loc, on_acquire=lambda n: n == 2)
+    try:
+        summary = merge_table(loc.uri, config=MergeConfig(max_generations_per_commit=1))
+    finally:
+        lease.release()
+    assert lease.takers, "the lease was never taken over"
+    out = summary.to_dict()
+    by_region = {r["region_id"]: r for r in out["regions"]}
+    assert out["failed_regions"] == [second], out["failed_regions"]
+    assert by_region[first]["error"] is None and by_region[first]["generations"] == [1]
+    assert by_region[first]["merged_generation_after"] == 1 and by_region[first]["commits"] == 1
+    assert out["generations_merged"] == 1 and by_region[second]["generations"] == []
+    assert "taken over" in by_region[second]["error"], by_region[second]["error"]
+    reason = failure_reason(out)
+    assert reason is not None and reason.startswith(f"1 of 2 region(s) failed: {second}: "), reason
+    assert first not in reason
+    assert dict(load_index(loc.uri).merged_generations) == {first: 1}
+    monkeypatch.undo()
+    rerun = merge_table(loc.uri)
+    assert rerun.to_dict()["generations_merged"] == 1 and not rerun.failed_regions
+    assert dict(load_index(loc.uri).merged_generations) == {first: 1, second: 1}
+
+
+def test_a_lease_lost_between_marker_steps_reports_the_progress_the_index_records(local_location, monkeypatch):
+    """
+    two regions of two generations, in one commit: data with marker 1 for both, then a marker-only step
+    to 2 | the lease is taken over before that step | both regions fail with the lease error, each merged
+    up to 1 as the MemWAL index records (the step to 2 was not made); a rerun merges generation 2.
+    """
+    from memwal import merge_commit
+
+    loc = local_location
+    regions = _regions_table(loc, 2, 2)
+    lease = _Lease(monkeypatch, loc)
+    real = merge_commit.fault_point
+
+    def stall_before_the_step(name: str) -> None:
+        real(name)
+        if name == "merge.between_marker_steps" and not lease.takers:
+            lease.take_over()
+
+    monkeypatch.setattr(merge_commit, "fault_point", stall_before_the_step)
+    try:
+        summary = merge_table(loc.uri)
+    finally:
+        lease.release()
+    assert lease.takers, "the commit made no marker-only step"
+    assert summary.failed_regions == regions
+    for r in summary.regions:
+        assert "taken over" in r.error, r.error
+        assert (r.merged_generation_before, r.merged_generation_after) == (0, 1), r
+    assert dict(load_index(loc.uri).merged_generations) == dict.fromkeys(regions, 1)
+    monkeypatch.undo()
+    rerun = merge_table(loc.uri)
+    assert not rerun.failed_regions and dict(load_index(loc.uri).merged_generations) == dict.fromkeys(regions, 2)
