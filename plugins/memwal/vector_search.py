@@ -5,7 +5,8 @@ prefilter; a source without one, or a generation or MemTable small enough (FLAT_
 a generation's index type never makes the result less exact than the base table's own search. A candidate
 counts only if it is its key's newest live version; a source whose candidates were shadowed is asked for more
 until k live rows are found or it is exhausted (never short). Candidates are re-ranked by exact distances
-computed from their vectors.
+computed from their vectors. A row whose distance is undefined (a null vector; a zero vector under cosine) is
+never a result, as in Lance.
 """
 
 from __future__ import annotations
@@ -115,6 +116,17 @@ def _distances(vectors: np.ndarray, q: np.ndarray, metric: str) -> np.ndarray:
     return ((v - q64) ** 2).sum(axis=1)
 
 
+def _has_vector(column: pa.ChunkedArray) -> np.ndarray:
+    """Which rows of a vector column hold a vector (not a null entry). flatten() drops the null entries, so
+    those rows must go, with their addresses, before a column is turned into a matrix (_matrix)."""
+    return column.is_valid().to_numpy(zero_copy_only=False)
+
+
+def _matrix(column: pa.ChunkedArray, dim: int) -> np.ndarray:
+    """The (rows, dim) float32 matrix of a vector column without null entries (_has_vector)."""
+    return np.asarray(column.combine_chunks().flatten(), np.float32).reshape(-1, dim)
+
+
 @dataclass(frozen=True)
 class _FlatBlock:
     """The live newest rows of every small source of a plan, one row per entry: source position, generation,
@@ -136,8 +148,8 @@ def _flat_block(reader: LsmReader, positions: tuple[int, ...], column: str, dim:
         for position in positions:
             source = source_at(reader, position)
             t = source.dataset.to_table(columns=[column], with_row_address=True)
-            t = t.filter(pa.array(is_live(reader, position, t, view)))
-            vecs = np.asarray(t.column(column).combine_chunks().flatten(), np.float32).reshape(-1, dim)
+            t = t.filter(pa.array(is_live(reader, position, t, view) & _has_vector(t.column(column))))
+            vecs = _matrix(t.column(column), dim)
             parts.append((np.full(len(vecs), position), np.full(len(vecs), source.generation),
                           t.column("_rowaddr").to_numpy(), vecs))
         if parts:
@@ -174,6 +186,7 @@ def _flat_top(block: _FlatBlock, q: np.ndarray, k: int, metric: str) -> tuple[np
     kth = np.partition(approx, k - 1)[k - 1] if len(approx) > k else approx.max()
     near = np.nonzero(approx <= kth + 2 * bound)[0]
     dist = _distances(vecs[near], q, metric)
+    near, dist = near[np.isfinite(dist)], dist[np.isfinite(dist)]  # a zero vector under cosine: no distance
     order = np.argsort(dist, kind="stable")[:k]
     return near[order], dist[order]
 
@@ -299,11 +312,12 @@ def vector_search(reader: LsmReader, vector: Any, *, column: str | None = None, 
             ask = min(rows, 2 * ask + int((~live).sum()))
         plan.candidates += got.num_rows
         plan.shadowed += int((~live).sum())
-        got = got.filter(pa.array(live))
+        got = got.filter(pa.array(live & _has_vector(got.column(column))))
+        dist = _distances(_matrix(got.column(column), dim), q, metric)
+        got, dist = got.filter(pa.array(np.isfinite(dist))), dist[np.isfinite(dist)]
         if got.num_rows:
-            vecs = np.asarray(got.column(column).combine_chunks().flatten(), np.float32).reshape(-1, dim)
             n = got.num_rows
-            parts.append((got, _distances(vecs, q, metric), np.full(n, p.source.generation),
+            parts.append((got, dist, np.full(n, p.source.generation),
                           got.column("_rowaddr").to_numpy().astype(np.uint64), np.full(n, p.position)))
     plan.bloom_skips, plan.key_probes = check.bloom_skips, check.key_probes
     if small:

