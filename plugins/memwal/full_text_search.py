@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from memwal.dataset_identity import cache_key
 from memwal.errors import BadInputError
 from memwal.fts_tokenizer import TokenizerConfig, analyze, query_terms
 from memwal.newest_version import member
@@ -37,7 +38,7 @@ K1 = 1.2
 B = 0.75
 SCORE_COLUMN = "_score"
 _ADDR, _ID = "_rowaddr", "_rowid"
-# SourceTerms of immutable datasets (base versions, generations): (uri, version, column, config) -> value.
+# SourceTerms of immutable datasets (base versions, generations): (cache_key, column, config) -> value.
 _TERMS: OrderedDict[tuple, SourceTerms] = OrderedDict()
 _TERMS_CACHED = 64  # the base, unmerged and gap generations of a few tables
 _TF_CACHED = 64  # per source: term -> frequencies per row
@@ -124,10 +125,12 @@ class SourceTerms:
 
 
 def _source_terms(source: Source, column: str, config: TokenizerConfig, cache: dict) -> SourceTerms:
-    """The source's SourceTerms, analysed once per dataset version (MemTables once per snapshot)."""
+    """The source's SourceTerms, analysed once per dataset version (`dataset_identity.cache_key`: a table
+    recreated at the same URI and version is analysed anew); MemTables once per snapshot."""
     ds = source.dataset
-    memory = ds.uri.startswith("memory://")
-    key = (ds.uri, ds.version, column, config)
+    identity = None if ds.uri.startswith("memory://") else cache_key(ds)
+    memory = identity is None  # a MemTable, or a version not told apart from a recreated table's
+    key = (identity or (ds.uri, ds.version), column, config)
     store: Any = cache if memory else _TERMS
     with _LOCK:
         value = store.get(key)

@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 
 from memwal import naming
 from memwal.bloom_filter import BloomFilter, key_hashes, read_bloom_filter
+from memwal.dataset_identity import cache_key
 from memwal.dedup import ROWADDR_COLUMN as _ADDR
 from memwal.dedup import SOURCE_COLUMN as _SRC
 from memwal.errors import CorruptFileError
@@ -38,7 +39,7 @@ __all__ = ["NewerCheck", "UpperView", "base_keys", "member", "newer_versions", "
 log = logging.getLogger(__name__)
 
 Upper = list[tuple[int, "Source"]]  # (reader position, source) of every source above the base in a view
-_BASE_KEYS: OrderedDict[tuple[str, int], pa.Table] = OrderedDict()
+_BASE_KEYS: OrderedDict[tuple[str, int, int], pa.Table] = OrderedDict()  # by cache_key
 _BASE_KEYS_CACHED = 2
 _LOCK = threading.Lock()
 _MARK = "__memwal_upper"
@@ -100,9 +101,14 @@ def shadowed_in_bulk(pk: list[str], keys: pa.Table, upper_keys: pa.Table) -> np.
 
 
 def base_keys(reader: LsmReader) -> pa.Table:
-    """The base version's key columns and `_rowaddr`, read once per base version (shared by readers)."""
+    """The base version's key columns and `_rowaddr`, read once per base version (shared by readers; keyed by
+    `dataset_identity.cache_key`, so a table recreated at the same URI and version is read anew)."""
     ds = reader.base
-    key = (ds.uri, ds.version)
+    key = cache_key(ds)
+    if key is None:  # not told apart from a recreated table: kept for this reader only
+        if "base keys" not in reader.search_cache:
+            reader.search_cache["base keys"] = ds.to_table(columns=list(reader.pk), with_row_address=True)
+        return reader.search_cache["base keys"]
     with _LOCK:
         if key in _BASE_KEYS:
             _BASE_KEYS.move_to_end(key)

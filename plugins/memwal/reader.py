@@ -46,7 +46,8 @@ def _memory_dataset(table: pa.Table) -> lance.LanceDataset:
 
 class LsmReader:
     """Reads a MemWAL table as of its handle's version (or a base-table version), optionally with live
-    MemTables. A table given as a URI is opened at its latest version.
+    MemTables. A table given as a URI is opened at its latest version. A reader is a snapshot: it reads that
+    version (and the generations listed when it opened) for its whole life, whatever later moves the handle.
 
     memtables: (region_id, generation, rows with _tombstone), e.g. from RegionWriter.memtable_table().
     """
@@ -90,7 +91,9 @@ class LsmReader:
         is no longer in the region manifest: merged after that version and collected by GC while we opened
         it, so neither the base nor the generations hold its rows (check-then-act on the manifest).
         """
-        at = self.table if version is None else self.table.checkout(version)
+        # A dataset of the reader's own: the handle's moves in place (refresh, a job's commit on it), the
+        # reader's snapshot must not (its cached masks, counts and keys are of this version).
+        at = self.table.checkout(self.table.version if version is None else version)
         self.base = at.dataset
         self.pk = at.primary_key
         try:

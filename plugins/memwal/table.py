@@ -21,6 +21,7 @@ import lance
 import pyarrow as pa
 
 from memwal import mem_wal_index, naming
+from memwal.dataset_identity import cache_key
 from memwal.errors import CommitConflictError, TableNotFoundError, is_table_not_found
 from memwal.faults import fault_point
 from memwal.lock import TableLock, index_lock
@@ -43,6 +44,7 @@ class MemWalTable:
         self._version = version
         self._dataset: lance.LanceDataset | None = None
         self._index: MemWalIndex | None = None
+        self._index_of: tuple[str, int, int] | None = None  # the cache_key of the version `_index` was read at
         self._lease: TableLock | None = None
 
     @classmethod
@@ -102,10 +104,15 @@ class MemWalTable:
 
     @property
     def index(self) -> MemWalIndex:
-        """The MemWAL index at the handle's version (loaded once per version); MemWalNotInitializedError."""
-        if self._index is None or self._index.table_version != self.version:
-            self._index = index_of(self.dataset, self.store)
+        """The MemWAL index at the handle's version (loaded once per version, `dataset_identity.cache_key`: a
+        table recreated at the same URI and version is read anew); MemWalNotInitializedError."""
+        identity = self._identity(self.dataset)
+        if self._index is None or self._index_of != identity:
+            self._index, self._index_of = index_of(self.dataset, self.store), identity
         return self._index
+
+    def _identity(self, ds: lance.LanceDataset) -> tuple[str, int, int]:
+        return cache_key(ds) or (self.uri, ds.version, 0)
 
     @property
     def details(self) -> MemWalIndexDetails:
@@ -120,10 +127,13 @@ class MemWalTable:
         return self
 
     def checkout(self, version: int) -> MemWalTable:
-        """Another handle on the same store at `version` (this one stays where it is)."""
+        """Another handle on the same store at `version`, a dataset of its own (this one stays where it is; the
+        MemWAL index already loaded for that version is shared)."""
         other = MemWalTable.__new__(MemWalTable)
-        other.store, other._version, other._index, other._lease = self.store, version, None, None
+        other.store, other._version, other._index, other._index_of, other._lease = self.store, version, None, None, None
         other._dataset = self.dataset.checkout_version(version)
+        if self._index is not None and self._index_of == other._identity(other._dataset):
+            other._index, other._index_of = self._index, self._index_of
         return other
 
     # --- regions, lock, index commit ----------------------------------------------------------------
@@ -208,6 +218,7 @@ class MemWalTable:
     def adopt(self, dataset: lance.LanceDataset, index: MemWalIndex | None = None) -> None:
         """Take a dataset this process just committed (and its index) as the handle's current state."""
         self._dataset, self._index = dataset, index
+        self._index_of = self._identity(dataset) if index is not None else None
 
     def maintained_indexes(self) -> list[str]:
         """Base-table indexes the MemWAL maintains: the listed ones, or all of them (maintain_all_indexes)."""
