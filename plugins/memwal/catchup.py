@@ -10,6 +10,11 @@ With a `DistributedBuild` (the `spark` engine), an index with enough rows to ind
 tasks over fragment groups and committed at V0 under the MemWAL index lock (`memwal.index_build`); the same
 coverage rule then records it. Each index's result says where it was built and why.
 
+Which indexes: the maintained ones (`memwal.maintained_indexes.catchup_names`: the primary key's BTREE too,
+which the spec maintains implicitly). A maintained index the base table does not have at V0 (dropped) is
+skipped on every path with a warning naming the table and the index (`skipped` in its result); it holds
+nothing back: Lance core keeps no index_catchup entry for it, so GC does not wait for it.
+
 `rebuild_indexes` recreates maintained indexes from scratch, vector ones retrained (the catch-up operator's
 `rebuild`).
 """
@@ -27,6 +32,7 @@ from memwal import index_build, naming
 from memwal.compaction import is_preempted
 from memwal.index_coverage import covered_fragments, live_fragments
 from memwal.index_segments import fold_options, is_vector_index, rebuild_vector_index, segment_counts
+from memwal.maintained_indexes import catchup_names
 from memwal.maintenance_config import CompactionConfig, IndexPolicy
 from memwal.mem_wal_index import MemWalIndexDetails
 from memwal.table import MemWalTable, TableLike
@@ -54,6 +60,7 @@ class IndexCatchupResult:
     why: str = ""  # why there
     segments_built: int = 0  # segments built by tasks and committed together (the distributed path)
     rows_to_index: int = 0  # live rows of V0 the index did not cover
+    skipped: str | None = None  # why the index was not caught up and is nothing to wait for (not on the base)
 
 
 @dataclass(frozen=True)
@@ -82,7 +89,9 @@ class CatchupSummary:
     def to_dict(self) -> dict:
         return {**asdict(self), "job": "catchup",
                 "failed_indexes": [i.index_name for i in self.indexes if i.error],
-                "uncovered_indexes": [i.index_name for i in self.indexes if not i.error and not i.covered]}
+                "uncovered_indexes": [i.index_name for i in self.indexes
+                                      if not i.error and not i.skipped and not i.covered],
+                "skipped_indexes": [i.index_name for i in self.indexes if i.skipped]}
 
 
 def _uncovered(frags0: set[int], ds1: lance.LanceDataset, name: str) -> list[int]:
@@ -128,7 +137,7 @@ def _route(ds0: lance.LanceDataset, name: str, rows: int, distributed: Distribut
     """(where, why) the new rows of index `name` are indexed."""
     if distributed is None:
         return "in_process", "no task runner (engine local)"
-    desc = next(d for d in ds0.describe_indices() if d.name == name)
+    desc = index_build.describe(ds0, name)
     threshold = index_build.min_rows(desc) if distributed.min_rows is None else distributed.min_rows
     if rows < threshold:
         return "in_process", f"{rows} rows to index, under the distributed threshold of {threshold}"
@@ -156,6 +165,14 @@ def _build_distributed(table: MemWalTable, ds0: lance.LanceDataset, name: str, u
              plan.rows, result.where, plan.read_version)
 
 
+def _skip_absent(table: MemWalTable, name: str, version: int, result: IndexCatchupResult) -> None:
+    """A maintained index the base table does not have (dropped): nothing to build or record, and nothing
+    for GC to wait for (`memwal.index_coverage.with_coverage`); the flush skips it too (`memwal.generation_indexes`)."""
+    result.skipped = f"not on the base table at version {version}"
+    log.warning("%s: maintained index %s is not on the base table at version %d (dropped?): skipped; remove it "
+                "from maintained_indexes with `memwal indexes drop %s %s`", table.uri, name, version, table.uri, name)
+
+
 def catchup_table(table: TableLike, index_names: Sequence[str] | None = None,
                   policy: IndexPolicy | None = None, compaction: CompactionConfig | None = None,
                   distributed: DistributedBuild | None = None) -> CatchupSummary:
@@ -168,9 +185,14 @@ def catchup_table(table: TableLike, index_names: Sequence[str] | None = None,
     index0 = table.refresh().index
     summary = CatchupSummary(index0.table_uri, read_version=index0.table_version)
     merged = dict(index0.details.merged_generations)
-    names = list(index_names) if index_names is not None else table.maintained_indexes()
+    names = list(index_names) if index_names is not None else catchup_names(table)
+    on_base = {d.name for d in table.dataset.checkout_version(index0.table_version).describe_indices()}
     for name in names:
         result = IndexCatchupResult(name)
+        if name not in on_base:
+            _skip_absent(table, name, index0.table_version, result)
+            summary.indexes.append(result)
+            continue
         t0 = time.monotonic()
         try:
             ds0 = table.dataset.checkout_version(index0.table_version)
@@ -227,12 +249,15 @@ def rebuild_indexes(table: MemWalTable, names: Sequence[str] | None = None) -> l
     """Recreate the maintained indexes (or `names`) from scratch (Lance replace=True), under the MemWAL
     index lock; catch-up then records them as covering the table. A vector index is retrained with the
     parameters it reports (`memwal.index_segments.rebuild_vector_index`; ValueError when they cannot be read).
-    ValueError naming an unknown index."""
+    ValueError naming an unknown index of `names`; a maintained index not on the base table is skipped."""
     wanted = list(names) if names else table.maintained_indexes()
     described = {d.name: d for d in table.refresh().dataset.describe_indices() if d.name != naming.MEM_WAL_INDEX_NAME}
     missing = [n for n in wanted if n not in described]
-    if missing:
+    if missing and names:
         raise ValueError(f"no index named {', '.join(missing)} (indexes: {', '.join(sorted(described)) or 'none'})")
+    for name in missing:  # maintained but dropped from the base table: nothing to rebuild
+        log.warning("%s: maintained index %s is not on the base table: not rebuilt", table.uri, name)
+    wanted = [n for n in wanted if n in described]
     rebuilt = []
     with table.index_lock():
         for name in wanted:

@@ -45,7 +45,8 @@ if TYPE_CHECKING:
     from memwal.table import MemWalTable
 
 __all__ = ["DISTRIBUTED_MIN_ROWS", "MIN_GROUP_ROWS", "SEGMENT_TYPES", "BuildPlan", "SegmentTask", "build_segment",
-           "build_segments", "commit_segments", "fallback", "min_rows", "plan_build", "plan_groups", "vector_model"]
+           "build_segments", "commit_segments", "describe", "fallback", "min_rows", "plan_build", "plan_groups",
+           "vector_model"]
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,15 @@ _TOKENIZER_KEYS = ("base_tokenizer", "language", "with_position", "max_token_len
 def normalized_type(desc: Any) -> str:
     """The index's Lance type, upper case without separators Lance's names differ by (LabelList: LABELLIST)."""
     return str(desc.index_type).upper().replace(" ", "")
+
+
+def describe(ds: lance.LanceDataset, name: str) -> Any:
+    """Lance's description of index `name` at ds's version; ValueError naming the index and the version when
+    the table has no such index (dropped), never StopIteration (which would escape a caller's handlers)."""
+    for desc in ds.describe_indices():
+        if desc.name == name:
+            return desc
+    raise ValueError(f"index {name}: not on the base table {ds.uri} at version {ds.version}")
 
 
 def min_rows(desc: Any) -> int:
@@ -166,7 +176,7 @@ def vector_model(ds: lance.LanceDataset, name: str, table: MemWalTable | None = 
     codebook tensor in the segment's auxiliary.idx, laid out (sub_vectors, 256, dim / sub_vectors)), for HNSW
     m and ef_construction (the codebook is read with `table`'s storage options). ValueError naming the index
     when Lance does not report it."""
-    desc = next(d for d in ds.describe_indices() if d.name == name)
+    desc = describe(ds, name)
     kind = normalized_type(desc)
     os.environ.setdefault("LANCE_INCLUDE_VECTOR_CENTROIDS", "true")
     segments = ds.stats.index_stats(name).get("segments") or []
@@ -229,7 +239,7 @@ def plan_build(table: MemWalTable, ds0: lance.LanceDataset, name: str, uncovered
     """The tasks building index `name`'s segments over the `uncovered` fragments of ds0 (`table` at the
     version the build reads): at most `groups` groups, each of at least `min_group_rows` rows (one group when
     there are fewer)."""
-    desc = next(d for d in ds0.describe_indices() if d.name == name)
+    desc = describe(ds0, name)
     reason = fallback(desc)
     if reason:
         raise ValueError(f"index {name}: {reason}")

@@ -1,3 +1,5 @@
+import pytest
+
 from memwal.catchup import catchup_table
 from memwal.mem_wal_index import load_index
 from memwal.merge import merge_table
@@ -112,3 +114,96 @@ def test_a_storage_409_is_a_failure_not_a_preemption(local_location, monkeypatch
             f"Retryable commit conflict for version 7: This {op} transaction was preempted by concurrent "
             f"transaction {other} at version 7. Please retry., /home/runner/work/lance/lance/rust/lance/src/io/"
             "commit/conflict_resolver.rs:1471:46"))
+
+
+def _dropped_index_table(loc) -> str:
+    """Base with BTREE sidx (name) and tidx (score), MemWAL maintaining ["sidx", "tidx"], one region's four
+    generations merged (each index then misses the merged rows), then sidx dropped from the base table."""
+    import uuid
+
+    from support.maintenance import write_generations
+    from support.tables import create_base
+
+    ds = create_base(loc)
+    ds.create_scalar_index("name", "BTREE", name="sidx")
+    ds.create_scalar_index("score", "BTREE", name="tidx")
+    open_base(loc).initialize_mem_wal(unsharded=True, maintained_indexes=["sidx", "tidx"])
+    region = str(uuid.uuid4())
+    write_generations(loc, region, [([100 + g], f"g{g}", []) for g in range(4)])
+    merge_table(loc.uri)
+    open_base(loc).drop_index("sidx")
+    return region
+
+
+@pytest.mark.parametrize("path", ["in_process", "distributed"])
+def test_a_maintained_index_dropped_from_the_base_is_skipped_and_does_not_hold_back_gc(local_location, caplog,
+                                                                                      path):
+    """Issue 40 item 4: maintained ["sidx", "tidx"], sidx dropped from the base. Catch-up skips sidx with a
+    warning naming the table and the index (on the distributed path too, where it raised StopIteration and
+    tidx was never recorded), catches tidx up to the merged generation, and GC's safe generation is the merged
+    one: neither index holds it back."""
+    import logging
+
+    from memwal.catchup import DistributedBuild
+    from memwal.gc import safe_generation
+    from memwal.index_coverage import with_coverage
+    from memwal.table import MemWalTable
+    from memwal.task_runner import in_process
+
+    loc = local_location
+    region = _dropped_index_table(loc)
+    build = DistributedBuild(in_process, groups=2, where="tasks", min_rows=0, min_group_rows=1) \
+        if path == "distributed" else None
+    with caplog.at_level(logging.WARNING, logger="memwal.catchup"):
+        summary = catchup_table(loc.uri, distributed=build)
+    out = summary.to_dict()
+    sidx, tidx = summary.indexes
+    assert sidx.index_name == "sidx" and "not on the base table" in (sidx.skipped or ""), sidx
+    assert not sidx.optimized and sidx.error is None
+    assert out["skipped_indexes"] == ["sidx"] and out["uncovered_indexes"] == [] and out["failed_indexes"] == []
+    assert [m for m in caplog.messages if "sidx" in m and loc.uri in m and "not on the base table" in m], \
+        caplog.messages
+    assert tidx.covered and tidx.caught_up_generations == {region: 4}, tidx
+    if build is not None:
+        assert tidx.where == "tasks" and tidx.segments_built >= 1, "the distributed path was taken"
+    assert load_index(loc.uri).details.index_catchup == {"tidx": {region: 4}}
+    table = MemWalTable(loc.uri)
+    names = table.maintained_indexes()
+    assert names == ["sidx", "tidx"]
+    index = with_coverage(table.index, table.dataset, names)
+    assert safe_generation(index, region, names, {}) == (4, "merged_generations")
+
+
+def test_lance_core_keeps_no_index_catchup_entry_for_an_index_not_on_the_base(local_location):
+    """What GC relies on for a dropped maintained index (pylance 14.0.2): drop_index removes the index's
+    index_catchup entry (maintained_indexes keeps the name), and a details commit that writes an entry for it
+    anyway (compaction's restore of saved entries, a rebase floor) is stored without it. So a dropped index has
+    no entry, reads as nothing to wait for (memwal.index_coverage.with_coverage), and GC's safe generation
+    is the merged one."""
+    import uuid
+    from dataclasses import replace
+
+    from memwal.gc import safe_generation
+    from memwal.index_coverage import with_coverage
+    from memwal.table import MemWalTable
+
+    from support.maintenance import write_generations
+    from support.tables import create_base
+
+    loc = local_location
+    ds = create_base(loc)
+    ds.create_scalar_index("name", "BTREE", name="sidx")
+    open_base(loc).initialize_mem_wal(unsharded=True, maintained_indexes=["sidx"])
+    region = str(uuid.uuid4())
+    write_generations(loc, region, [([100 + g], f"g{g}", []) for g in range(4)])
+    merge_region(loc.uri, None, region, up_to_generation=1)
+    catchup_table(loc.uri)
+    assert load_index(loc.uri).details.index_catchup == {"sidx": {region: 1}}
+    merge_table(loc.uri)
+    open_base(loc).drop_index("sidx")
+    table = MemWalTable(loc.uri)
+    assert table.details.index_catchup == {} and table.details.maintained_indexes == ("sidx",)
+    table.commit_details(lambda d: replace(d, index_catchup={**d.index_catchup, "sidx": {region: 1}}))
+    assert table.details.index_catchup == {}, "Lance core stores no entry for an index the base does not have"
+    index = with_coverage(table.index, table.dataset, ["sidx"])
+    assert safe_generation(index, region, ["sidx"], {}) == (4, "merged_generations")
