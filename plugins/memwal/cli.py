@@ -7,7 +7,7 @@
     memwal gc TABLE [--dry-run]         remove what no reader needs any more
     memwal compaction TABLE [--force]   compact the base table's fragments when due (--spark: tasks on executors)
     memwal retention TABLE [--dry-run]  remove base-table versions the retention policy no longer keeps
-    memwal search TABLE (--vector JSON | --text QUERY) [--k N] [--filter SQL] [--json]
+    memwal search TABLE (--vector JSON | --text QUERY) [--k N] [--filter SQL] [--json] [--plan]
                                         the k nearest (or best-matching) live rows over the LSM view
 
 Progress goes to stderr; `--json` prints the job's JSON summary to stdout. Exit status (memwal.jobs):
@@ -112,11 +112,21 @@ def _search(args: argparse.Namespace, table: MemWalTable) -> int:
     if args.json:
         for row in result.to_pylist():
             print(json.dumps(row, default=str))
-        return EXIT_OK
-    shown = [f.name for f in result.schema if not pa.types.is_fixed_size_list(f.type)]
-    for row in result.select(shown).to_pylist():
-        print("  ".join(f"{k}={v}" for k, v in row.items()))
+    else:
+        shown = [f.name for f in result.schema if not pa.types.is_fixed_size_list(f.type)]
+        for row in result.select(shown).to_pylist():
+            print("  ".join(f"{k}={v}" for k, v in row.items()))
+    if args.plan:
+        print(_plan_line(reader, args.vector is not None), file=sys.stderr)
     return EXIT_OK
+
+
+def _plan_line(reader: Any, vector: bool) -> str:
+    """--plan: what the search read (reader.last_vector_plan / last_fts_plan), one line for stderr."""
+    p = reader.last_vector_plan if vector else reader.last_fts_plan
+    what = f"vector search on {p.column} ({p.metric})" if vector else f"full-text search on {p.column} ({p.terms})"
+    return (f"plan: {what}: {p.indexed_sources} source(s) through an index, {p.flat_sources} read flat, "
+            f"{p.rows_served_flat} rows served flat; {p.candidates} candidates, {p.shadowed} shadowed")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -143,6 +153,8 @@ def _parser() -> argparse.ArgumentParser:
     search.add_argument("--filter", default=None, metavar="SQL", help="prefilter on the newest rows, e.g. \"grp = 1\"")
     search.add_argument("--column", default=None, help="the searched column (default: the only indexed one)")
     search.add_argument("--json", action="store_true", help="print one JSON object per row")
+    search.add_argument("--plan", action="store_true",
+                        help="also print the read plan to stderr: sources through an index or flat, rows served flat")
     search.add_argument("-v", "--verbose", action="store_true")
     for job in JOBS:
         p = sub.add_parser(job, help=f"run the {job} job")

@@ -87,3 +87,24 @@ def test_lag_measure_reports_search_costs_when_asked(table):
     costs = {c["index"]: c for c in measure(table, search=True)["search"]}
     assert costs["vec_idx"]["flat_sources"] == 1 and costs["text_idx"]["kind"] == "fts", costs
     assert costs["text_idx"]["indexed_sources"] + costs["text_idx"]["flat_sources"] == 2, costs
+
+
+def test_search_plan_prints_the_read_plan_on_stderr(table, capsys):
+    """--plan: one line on stderr with what the search read (the base through its index, generation 1 read
+    flat: as status --search counts it); stdout keeps only the rows, and without --plan no plan is printed."""
+    q = json.dumps(vectors([3], 1)[0].tolist())
+    assert main(["search", table, "--vector", q, "--k", "4", "--json", "--plan"]) == 0
+    out, err = capsys.readouterr()
+    assert len(_rows_of(out)) == 4
+    assert "plan: vector search on vec (l2): 1 source(s) through an index, 1 read flat, 15 rows served flat;" in err
+    word = text_of(3, 1).split()[0]
+    assert main(["search", table, "--text", word, "--plan"]) == 0
+    err = capsys.readouterr().err
+    assert f"plan: full-text search on text (['{word}']): 2 source(s) through an index, 0 read flat, 0 rows served " \
+           "flat;" in err, "generation 1 is asked through the INVERTED index its flush built"
+    assert main(["search", table, "--vector", q, "--k", "4"]) == 0
+    assert "plan:" not in capsys.readouterr().err
+
+
+def _rows_of(out: str) -> list[dict]:
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
