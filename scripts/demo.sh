@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# `make demo`: write a MemWAL table through our writer, then run the maintenance jobs on it
-# (merge through spark-submit on local[*]) and show the table before and after.
+# `make demo`: write a MemWAL table (with a vector and a text column, indexed) through our writer, then run the
+# maintenance jobs on it (merge through spark-submit on local[*]), search it (vector and full text) between merge
+# and index catch-up, and show the table before and after.
 #
 # DEMO_TABLE=PATH writes the table at PATH instead of demo/table.lance. Each run starts afresh by removing
 # only what an earlier run wrote: by default the project's demo/ directory; with DEMO_TABLE, PATH, its model
@@ -42,11 +43,13 @@ echo; echo "== 2. status before maintenance"
 $BIN/memwal status "$TABLE"
 echo; echo "== 3. merge (spark-submit, local[*])"
 $BIN/memwal merge "$TABLE" --spark
-echo; echo "== 4. index catch-up"
+echo; echo "== 4. search (vector and full text) while the merged generations sit in the index gap (before catch-up)"
+$BIN/python -m memwal.demo search "$TABLE"
+echo; echo "== 5. index catch-up"
 $BIN/memwal catchup "$TABLE"
-echo; echo "== 5. snapshot refresh"
+echo; echo "== 6. snapshot refresh"
 $BIN/memwal snapshot "$TABLE"
-echo; echo "== 6. compaction (when due), version retention, GC"
+echo; echo "== 7. compaction (when due), version retention, GC"
 echo "   GC keeps what retained table versions (time travel) still need:"
 $BIN/memwal gc "$TABLE" --dry-run
 $BIN/memwal compaction "$TABLE" --max-small-fragments 4
@@ -54,9 +57,9 @@ echo "   the demo table's retention policy (dags/memwal_tables.yaml): versions o
 $BIN/memwal retention "$TABLE" --older-than-s 0 --keep-versions 2 --dry-run
 $BIN/memwal retention "$TABLE" --older-than-s 0 --keep-versions 2
 $BIN/memwal gc "$TABLE"
-echo; echo "== 7. status after maintenance"
+echo; echo "== 8. status after maintenance"
 $BIN/memwal status "$TABLE"
-echo; echo "== 8. check: the LSM view still equals the model of every write"
+echo; echo "== 9. check: the LSM view still equals the model of every write"
 $BIN/python -m memwal.demo verify "$TABLE"
 
 # --- Airflow (airflow-core): the same maintenance as a DAG, on embedded defaults ---------------------------
@@ -66,13 +69,13 @@ if [ -n "${DEMO_TABLE:-}" ]; then
     printf 'tables:\n  demo: {uri: "%s", engine: spark_connect, spark_connect_conn_id: memwal_spark_connect_local, spark_conn_id: memwal_spark_local, max_merge_applications: 2, retention: {older_than_s: 0, keep_versions: 2}, compaction: {max_small_fragments: 4}}\n' \
         "$(cd "$(dirname "$TABLE")" && pwd)/$(basename "$TABLE")" > "$MEMWAL_TABLES_FILE"
 fi
-echo; echo "== 9. more writes arrive"
+echo; echo "== 10. more writes arrive"
 $BIN/python scripts/demo_airflow.py write-more "$TABLE"
-echo; echo "== 10. region lag before Airflow maintenance"
+echo; echo "== 11. region lag before Airflow maintenance"
 $BIN/memwal status "$TABLE"
-echo; echo "== 11. Airflow: memwal_maintenance__demo (SQLite metadata in demo/airflow, Spark local[*], local files)"
+echo; echo "== 12. Airflow: memwal_maintenance__demo (SQLite metadata in demo/airflow, Spark local[*], local files)"
 $BIN/python scripts/demo_airflow.py maintain
-echo; echo "== 12. region lag after Airflow maintenance"
+echo; echo "== 13. region lag after Airflow maintenance"
 $BIN/memwal status "$TABLE"
-echo; echo "== 13. check: the LSM view still equals the model of every write"
+echo; echo "== 14. check: the LSM view still equals the model of every write"
 $BIN/python -m memwal.demo verify "$TABLE"
