@@ -254,7 +254,8 @@ def _check_int(table: str, name: str, value: Any, optional: bool) -> None:
 def vector_search(reader: LsmReader, vector: Any, *, column: str | None = None, k: int = 10,
                   filter: Filter = None, columns: Sequence[str] | None = None, nprobes: int | None = None,
                   refine_factor: int | None = None) -> pa.Table:
-    """The k live newest rows nearest to `vector`, nearest first, with `_distance`."""
+    """The k live newest rows nearest to `vector`, nearest first, with `_distance`. `nprobes`: the IVF
+    partitions always probed (more when they hold too few rows passing the filter: never short)."""
     table = reader.store.uri
     _check_int(table, "k", k, False)
     _check_int(table, "nprobes", nprobes, True)
@@ -301,7 +302,9 @@ def vector_search(reader: LsmReader, vector: Any, *, column: str | None = None, 
         while True:
             nearest: dict[str, Any] = {"column": column, "q": q, "k": ask, "metric": metric, "use_index": not flat}
             if not flat:
-                nearest["nprobes"] = nprobes or default_nprobes(index_partitions(reader, p.position, p.index))
+                # The partitions always probed; Lance probes more (its maximum_nprobes left open) while those
+                # hold fewer than `ask` rows passing the filter, so fewer rows than asked means exhausted.
+                nearest["minimum_nprobes"] = nprobes or default_nprobes(index_partitions(reader, p.position, p.index))
                 nearest["refine_factor"] = refine_factor
             got = ds.to_table(columns=read, nearest=nearest, filter=filter, prefilter=True, fast_search=p.fast_search,
                               with_row_address=True, disable_scoring_autoprojection=True)

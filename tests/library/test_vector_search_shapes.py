@@ -4,6 +4,7 @@ with many partitions (nprobes far below them) under a narrow filter or a mass de
 
 from __future__ import annotations
 
+import shutil
 import uuid
 from contextlib import ExitStack
 
@@ -11,7 +12,9 @@ import lance
 import numpy as np
 import pyarrow as pa
 import pytest
+from conftest import Location
 
+from memwal import vector_search as vs
 from memwal.reader import LsmReader
 from memwal.storage import lance_storage_options
 
@@ -125,3 +128,75 @@ def test_every_metric_with_null_and_zero_vectors_equals_brute_force(local_locati
                 got = r.search(q, k=100, filter=filter, nprobes=2, refine_factor=100)
                 assert_own_vectors(got, model, f"{metric}, query {qi}, filter {filter}")
                 assert_top_k(pairs(got), kept, q, 100, f"{metric}, query {qi}, filter {filter}", metric, vector)
+
+
+# An IVF index with many partitions, nprobes far below them: 20,000 rows in 4 dimensions, IVF_FLAT with 256
+# partitions (the default nprobes probes 80), 1,000 tenants of 20 rows each spread over every partition.
+MANY_ROWS, MANY_DIM, MANY_PARTITIONS, TENANTS = 20_000, 4, 256, 1_000
+MANY_SCHEMA = pa.schema([
+    pa.field("id", pa.int64(), nullable=False, metadata=PK),
+    pa.field("tenant", pa.int64()),
+    pa.field("vec", pa.list_(pa.float32(), MANY_DIM)),
+])
+MANY_QUERIES = np.random.default_rng(1).standard_normal((5, MANY_DIM)).astype("float32")
+
+
+@pytest.fixture(scope="module")
+def many_partitions(tmp_path_factory) -> tuple[str, np.ndarray]:
+    """The base table (built once per module; a test that writes above it copies it) and its vectors."""
+    uri = str(tmp_path_factory.mktemp("many") / "table")
+    vecs = np.random.default_rng(0).standard_normal((MANY_ROWS, MANY_DIM)).astype("float32")
+    ids = np.arange(MANY_ROWS)
+    t = pa.table({"id": pa.array(ids, pa.int64()), "tenant": pa.array(ids % TENANTS, pa.int64()),
+                  "vec": pa.FixedSizeListArray.from_arrays(pa.array(vecs.ravel()), MANY_DIM)}, schema=MANY_SCHEMA)
+    ds = lance.write_dataset(t, uri)
+    ds.create_index("vec", "IVF_FLAT", name="vec_idx", num_partitions=MANY_PARTITIONS)
+    lance.dataset(uri).initialize_mem_wal(unsharded=True)
+    return uri, vecs
+
+
+def _l2(vecs: np.ndarray, q: np.ndarray) -> np.ndarray:
+    return ((vecs - q) ** 2).sum(axis=1)
+
+
+def assert_at_own_distances(got: pa.Table, vecs: np.ndarray, q: np.ndarray, what: str) -> None:
+    ids = np.asarray(got.column("id").to_pylist(), int)
+    assert np.allclose(got.column("_distance").to_numpy(), _l2(vecs[ids], q), rtol=1e-5), f"{what}: distances"
+
+
+def test_a_narrow_filter_on_an_index_with_many_partitions_is_never_short(many_partitions):
+    """The issue's case, smaller: a filter matching 20 rows spread over 256 partitions; the default nprobes
+    (80) finds fewer than k of them in most queries (checked through Lance itself), yet the search returns
+    k rows of that tenant for every query."""
+    uri, vecs = many_partitions
+    nprobes = vs.default_nprobes(MANY_PARTITIONS)
+    assert nprobes < MANY_PARTITIONS / 3, "the case needs nprobes far below the partitions"
+    ds, reader = lance.dataset(uri), LsmReader(uri)
+    lance_short = 0
+    for qi, q in enumerate(MANY_QUERIES):
+        fixed = {"column": "vec", "q": q, "k": 10, "nprobes": nprobes}
+        lance_short += ds.to_table(columns=["id"], nearest=fixed, filter="tenant = 7", prefilter=True).num_rows < 10
+        got = reader.search(q, k=10, filter="tenant = 7", columns=["id", "tenant"])
+        assert got.num_rows == 10, f"query {qi}: short result ({got.num_rows} rows)"
+        assert set(got.column("tenant").to_pylist()) == {7}, f"query {qi}: a row outside the filter"
+        assert_at_own_distances(got, vecs, q, f"query {qi}")
+    assert lance_short, "the scenario must be one where nprobes partitions hold fewer than k matching rows"
+
+
+def test_a_mass_delete_near_the_query_is_never_short(many_partitions, tmp_path):
+    """Without a filter: every row of the partitions the default nprobes probes for q (what Lance returns at
+    that nprobes and k = all rows) is deleted in a generation, so every candidate there is shadowed; the
+    search still returns k live rows."""
+    base, vecs = many_partitions
+    uri = str(tmp_path / "table")
+    shutil.copytree(base, uri)
+    q = MANY_QUERIES[0]
+    probed = {"column": "vec", "q": q, "k": MANY_ROWS, "nprobes": vs.default_nprobes(MANY_PARTITIONS)}
+    deleted = lance.dataset(uri).to_table(columns=["id"], nearest=probed).column("id").to_pylist()
+    assert 10 <= len(deleted) <= MANY_ROWS / 2, "the probed partitions must hold some rows, far from all"
+    flush_generation(Location("local", uri, None), str(uuid.uuid4()), None, deleted)
+    reader = LsmReader(uri)
+    got = reader.search(q, k=10, columns=["id"])
+    assert got.num_rows == 10, f"short result ({got.num_rows} rows): {reader.last_vector_plan.to_dict()}"
+    assert not set(got.column("id").to_pylist()) & set(deleted), "a deleted row came back"
+    assert_at_own_distances(got, vecs, q, "mass delete")
