@@ -99,3 +99,52 @@ def test_a_task_failing_on_an_executor_leaves_the_index_as_it_was(spark, local_l
     (result,) = catchup_table(loc.uri, distributed=build).indexes
     assert result.covered and result.segments_built == 2
     search_results(MemWalTable(loc.uri).refresh().dataset, ("id_idx",))
+
+
+def test_a_maintained_index_dropped_from_the_base_does_not_stop_catch_up_on_spark(spark, local_location, capfd,
+                                                                                   monkeypatch):
+    """Issue 40 item 4: maintained ["sidx", "tidx"] (BTREE, IVF_PQ), a merged generation, sidx dropped from
+    the base, catch-up on Spark past its threshold (lowered on the session). It exited 1 with StopIteration
+    and tidx stayed caught up to 0, freezing GC; now sidx is skipped (a warning, `skipped_indexes`), tidx's
+    segments are built on the executors and it is caught up to the merged generation, which GC may remove."""
+    import uuid
+
+    import lance
+
+    from memwal.gc import safe_generation
+    from memwal.index_coverage import with_coverage
+    from memwal.merge import merge_table
+    from memwal.writer import RegionWriter
+
+    from support.index_tables import rows
+    from support.maintenance import ONE_GEN_PER_FLUSH
+
+    loc = local_location
+    ds = lance.write_dataset(rows(0, BASE), loc.uri, max_rows_per_file=BASE // 2)
+    ds.create_scalar_index("text", "BTREE", name="sidx")
+    ds.create_index("vec", "IVF_PQ", name="tidx", num_partitions=4, num_sub_vectors=4)
+    lance.dataset(loc.uri).initialize_mem_wal(unsharded=True, maintained_indexes=["sidx", "tidx"])
+    region = str(uuid.uuid4())
+    with RegionWriter(loc.uri, region, config=ONE_GEN_PER_FLUSH) as w:
+        w.put(rows(BASE, BASE + 1000))
+        w.flush()
+    merge_table(loc.uri)
+    lance.dataset(loc.uri).drop_index("sidx")
+    monkeypatch.setattr("memwal.index_build.MIN_GROUP_ROWS", 250)
+    spark.conf.set(catchup_job.MIN_ROWS_CONF, "0")
+    try:
+        code = catchup_job.main([loc.uri])
+    finally:
+        spark.conf.unset(catchup_job.MIN_ROWS_CONF)
+    captured = capfd.readouterr()
+    assert code == 0, captured.err[-2000:]
+    out = json.loads(captured.out)
+    assert out["skipped_indexes"] == ["sidx"] and out["failed_indexes"] == [] and out["uncovered_indexes"] == []
+    assert f"{loc.uri}: maintained index sidx is not on the base table" in captured.err
+    [tidx] = [i for i in out["indexes"] if i["index_name"] == "tidx"]
+    assert tidx["where"] == "spark" and tidx["segments_built"] >= 1 and tidx["covered"], tidx
+    assert tidx["caught_up_generations"] == {region: 1}
+    table = MemWalTable(loc.uri)
+    assert table.details.index_catchup == {"tidx": {region: 1}}
+    index = with_coverage(table.index, table.dataset, table.maintained_indexes())
+    assert safe_generation(index, region, table.maintained_indexes(), {}) == (1, "merged_generations")
