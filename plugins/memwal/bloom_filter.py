@@ -4,8 +4,13 @@ Readers use it to skip a generation when asking "does a newer version of this ke
 certain, True means "maybe" (probe the generation's `_pk_index`). The layout is Parquet's SBBF with no
 header: 1024 blocks of eight little-endian u32 (32768 bytes, Lance core's fixed size). A key's hash is
 Rust's `DefaultHasher` (SipHash-1-3, keys 0, 0) over a 0x00 byte then the value: Int32/Int64 as
-little-endian bytes, Utf8 as its bytes then 0xFF. Lance core defines no value hash for other key types
-(nor composite keys): they hash the 0x00 byte alone, so every key collides and every probe answers True.
+little-endian bytes, Utf8 as its bytes then 0xFF, Binary as its length (u64, little-endian) then its bytes.
+Lance core defines no value hash for other key types (LargeUtf8, LargeBinary, ...) nor composite keys: they
+hash the 0x00 byte alone, so every key collides and every probe answers True.
+
+A reader trusts a filter's "no" only for the key types in TRUSTED_KEY_TYPES: those whose filters we compared
+byte for byte with the ones Lance core's own writer flushed (tests/library/test_bloom_filter.py). The others
+are never read (their filters answer nothing, and ours hashed LargeUtf8 otherwise before).
 """
 
 from __future__ import annotations
@@ -38,6 +43,15 @@ def _sip(data: bytes) -> int:
 _COLLIDING_HASH = _sip(_PREFIX)  # the hash of every value of a type Lance core does not hash
 
 
+# Key types whose filters are Lance core's byte for byte (compared with its writer's files): only these are read.
+TRUSTED_KEY_TYPES = (pa.int32(), pa.int64(), pa.string(), pa.binary())
+
+
+def trusted_key_type(t: pa.DataType) -> bool:
+    """Whether a filter over keys of this type may be believed when it says "absent"."""
+    return any(t.equals(u) for u in TRUSTED_KEY_TYPES)
+
+
 def _combine(values: pa.Array | pa.ChunkedArray) -> pa.Array:
     if isinstance(values, pa.ChunkedArray):
         return values.combine_chunks() if values.num_chunks else pa.array([], type=values.type)
@@ -53,9 +67,16 @@ def key_hashes(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
         width = 4 if pat.is_int32(t) else 8
         raw = np.asarray(arr.fill_null(0).to_numpy(zero_copy_only=False), dtype=f"<i{width}")
         out = np.fromiter((_sip(_PREFIX + v.tobytes()) for v in raw), dtype=np.uint64, count=n)
-    elif pat.is_string(t) or pat.is_large_string(t):
+    elif pat.is_string(t):
         out = np.fromiter(
             (_COLLIDING_HASH if v is None else _sip(_PREFIX + v.encode() + _STR_END) for v in arr.to_pylist()),
+            dtype=np.uint64,
+            count=n,
+        )
+    elif pat.is_binary(t):  # Rust hashes a byte slice length-prefixed
+        out = np.fromiter(
+            (_COLLIDING_HASH if v is None else _sip(_PREFIX + len(v).to_bytes(8, "little") + v)
+             for v in arr.to_pylist()),
             dtype=np.uint64,
             count=n,
         )

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memwal import naming
-from memwal.bloom_filter import BloomFilter, key_hashes, read_bloom_filter
+from memwal.bloom_filter import BloomFilter, key_hashes, read_bloom_filter, trusted_key_type
 from memwal.dataset_identity import cache_key
 from memwal.dedup import ROWADDR_COLUMN as _ADDR
 from memwal.dedup import SOURCE_COLUMN as _SRC
@@ -122,14 +122,16 @@ def base_keys(reader: LsmReader) -> pa.Table:
 
 
 def _bloom(reader: LsmReader, position: int, source: Source) -> BloomFilter | None:
-    """The generation's bloom filter when it has one and hashes keys as the base types them; cached."""
+    """The generation's bloom filter when it has one, over a key type whose filters are proven Lance core's
+    (bloom_filter.trusted_key_type) and typed as the base types it; cached."""
     key = ("bloom", position)
     cache = reader.search_cache
     if key not in cache:
         found = None
         pk = reader.pk
-        same_type = len(pk) == 1 and source.dataset.schema.field(pk[0]).type == reader.base.schema.field(pk[0]).type
-        if source.path is not None and source.region_id is not None and same_type:
+        base_type = reader.base.schema.field(pk[0]).type
+        trusted = len(pk) == 1 and trusted_key_type(base_type) and source.dataset.schema.field(pk[0]).type == base_type
+        if source.path is not None and source.region_id is not None and trusted:
             try:
                 found = read_bloom_filter(reader.store, source.region_id, source.path)
             except CorruptFileError as e:
@@ -164,7 +166,7 @@ def newer_versions(reader: LsmReader, keys: pa.Table, upper: Upper, key: object,
     if n == 0 or not upper:
         return found
     pk = list(reader.pk)
-    hashes = key_hashes(keys.column(pk[0])) if len(pk) == 1 else None
+    hashes = key_hashes(keys.column(pk[0])) if len(pk) == 1 and trusted_key_type(keys.column(pk[0]).type) else None
     maybe = np.zeros(n, bool)
     for position, source in upper:
         bloom = _bloom(reader, position, source) if hashes is not None else None

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from memwal.bloom_filter import NUM_BLOCKS, BloomFilter, read_bloom_filter
+from memwal.bloom_filter import NUM_BLOCKS, BloomFilter, read_bloom_filter, trusted_key_type
 from memwal.errors import CorruptFileError
 from memwal.naming import BLOOM_FILTER_FILE, MEM_WAL_DIR
 from memwal.storage import ObjectStore
@@ -41,8 +41,13 @@ def _lance_core_generations(uri: str, key_type: pa.DataType, batches: list[list]
         (pa.int32(), [list(range(-500, 500)), [2**31 - 1, -(2**31), *range(10_000, 10_998)]], [0]),
         (pa.string(), [[f"user-{i}" for i in range(800)], ["", "é", "a" * 300, *(f"k{i}" for i in range(797))]],
          ["user-1"]),
+        (pa.binary(), [[f"user-{i}".encode() for i in range(800)],
+                       [b"", b"\x00\xff", b"a" * 300, *(f"k{i}".encode() for i in range(797))]], [b"user-1"]),
+        (pa.large_string(), [[f"user-{i}" for i in range(800)], ["", *(f"k{i}" for i in range(799))]], ["user-1"]),
+        (pa.large_binary(), [[f"user-{i}".encode() for i in range(800)],
+                             [b"", *(f"k{i}".encode() for i in range(799))]], [b"user-1"]),
     ],
-    ids=["int64", "int32", "utf8"],
+    ids=["int64", "int32", "utf8", "binary", "large_utf8", "large_binary"],
 )
 def test_our_bytes_equal_lance_core_bloom_filter_for_the_same_keys(tmp_path, key_type, batches, deletes):
     """Every generation Lance core's ShardWriter flushed: our filter over its keys (tombstones included)."""
@@ -75,13 +80,23 @@ def test_string_keys_hash_with_their_terminator():
 
 @pytest.mark.parametrize("values", [
     pa.array([1.5, 2.5]),
-    pa.array([b"a", b"b"], pa.binary()),
+    pa.array(["a", "b"], pa.large_string()),
+    pa.array([b"a", b"b"], pa.large_binary()),
     pa.StructArray.from_arrays([pa.array([1, 2]), pa.array(["x", "y"])], names=["a", "b"]),
 ])
 def test_key_types_lance_core_does_not_hash_always_answer_maybe(values):
     bf = BloomFilter.from_keys(values)
     assert bf.might_contain(values).all()
     assert bf.might_contain(pa.array([9.0], pa.float64())).all(), "every such key collides, as in Lance core"
+
+
+def test_only_key_types_compared_with_lance_core_are_trusted():
+    """The types the byte-equality test above covers with a real hash; a colliding type's filter says nothing
+    (and ours once hashed LargeUtf8 as Utf8), an untested one is not believed."""
+    assert [t for t in (pa.int32(), pa.int64(), pa.string(), pa.binary()) if trusted_key_type(t)] == \
+        [pa.int32(), pa.int64(), pa.string(), pa.binary()]
+    for t in (pa.large_string(), pa.large_binary(), pa.float64(), pa.uint64(), pa.int16(), pa.binary(16)):
+        assert not trusted_key_type(t), t
 
 
 def test_read_bloom_filter_returns_none_without_file_and_names_a_corrupt_one(tmp_path):
