@@ -44,6 +44,20 @@ class AlreadyExistsError(MemWalError):
         self.path = path
 
 
+class ObjectStoreError(MemWalError):
+    """The object store kept failing one request after the client's retries (5xx, timeouts, resets). The
+    message names the table, the operation, the object and the last fault. What committed before stays;
+    rerun the step once the store answers again (the retries are set by `client_max_retries` and
+    `client_retry_timeout` in the storage options, docs/safety.md)."""
+
+    def __init__(self, table_uri: str, operation: str, path: str, fault: str):
+        super().__init__(f"object store {operation} of {path or '/'} in table {table_uri} failed: {fault}")
+        self.table_uri = table_uri
+        self.operation = operation
+        self.path = path
+        self.fault = fault
+
+
 class CommitConflictError(MemWalError):
     """A commit kept losing to concurrent commits. Reload and retry later."""
 

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from memwal import naming
-from memwal.errors import AlreadyExistsError, LeaseLostError, LockTimeoutError
+from memwal.errors import AlreadyExistsError, LeaseLostError, LockTimeoutError, ObjectStoreError
 from memwal.storage import ObjectStore
 
 __all__ = ["LOCK_DIR", "TableLock", "index_lock"]
@@ -131,7 +131,7 @@ class TableLock:
                 log.error("lock %s: lease %d was taken over while held (stalled past %.0fs)",
                           self.dir, self.seq, self.lease_s)
                 return False
-            except OSError as exc:  # a transient store error: the next beat retries
+            except (OSError, ObjectStoreError) as exc:  # a store fault left after the retries: the next beat retries
                 log.warning("lock %s: could not renew the lease: %s", self.dir, exc)
             return True
 

@@ -3,6 +3,10 @@
 Versions start at 1 and are immutable; version N lives at manifest/{bit_reversed(N)}.binpb and is
 created with put-if-not-exists. version_hint.json is a best-effort pointer to the latest version.
 Fields this library does not name (Lance core writes some) survive a read-modify-write.
+
+Each version we commit carries a fresh commit token (an extra protobuf field readers ignore), so its bytes
+are ours alone: a create whose answer was lost and whose retry got 'exists' is recognised as our own by
+reading it back (storage.put_if_not_exists), even where two claimers propose the same fields.
 """
 
 from __future__ import annotations
@@ -17,7 +21,13 @@ from google.protobuf.message import DecodeError
 
 from memwal import naming
 from memwal._proto import memwal_pb2
-from memwal.errors import CommitConflictError, CorruptFileError, MemWalError, RegionNotFoundError
+from memwal.errors import (
+    CommitConflictError,
+    CorruptFileError,
+    MemWalError,
+    ObjectStoreError,
+    RegionNotFoundError,
+)
 from memwal.storage import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -69,7 +79,48 @@ class RegionManifest:
         return None
 
 
-def encode_manifest(m: RegionManifest) -> bytes:
+# The commit token: a protobuf field no spec'd message uses (readers skip unknown fields), 16 random bytes.
+COMMIT_TOKEN_FIELD = 1000
+_TOKEN_TAG = bytes([(COMMIT_TOKEN_FIELD << 3 | 2) & 0x7F | 0x80, (COMMIT_TOKEN_FIELD << 3 | 2) >> 7])
+
+
+def _varint(data: bytes, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        b = data[i]
+        value |= (b & 0x7F) << shift
+        i += 1
+        if b < 0x80:
+            return value, i
+        shift += 7
+
+
+def _without_token(data: bytes) -> bytes:
+    """The serialized message without its top-level commit-token fields (a copied token is not ours)."""
+    out, i = bytearray(), 0
+    while i < len(data):
+        start = i
+        key, i = _varint(data, i)
+        wire = key & 7
+        if wire == 0:
+            _, i = _varint(data, i)
+        elif wire == 1:
+            i += 8
+        elif wire == 2:
+            length, i = _varint(data, i)
+            i += length
+        elif wire == 5:
+            i += 4
+        else:  # groups are not used by these messages; keep the rest untouched
+            out += data[start:]
+            break
+        if key >> 3 != COMMIT_TOKEN_FIELD:
+            out += data[start:i]
+    return bytes(out)
+
+
+def encode_manifest(m: RegionManifest, token: bytes | None = None) -> bytes:
+    """The manifest's protobuf bytes (unknown fields of `m.raw` kept), with `token` as its commit token."""
     msg = memwal_pb2.RegionManifest()
     if m.raw:
         msg.ParseFromString(m.raw)
@@ -91,7 +142,8 @@ def encode_manifest(m: RegionManifest) -> bytes:
         else:
             entry.generation = fg.generation
             entry.path = fg.path
-    return msg.SerializeToString()
+    data = _without_token(msg.SerializeToString())
+    return data + _TOKEN_TAG + bytes([len(token)]) + token if token else data
 
 
 def decode_manifest(data: bytes, path: str) -> RegionManifest:
@@ -258,14 +310,22 @@ def load_latest_manifest(store: ObjectStore, region_id: str, *, refuse_gap: bool
 
 
 def commit_manifest(store: ObjectStore, manifest: RegionManifest) -> RegionManifest:
-    """Create manifest.version with put-if-not-exists (AlreadyExistsError if taken), then the hint."""
-    data = encode_manifest(manifest)
+    """Create manifest.version with put-if-not-exists (AlreadyExistsError if taken), then the hint.
+
+    The version carries a fresh commit token, so a create whose answer was lost is recognised as ours
+    on the client's retry. A manifest listing a generation twice is refused before it is written: merges
+    would refuse that region for good."""
+    generations = [fg.generation for fg in manifest.flushed_generations]
+    if len(set(generations)) != len(generations):
+        raise MemWalError(f"{store.uri}: region {manifest.region_id} manifest version {manifest.version} would "
+                          f"list a flushed generation twice ({generations}); not committed")
+    data = encode_manifest(manifest, token=uuid.uuid4().bytes)
     store.put_if_not_exists(naming.manifest_path(manifest.region_id, manifest.version), data)
     try:
         store.put(
             naming.version_hint_path(manifest.region_id),
             json.dumps({"version": manifest.version}, separators=(",", ":")).encode(),
         )
-    except OSError:
+    except (OSError, ObjectStoreError):
         pass  # the hint is best effort; readers probe past it
     return replace(manifest, raw=data)

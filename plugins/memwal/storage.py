@@ -2,8 +2,14 @@
 
 Contract (the whole MemWAL protocol rests on it):
 - `put_if_not_exists` is the compare-and-swap: it either creates the object or raises
-  AlreadyExistsError, never overwrites. Region manifests and WAL entries are written only with it.
-  (On S3 a lost race may surface as 412 Precondition Failed; both map to AlreadyExistsError.)
+  AlreadyExistsError, never overwrites. Region manifests, WAL entries and lock objects are written only
+  with it. (On S3 a lost race surfaces as 412 Precondition Failed; both map to AlreadyExistsError.)
+  A 412 may also answer the client's own retry of a create that landed but whose answer was lost, so
+  a 412 is read back: the object holding exactly our bytes is our create. Every caller therefore writes
+  bytes no other writer could write (a region manifest carries a commit token, a lock object its
+  owner, a WAL entry its writer's epoch and rows).
+- A request the store keeps failing after the client's retries raises ObjectStoreError naming the table,
+  operation, object and fault (docs/safety.md: what each path does on each fault).
 - `put` overwrites and is used only for best-effort hints (version_hint.json).
 - Paths are relative to the table root, with `/` separators.
 
@@ -14,20 +20,24 @@ same storage options (`aws_endpoint`, `aws_access_key_id`, `aws_secret_access_ke
 
 from __future__ import annotations
 
+import logging
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
 from urllib.parse import unquote, urlparse
 
 import obstore
 from obstore import exceptions as obx
 from obstore.store import LocalStore, S3Store
 
-from memwal.errors import AlreadyExistsError, BadInputError, MemWalError
+from memwal.errors import AlreadyExistsError, BadInputError, MemWalError, ObjectStoreError, one_line
 from memwal.job_config import is_true
+
+log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 # Storage option keys that obstore takes as client options rather than S3 config.
 _CLIENT_OPTION_KEYS = {
@@ -39,6 +49,9 @@ _CLIENT_OPTION_KEYS = {
     "proxy_url",
     "user_agent",
 }
+# Retry options, under the keys Lance reads them (lance-io), so one set of storage options sets both
+# clients' retries: how many retries of a failed request, and for how long (seconds) at most.
+RETRY_OPTION_KEYS = {"client_max_retries": "max_retries", "client_retry_timeout": "retry_timeout"}
 
 
 @dataclass(frozen=True)
@@ -151,15 +164,19 @@ class ObjectStore:
         parsed = urlparse(self.uri)
         config: dict[str, Any] = {}
         client: dict[str, Any] = {}
+        retry: dict[str, Any] = {}
         for key, value in self.storage_options.items():
             lower = key.lower()
             if lower in _CLIENT_OPTION_KEYS:
                 client[lower] = is_true(value) if lower.startswith("allow") else value
+            elif lower in RETRY_OPTION_KEYS:
+                retry[RETRY_OPTION_KEYS[lower]] = _retry_value(lower, value)
             else:
                 config[lower] = str(value)
         try:
             return S3Store(
-                parsed.netloc, prefix=parsed.path.strip("/") or None, config=config, client_options=client
+                parsed.netloc, prefix=parsed.path.strip("/") or None, config=config, client_options=client,
+                **({"retry_config": retry} if retry else {}),
             )
         except (obx.UnknownConfigurationKeyError, obx.GenericError, ValueError) as exc:
             raise MemWalError(f"invalid storage options for {self.uri}: {exc}") from exc
@@ -178,6 +195,16 @@ class ObjectStore:
             os.makedirs(self.uri, exist_ok=True)
         return self._s
 
+    def _call(self, operation: str, path: str, call: Callable[[], _T]) -> _T:
+        """Run one store call; a fault left after the client's retries becomes ObjectStoreError naming the
+        table, operation, object and fault. Not-found and precondition answers pass through unchanged."""
+        try:
+            return call()
+        except (FileNotFoundError, obx.NotFoundError, obx.AlreadyExistsError, obx.PreconditionError):
+            raise
+        except obx.BaseError as exc:
+            raise ObjectStoreError(self.uri, operation, path, _fault(exc)) from exc
+
     def get(self, path: str) -> bytes:
         """The object's bytes; FileNotFoundError if it does not exist."""
         return bytes(self.get_buffer(path))
@@ -188,12 +215,12 @@ class ObjectStore:
 
     def get_buffer(self, path: str) -> Any:
         """The object's bytes as a buffer (the buffer protocol), not copied again into a `bytes`."""
-        return obstore.get(self._s, path).bytes()
+        return self._call("get", path, lambda: obstore.get(self._s, path).bytes())
 
     def head(self, path: str) -> ObjectMeta | None:
         """The object's metadata, or None if it does not exist."""
         try:
-            meta = obstore.head(self._s, path)
+            meta = self._call("head", path, lambda: obstore.head(self._s, path))
         except FileNotFoundError:
             return None
         return ObjectMeta(meta["path"], meta["size"], meta["last_modified"])
@@ -203,18 +230,22 @@ class ObjectStore:
 
     def list(self, prefix: str) -> list[ObjectMeta]:
         """Every object below prefix (recursively)."""
-        out: list[ObjectMeta] = []
-        try:
+
+        def listing() -> list[ObjectMeta]:
+            out: list[ObjectMeta] = []
             for chunk in obstore.list(self._s, prefix.rstrip("/") + "/"):
                 out.extend(ObjectMeta(m["path"], m["size"], m["last_modified"]) for m in chunk)
+            return out
+
+        try:
+            return self._call("list", prefix, listing)
         except FileNotFoundError:
             return []
-        return out
 
     def list_dirs(self, prefix: str) -> list[str]:
         """Names of the immediate sub-directories of prefix."""
         try:
-            result = obstore.list_with_delimiter(self._s, prefix.rstrip("/") + "/")
+            result = self._call("list", prefix, lambda: obstore.list_with_delimiter(self._s, prefix.rstrip("/") + "/"))
         except FileNotFoundError:
             return []
         return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in result["common_prefixes"])
@@ -222,26 +253,53 @@ class ObjectStore:
     def list_files(self, prefix: str) -> list[ObjectMeta]:
         """The objects directly in prefix (not recursive)."""
         try:
-            result = obstore.list_with_delimiter(self._s, prefix.rstrip("/") + "/")
+            result = self._call("list", prefix, lambda: obstore.list_with_delimiter(self._s, prefix.rstrip("/") + "/"))
         except FileNotFoundError:
             return []
         return [ObjectMeta(m["path"], m["size"], m["last_modified"]) for m in result["objects"]]
 
     def put_if_not_exists(self, path: str, data: bytes) -> None:
-        """Create the object; raise AlreadyExistsError if it exists. Never overwrites."""
+        """Create the object; raise AlreadyExistsError if it exists. Never overwrites.
+
+        When the answer is ambiguous (a 412 that may answer the client's retry of our own landed create,
+        or a fault left after the retries), the object is read back: holding exactly `data`, it is ours."""
         try:
-            obstore.put(self._w(), path, data, mode="create")
+            self._call("put", path, lambda: obstore.put(self._w(), path, data, mode="create"))
         except (obx.AlreadyExistsError, obx.PreconditionError) as exc:
+            if self._holds(path, data):
+                log.info("%s/%s: create answered 'exists' but holds our bytes: our create landed (its answer "
+                         "was lost and the client retried)", self.uri, path)
+                return
             raise AlreadyExistsError(path) from exc
+        except ObjectStoreError as exc:
+            try:
+                ours = self._holds(path, data)
+            except (ObjectStoreError, FileNotFoundError):
+                raise exc from None  # still ambiguous: the caller must not assume either way
+            if ours:
+                log.info("%s/%s: create failed (%s) but the object holds our bytes: it landed", self.uri, path,
+                         exc.fault)
+                return
+            if self.exists(path):
+                raise AlreadyExistsError(path) from exc
+            raise
+
+    def _holds(self, path: str, data: bytes) -> bool:
+        """Whether the object exists and holds exactly `data`."""
+        try:
+            return self.get(path) == data
+        except FileNotFoundError:
+            return False
 
     def put(self, path: str, data: bytes) -> None:
         """Create or overwrite the object (best-effort hints only)."""
-        obstore.put(self._w(), path, data)
+        self._call("put", path, lambda: obstore.put(self._w(), path, data))
 
     def delete(self, path: str) -> None:
-        """Delete one object; deleting a missing object is not an error."""
+        """Delete one object; deleting a missing object is not an error (so neither is a retried delete
+        that finds its own first attempt already done)."""
         try:
-            obstore.delete(self._s, path)
+            self._call("delete", path, lambda: obstore.delete(self._s, path))
         except FileNotFoundError:
             pass
 
@@ -257,6 +315,22 @@ class ObjectStore:
 
     def uri_of(self, path: str) -> str:
         return join_uri(self.uri, path)
+
+
+def _retry_value(key: str, value: object) -> Any:
+    """A retry option's value as obstore takes it; BadInputError naming the option when it is not a number."""
+    try:
+        number = float(str(value))
+    except ValueError:
+        raise BadInputError(f"storage option {key}={value!r} is not a number") from None
+    if number < 0:
+        raise BadInputError(f"storage option {key}={value!r} must not be negative")
+    return int(number) if key == "client_max_retries" else timedelta(seconds=number)
+
+
+def _fault(exc: BaseException) -> str:
+    """obstore's message without its debug dump, on one line: the request, the retries, the last answer."""
+    return one_line(str(exc).split("Debug source:", 1)[0], limit=1500)
 
 
 def _remove_empty_dirs(root: str) -> None:

@@ -1,0 +1,251 @@
+"""The MemWAL paths against a misbehaving S3 (issue 42): each test forces one fault on one request through the
+fault proxy in front of moto (tests/support/fault_proxy.py), for our object store and Lance's alike, and checks
+the path recovers exactly (or fails with one clear error). docs/safety.md tabulates what each path does."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+import pyarrow as pa
+import pytest
+from conftest import Location, new_bucket, s3_options
+
+from memwal import naming, wal
+from memwal.errors import ObjectStoreError
+from memwal.lock import TableLock
+from memwal.region_manifest import commit_manifest, latest_version, load_latest_manifest, load_manifest
+from memwal.storage import ObjectStore
+from memwal.writer import RegionWriter, WriterConfig
+
+from support.fault_proxy import FaultProxy
+from support.maintenance import merge_region
+from support.tables import create_base, open_base, rows, view
+
+NEVER = WriterConfig(max_memtable_rows=10**9, max_flush_interval_s=None)
+MANIFEST = r"/manifest/[01]+\.binpb$"
+LOCK = r"/_locks/"
+WAL = r"/wal/[01]+\.arrow$"
+
+
+@pytest.fixture
+def proxy(s3_endpoint):
+    with FaultProxy(s3_endpoint) as p:
+        yield p
+
+
+@pytest.fixture
+def faulty(proxy, s3_endpoint) -> Location:
+    """A table location whose every request (ours and Lance's) goes through the fault proxy."""
+    return Location("s3", f"s3://{new_bucket(s3_endpoint)}/table", proxy.options(s3_options(s3_endpoint)))
+
+
+def _table(loc: Location) -> None:
+    create_base(loc, ids=range(3))
+    open_base(loc).initialize_mem_wal(unsharded=True)
+
+
+# --- region manifests: the flush's commit, the claim -------------------------------------------------------
+
+
+def test_a_flush_whose_manifest_create_answer_is_lost_commits_once(faulty, proxy):
+    """The issue's wedge: manifest version 3 lands, its answer is lost, the retry gets 412. Guessing 'another
+    writer won' re-applied the flush as version 4, listing generation 2 twice ([1, 2, 2, 3]), and every merge
+    of the region then refused it. Read back, the 412 is our own create: generations [1, 2, 3]."""
+    _table(faulty)
+    region = str(uuid.uuid4())
+    store = faulty.store()
+    with RegionWriter(faulty.uri, region, storage_options=faulty.storage_options, config=NEVER) as w:
+        for g in (1, 2, 3):
+            w.put(rows([100 + g], f"g{g}"))
+            if g == 2:
+                proxy.plan("lost", method="PUT", key=MANIFEST, conditional=True)
+            w.flush()
+    assert proxy.injected["lost"] == 1 and proxy.pending() == 0
+    m = load_latest_manifest(store, region)
+    assert [fg.generation for fg in m.flushed_generations] == [1, 2, 3]
+    assert m.version == 4 and m.current_generation == 4, "one manifest version per flush (claim + 3 flushes)"
+    merge_region(faulty.uri, faulty.storage_options, region)
+    assert view(open_base(faulty).to_table()) == view(rows([0, 1, 2], "base")) | view(
+        pa.concat_tables([rows([101], "g1"), rows([102], "g2"), rows([103], "g3")]))
+
+
+def test_a_claim_whose_manifest_create_answer_is_lost_claims_once(faulty, proxy):
+    """A claim lands, its answer is lost: the claimer is the writer of the epoch it created (not a second
+    claim over its own, which skipped an epoch and a manifest version)."""
+    _table(faulty)
+    region = str(uuid.uuid4())
+    RegionWriter(faulty.uri, region, storage_options=faulty.storage_options, config=NEVER).close()
+    proxy.plan("lost", method="PUT", key=MANIFEST, conditional=True)
+    w = RegionWriter(faulty.uri, region, storage_options=faulty.storage_options, config=NEVER)
+    w.close()
+    assert proxy.injected["lost"] == 1
+    assert w.writer_epoch == 2 and latest_version(faulty.store(), region) == 2
+
+
+def test_two_claimers_proposing_the_same_fields_never_share_an_epoch(s3_location):
+    """Read-back must not mistake another claimer's create for ours: both propose version 2 with epoch 2
+    (identical fields); the commit token makes their bytes differ, so the loser claims again (epoch 3)."""
+    from memwal import fencing
+
+    from support.storage_hooks import before_first
+
+    store = s3_location.store()
+    region = str(uuid.uuid4())
+    first = fencing.claim_region(store, region)
+    other: list = []
+    v2 = naming.manifest_path(region, 2)
+    def other_claims() -> None:
+        other.append(fencing.claim_region(store, region))
+
+    with before_first("put_if_not_exists", lambda p: p == v2, other_claims):
+        ours = fencing.claim_region(store, region)
+    assert first.writer_epoch == 1 and other[0].writer_epoch == 2
+    assert ours.writer_epoch == 3 and ours.version == 3, "the loser of version 2 must not believe it won"
+
+
+def test_a_manifest_listing_a_generation_twice_is_refused_before_it_is_written(s3_location):
+    from memwal.errors import MemWalError
+    from memwal.region_manifest import FlushedGeneration, RegionManifest
+
+    store = s3_location.store()
+    region = str(uuid.uuid4())
+    gens = (FlushedGeneration(1, "a_gen_1"), FlushedGeneration(2, "b_gen_2"), FlushedGeneration(2, "c_gen_2"))
+    with pytest.raises(MemWalError, match=r"list a flushed generation twice \(\[1, 2, 2\]\)"):
+        commit_manifest(store, RegionManifest(region, 1, writer_epoch=1, flushed_generations=gens))
+    assert latest_version(store, region) == 0
+
+
+def test_commit_tokens_make_each_commit_unique_and_are_not_copied(s3_location):
+    store = s3_location.store()
+    region = str(uuid.uuid4())
+    from memwal.region_manifest import RegionManifest
+
+    m1 = commit_manifest(store, RegionManifest(region, 1, writer_epoch=1))
+    m2 = commit_manifest(store, m1.next_version())
+    raw1, raw2 = store.get(naming.manifest_path(region, 1)), store.get(naming.manifest_path(region, 2))
+    assert raw1[-16:] != raw2[-16:] and raw1[-16:] not in raw2, "version 2 carries its own token only"
+    assert load_manifest(store, region, 2) == m2, "the token changes no field"
+
+
+# --- WAL entries -------------------------------------------------------------------------------------------
+
+
+def test_a_wal_entry_whose_create_answer_is_lost_is_written_once(faulty, proxy):
+    """The entry lands, its answer is lost, the retry gets 412: read back, it is ours. (Guessing, the writer
+    absorbed its own entry as another's and wrote the same rows again at the next position.)"""
+    _table(faulty)
+    region = str(uuid.uuid4())
+    w = RegionWriter(faulty.uri, region, storage_options=faulty.storage_options, config=NEVER)
+    proxy.plan("lost", method="PUT", key=WAL, conditional=True)
+    w.put(rows([7]))
+    w.put(rows([8]))
+    w.close()
+    assert proxy.injected["lost"] == 1
+    assert w.stats.absorbed_entries == 0
+    assert wal.list_wal_positions(faulty.store(), region) == [1, 2], "one entry per put"
+
+
+@pytest.mark.parametrize("kind", ["503", "500", "reset"])
+def test_a_wal_entry_survives_a_transient_fault(faulty, proxy, kind):
+    _table(faulty)
+    region = str(uuid.uuid4())
+    w = RegionWriter(faulty.uri, region, storage_options=faulty.storage_options, config=NEVER)
+    proxy.plan(kind, method="PUT", key=WAL, times=2)
+    w.put(rows([7]))
+    w.close()
+    assert proxy.injected[kind] == 2
+    assert [e.table.column("id").to_pylist() for e in wal.scan_wal(faulty.store(), region, 0)] == [[7]]
+
+
+# --- the MemWAL index lock ---------------------------------------------------------------------------------
+
+
+def test_a_lock_whose_create_answer_is_lost_is_ours_at_once(faulty, proxy):
+    """The lock object lands, its answer is lost, the retry gets 412: read back it is ours (token: the
+    owner and lease in it), so the lock is held at once, not after waiting out our own lease."""
+    store = faulty.store()
+    proxy.plan("lost", method="PUT", key=LOCK, conditional=True)
+    lock = TableLock(store, "t", lease_s=600, wait_s=0).acquire()
+    try:
+        assert proxy.injected["lost"] == 1 and lock.seq == 1
+        lock.check()
+    finally:
+        lock.release()
+
+
+def test_a_lost_release_answer_is_a_release(faulty, proxy, caplog):
+    store = faulty.store()
+    lock = TableLock(store, "t", lease_s=600, wait_s=0).acquire()
+    proxy.plan("lost", method="PUT", key=LOCK, conditional=True)
+    with caplog.at_level(logging.WARNING, logger="memwal.lock"):
+        lock.release()
+    assert proxy.injected["lost"] == 1
+    assert not [r for r in caplog.records if "taken over" in r.getMessage()], "our own release is no takeover"
+    assert TableLock(store, "t", lease_s=600, wait_s=0).acquire().seq == 3
+
+
+def test_a_lost_renew_answer_keeps_the_lease(faulty, proxy):
+    store = faulty.store()
+    lock = TableLock(store, "t", lease_s=600, wait_s=0).acquire()
+    try:
+        proxy.plan("lost", method="PUT", key=LOCK, conditional=True)
+        assert lock.renew() and lock.seq == 2
+        lock.check()
+    finally:
+        lock.release()
+
+
+# --- deletes, listings, and a store that keeps failing ------------------------------------------------------
+
+
+def test_a_delete_whose_answer_is_lost_is_done(faulty, proxy):
+    store = faulty.store()
+    store.put("x/a.bin", b"1")
+    proxy.plan("lost", method="DELETE")
+    store.delete("x/a.bin")
+    assert proxy.injected["lost"] == 1 and not store.exists("x/a.bin")
+
+
+def test_listings_survive_503_bursts(faulty, proxy):
+    store = faulty.store()
+    for i in range(3):
+        store.put(f"x/{i}.bin", b"1")
+    proxy.plan("503", method="LIST", times=3)
+    assert sorted(m.path for m in store.list("x")) == [f"x/{i}.bin" for i in range(3)]
+    assert proxy.injected["503"] == 3
+
+
+def test_a_store_that_keeps_failing_gives_one_error_naming_table_operation_object_and_fault(proxy, s3_endpoint):
+    opts = {**proxy.options(s3_options(s3_endpoint)), "client_max_retries": "2", "client_retry_timeout": "10"}
+    store = ObjectStore(f"s3://{new_bucket(s3_endpoint)}/table", opts)
+    proxy.plan("503", method="GET", times=3)
+    with pytest.raises(ObjectStoreError) as caught:
+        store.get("_mem_wal/r/manifest/x.binpb")
+    exc = caught.value
+    assert (exc.operation, exc.path, exc.table_uri) == ("get", "_mem_wal/r/manifest/x.binpb", store.uri)
+    text = str(exc)
+    assert text.startswith(f"object store get of _mem_wal/r/manifest/x.binpb in table {store.uri} failed: ")
+    assert "503" in text and "SlowDown" in text and "after 2 retries" in text and "\n" not in text
+    assert proxy.injected["503"] == 3
+
+
+def test_a_create_that_keeps_failing_but_landed_is_ours(proxy, s3_endpoint):
+    """Every answer of a create lost, retries exhausted: the object read back holds our bytes, so it landed."""
+    opts = {**proxy.options(s3_options(s3_endpoint)), "client_max_retries": "1", "client_retry_timeout": "10"}
+    store = ObjectStore(f"s3://{new_bucket(s3_endpoint)}/table", opts)
+    proxy.plan("lost", method="PUT", key="a.bin", times=1)
+    proxy.plan("503", method="PUT", key="a.bin", times=1)
+    store.put_if_not_exists("a.bin", b"ours")
+    assert store.get("a.bin") == b"ours"
+    proxy.plan("503", method="PUT", key="b.bin", times=2)
+    with pytest.raises(ObjectStoreError, match=r"object store put of b\.bin"):
+        store.put_if_not_exists("b.bin", b"ours")
+    assert not store.exists("b.bin")
+
+
+def test_retry_options_are_numbers(s3_endpoint):
+    from memwal.errors import BadInputError
+
+    with pytest.raises(BadInputError, match="client_max_retries='many' is not a number"):
+        ObjectStore("s3://b/t", {**s3_options(s3_endpoint), "client_max_retries": "many"})

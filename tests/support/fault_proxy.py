@@ -1,0 +1,230 @@
+"""A fault-injecting S3 endpoint for the suite: an HTTP proxy on 127.0.0.1 in front of the session's moto
+server that misbehaves as real S3 does (issue 42), for our object store and Lance's alike.
+
+Faults (`KINDS`): `503` (SlowDown), `500` (InternalError), `reset` (the connection is cut before the request
+is forwarded), `stall` (the request waits `stall_s`, then is forwarded: a slow request) and `lost` (the
+request is forwarded and lands, then the connection is cut: the client never sees the answer and retries).
+
+Two ways to inject, both deterministic:
+- `plan(kind, method=..., key=regex, times=n)`: the next `n` requests that match get that fault (a test
+  forces one fault on one request, e.g. "the next PUT of a region manifest: forward, then drop the answer");
+- `rates={kind: share}` with `seed`: each request draws once from a seeded generator (a soak).
+`injected` counts the faults made per kind; `requests` every request by kind (`s3_requests.request_kind`;
+a multi-object delete, as obstore deletes, is a DELETE).
+"""
+
+from __future__ import annotations
+
+import http.client
+import random
+import re
+import socket
+import struct
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import unquote, urlsplit
+
+from support.s3_requests import request_kind
+
+KINDS = ("503", "500", "reset", "stall", "lost")
+_HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "te", "upgrade"}
+_ERRORS = {
+    "503": (503, "Service Unavailable", "SlowDown", "Please reduce your request rate."),
+    "500": (500, "Internal Server Error", "InternalError", "We encountered an internal error. Please try again."),
+}
+
+
+@dataclass
+class _Planned:
+    kind: str
+    method: str | None  # GET, HEAD, PUT, POST, DELETE or LIST (request_kind); None: any
+    key: re.Pattern[str] | None  # matched (search) against the decoded object key, bucket excluded
+    times: int
+    conditional: bool | None  # only create-if-absent PUTs (If-None-Match: *) when True
+
+
+class FaultProxy:
+    """Forwards to `upstream` (http://host:port), injecting faults by plan first, then by seeded rates."""
+
+    def __init__(self, upstream: str, *, rates: Mapping[str, float] | None = None, seed: int = 0,
+                 stall_s: float = 0.2) -> None:
+        unknown = set(rates or {}) - set(KINDS)
+        if unknown:
+            raise ValueError(f"unknown fault kinds {sorted(unknown)}; known: {KINDS}")
+        self.rates = dict(rates or {})
+        self.stall_s = stall_s
+        self.injected: Counter = Counter()
+        self.requests: Counter = Counter()
+        self.log: list[tuple[str, str, str]] = []  # (request kind, key, fault or "") in arrival order
+        self._planned: list[_Planned] = []
+        self._random = random.Random(seed)
+        self._lock = threading.Lock()
+        target = urlsplit(upstream)
+        self._target = (target.hostname, target.port)
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _handle(self) -> None:
+                body = _read_body(self)
+                kind = _kind(self.command, self.path)
+                key = _object_key(self.path)
+                fault = proxy._choose(kind, key, self.headers.get("If-None-Match") == "*")
+                if fault == "reset":
+                    return _cut(self)
+                if fault in _ERRORS:
+                    return _error(self, *_ERRORS[fault])
+                if fault == "stall":
+                    time.sleep(proxy.stall_s)  # the fault itself (a slow request), not ordering a test
+                status, reason, headers, data = proxy._forward(self.command, self.path, self.headers, body)
+                if fault == "lost":
+                    return _cut(self)  # the request landed upstream; its answer never arrives
+                _respond(self, status, reason, headers, data)
+
+            do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _handle
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, name="fault proxy", daemon=True)
+
+    def plan(self, kind: str, *, method: str | None = None, key: str | None = None, times: int = 1,
+             conditional: bool | None = None) -> None:
+        """The next `times` requests of `method` whose object key matches the regex `key` get fault `kind`
+        (`conditional=True`: only create-if-absent PUTs). Plans are consumed in the order they were made."""
+        if kind not in KINDS:
+            raise ValueError(f"unknown fault kind {kind!r}; known: {KINDS}")
+        with self._lock:
+            self._planned.append(_Planned(kind, method, re.compile(key) if key else None, times, conditional))
+
+    def pending(self) -> int:
+        """How many planned faults have not been injected yet."""
+        with self._lock:
+            return sum(p.times for p in self._planned)
+
+    def _choose(self, kind: str, key: str, conditional: bool) -> str:
+        with self._lock:
+            self.requests[kind] += 1
+            fault = ""
+            for p in self._planned:
+                if ((p.method is None or p.method == kind) and (p.key is None or p.key.search(key))
+                        and (p.conditional is None or p.conditional == conditional)):
+                    fault = p.kind
+                    p.times -= 1
+                    if p.times == 0:
+                        self._planned.remove(p)
+                    break
+            if not fault and self.rates:
+                draw = self._random.random()
+                for name in KINDS:
+                    share = self.rates.get(name, 0.0)
+                    if draw < share:
+                        fault = name
+                        break
+                    draw -= share
+            if fault:
+                self.injected[fault] += 1
+            self.log.append((kind, key, fault))
+            return fault
+
+    def _forward(self, method: str, path: str, headers: Mapping[str, str], body: bytes | None):
+        conn = http.client.HTTPConnection(*self._target, timeout=60)
+        try:
+            conn.request(method, path, body=body,
+                         headers={k: v for k, v in headers.items() if k.lower() not in _HOP_BY_HOP})
+            resp = conn.getresponse()
+            return resp.status, resp.reason, resp.getheaders(), resp.read()
+        finally:
+            conn.close()
+
+    def start(self) -> FaultProxy:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def __enter__(self) -> FaultProxy:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def options(self, storage_options: Mapping[str, str]) -> dict[str, str]:
+        """The storage options with the endpoint replaced by this proxy's (for obstore and Lance alike)."""
+        return {**storage_options, "aws_endpoint": self.endpoint}
+
+
+@contextmanager
+def fault_proxy(upstream: str, **kwargs: object) -> Iterator[FaultProxy]:
+    with FaultProxy(upstream, **kwargs) as proxy:  # type: ignore[arg-type]
+        yield proxy
+
+
+def _kind(method: str, target: str) -> str:
+    """`request_kind`, with a multi-object delete (POST ?delete, as obstore deletes) counted as DELETE."""
+    if method == "POST" and "delete" in urlsplit(target).query.split("&"):
+        return "DELETE"
+    return request_kind(method, target)
+
+
+def _object_key(target: str) -> str:
+    """The object key of a path-style request (`/bucket/key`), decoded; a listing's prefix for LIST."""
+    parts = urlsplit(target)
+    key = unquote(parts.path.lstrip("/").partition("/")[2])
+    if not key and "prefix=" in parts.query:
+        key = unquote(parts.query.split("prefix=", 1)[1].split("&", 1)[0])
+    return key
+
+
+def _read_body(handler: BaseHTTPRequestHandler) -> bytes | None:
+    if handler.headers.get("Transfer-Encoding", "").lower() == "chunked":
+        out = b""
+        while True:
+            size = int(handler.rfile.readline().split(b";")[0].strip(), 16)
+            if size == 0:
+                handler.rfile.readline()
+                return out
+            out += handler.rfile.read(size)
+            handler.rfile.readline()
+    length = int(handler.headers.get("Content-Length") or 0)
+    return handler.rfile.read(length) if length else None
+
+
+def _cut(handler: BaseHTTPRequestHandler) -> None:
+    """Close the client's connection with a TCP reset and no answer."""
+    handler.close_connection = True
+    handler.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    try:
+        handler.connection.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+def _error(handler: BaseHTTPRequestHandler, status: int, reason: str, code: str, message: str) -> None:
+    body = f"<?xml version='1.0' encoding='UTF-8'?><Error><Code>{code}</Code><Message>{message}</Message></Error>"
+    _respond(handler, status, reason, [("Content-Type", "application/xml")], body.encode())
+
+
+def _respond(handler: BaseHTTPRequestHandler, status: int, reason: str, headers: list[tuple[str, str]],
+             data: bytes) -> None:
+    handler.send_response(status, reason)
+    for key, value in headers:
+        if key.lower() in _HOP_BY_HOP or (key.lower() == "content-length" and handler.command != "HEAD"):
+            continue
+        handler.send_header(key, value)
+    if handler.command != "HEAD":
+        handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    if handler.command != "HEAD":
+        handler.wfile.write(data)
