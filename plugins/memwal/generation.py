@@ -11,7 +11,10 @@ into a fresh directory before the region manifest commit, so a crash in between 
 
 from __future__ import annotations
 
+import itertools
+import logging
 import secrets
+import uuid
 
 import lance
 import numpy as np
@@ -23,11 +26,14 @@ from memwal import naming
 from memwal.bloom_filter import write_bloom_filter
 from memwal.errors import MissingGenerationError
 from memwal.generation_indexes import MaintainedIndex, build_generation_indexes
+from memwal.pk_index import write_pk_index
+from memwal.schema import conform_to, tombstone_schema
 from memwal.storage import ObjectStore, lance_storage_options
 
-__all__ = ["open_generation", "write_generation"]
+__all__ = ["memory_dataset", "open_generation", "write_generation"]
 
-_PK_INDEX_FILES = ("page_lookup.lance", "page_data.lance")
+log = logging.getLogger(__name__)
+
 _DELETION_SCHEMA = pa.schema([pa.field("row_id", pa.uint32(), nullable=False)])
 
 
@@ -49,22 +55,25 @@ def write_generation(
     """
     dir_name = naming.new_generation_dir_name(generation)
     rel = naming.generation_dir(region_id, dir_name)
-    uri = store.uri_of(rel)
-    opts = lance_storage_options(store.storage_options)
-    ds = lance.write_dataset(table, uri, mode="create", storage_options=opts)
-    if len(pk_columns) == 1 and table.num_rows:
-        ds.create_scalar_index(pk_columns[0], "BTREE")
-        index = next(i for i in ds.describe_indices() if i.fields)
-        for name in _PK_INDEX_FILES:
-            data = store.get(f"{rel}/_indices/{index.segments[0].uuid}/{name}")
-            store.put(f"{rel}/{naming.PK_INDEX_DIR}/{name}", data)
-    if indexes and table.num_rows:
-        ds = build_generation_indexes(ds, table, indexes)
-    if superseded is not None and len(superseded):
-        ds = _mask_rows(store, rel, ds, superseded)
-    # the distinct keys: a key written twice sets the same bits (the bytes are the same), hashed once
-    key = pc.unique(table.column(pk_columns[0])) if len(pk_columns) == 1 else pa.array([None], pa.null())
-    write_bloom_filter(store, region_id, dir_name, key)
+    try:
+        ds = lance.write_dataset(table, store.uri_of(rel), mode="create",
+                                 storage_options=lance_storage_options(store.storage_options))
+        write_pk_index(store, rel, ds, table, pk_columns)
+        if indexes and table.num_rows:
+            ds = build_generation_indexes(ds, table, indexes, where=f"region {region_id} generation {generation}")
+        if superseded is not None and len(superseded):
+            ds = _mask_rows(store, rel, ds, superseded)
+        # the distinct keys: a key written twice sets the same bits (the bytes are the same), hashed once
+        key = pc.unique(table.column(pk_columns[0])) if len(pk_columns) == 1 else pa.array([None], pa.null())
+        write_bloom_filter(store, region_id, dir_name, key)
+    except BaseException:
+        # Nothing lists the directory yet: remove what was written, so a failing flush leaves no orphan
+        # (GC never touches a directory at or above current_generation).
+        try:
+            store.delete_prefix(rel + "/")
+        except Exception:  # the flush's own error is the one to report
+            log.warning("region %s: could not remove the failed flush's %s", region_id, rel, exc_info=True)
+        raise
     return dir_name
 
 
@@ -93,12 +102,30 @@ def _mask_rows(store: ObjectStore, rel: str, ds: lance.LanceDataset, positions: 
 
 
 def open_generation(
-    store: ObjectStore, region_id: str, generation: int, dir_name: str
+    store: ObjectStore, region_id: str, generation: int, dir_name: str, schema: pa.Schema | None = None
 ) -> lance.LanceDataset:
-    """Open a flushed generation; MissingGenerationError names it if it is missing or unreadable."""
+    """Open a flushed generation; MissingGenerationError names it if it is missing or unreadable.
+
+    With the base `schema`: a generation flushed before a column was added to the base (or after one was
+    dropped) is read as an in-memory copy in the base's columns, the added ones null, as Lance core's LSM
+    scanner reads it, so every read path (filters on the new column included) sees one schema.
+    """
     rel = naming.generation_dir(region_id, dir_name)
     uri = store.uri_of(rel)
     try:
-        return lance.dataset(uri, storage_options=lance_storage_options(store.storage_options))
+        ds = lance.dataset(uri, storage_options=lance_storage_options(store.storage_options))
     except (OSError, ValueError) as exc:
         raise MissingGenerationError(region_id, generation, uri, str(exc).splitlines()[0]) from exc
+    if schema is None or set(ds.schema.names) == {*schema.names, naming.TOMBSTONE_COLUMN}:
+        return ds
+    log.info("region %s generation %d: columns differ from the base's (schema changed since its flush); "
+             "read in the base's columns", region_id, generation)
+    return memory_dataset(conform_to(ds.to_table(), tombstone_schema(schema)))
+
+
+_memory_ids = itertools.count()
+
+
+def memory_dataset(table: pa.Table) -> lance.LanceDataset:
+    """An in-memory Lance dataset of `table` (a MemTable, or a generation read in the base's columns)."""
+    return lance.write_dataset(table, f"memory://memwal-{uuid.uuid4().hex}-{next(_memory_ids)}")

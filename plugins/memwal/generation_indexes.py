@@ -11,6 +11,7 @@ name; a generation without it is planned as empty (its rows vanish from vector a
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +20,11 @@ import pyarrow as pa
 
 from memwal import naming
 
+log = logging.getLogger(__name__)
+
 _VECTOR_PREFIXES = ("IVF_", "HNSW")
+# describe_indices() names a type differently from create_scalar_index in one case (upper-cased).
+_CREATE_TYPES = {"LABELLIST": "LABEL_LIST"}
 # The INVERTED index parameters create_scalar_index takes, as describe_indices() reports them.
 _FTS_PARAMS = (
     "base_tokenizer", "language", "with_position", "max_token_length", "lower_case", "stem",
@@ -47,7 +52,7 @@ def _spec(name: str, column: str, base_type: str, details: dict) -> MaintainedIn
     if upper == "INVERTED":
         params = {k: details[k] for k in _FTS_PARAMS if details.get(k) is not None}
         return MaintainedIndex(name, column, "fts", "INVERTED", params)
-    return MaintainedIndex(name, column, "scalar", upper, {})
+    return MaintainedIndex(name, column, "scalar", _CREATE_TYPES.get(upper, upper), {})
 
 
 def maintained_index_specs(base: lance.LanceDataset, names: list[str]) -> list[MaintainedIndex]:
@@ -61,21 +66,28 @@ def maintained_index_specs(base: lance.LanceDataset, names: list[str]) -> list[M
 
 
 def build_generation_indexes(
-    ds: lance.LanceDataset, table: pa.Table, specs: list[MaintainedIndex]
+    ds: lance.LanceDataset, table: pa.Table, specs: list[MaintainedIndex], where: str = "generation"
 ) -> lance.LanceDataset:
     """Create each maintained index on the freshly written generation dataset (`table` is its rows).
 
     A generation of deletes only has no vectors to train on: it gets no vector index, and the planners
     plan it as empty, which is right (it has no row to return; its tombstones act through `_pk_index`).
+    An index Lance cannot build here is skipped with a warning, as Lance core's flush skips what no plugin
+    maintains: our reader searches such a generation flat; a flush never fails for a secondary index.
     """
     existing = {d.name for d in ds.describe_indices()}
     for s in specs:
         if s.name in existing:  # the key's BTREE when the base maintains a same-named one on the key
             continue
-        if s.kind == "vector":
-            if table.column(s.column).null_count == table.num_rows:
-                continue
-            ds.create_index(s.column, s.index_type, name=s.name, **s.params)
-        else:
-            ds.create_scalar_index(s.column, s.index_type, name=s.name, **s.params)
+        if s.kind == "vector" and table.column(s.column).null_count == table.num_rows:
+            continue
+        try:
+            if s.kind == "vector":
+                ds.create_index(s.column, s.index_type, name=s.name, **s.params)
+            else:
+                ds.create_scalar_index(s.column, s.index_type, name=s.name, **s.params)
+        except Exception as exc:  # any index Lance refuses is skipped, never fatal
+            log.warning("%s: maintained index %r (%s on column %r) not built on this generation: %s; our reader "
+                        "searches it without the index, Lance core's and LanceDB's planners skip it until merged",
+                        where, s.name, s.index_type, s.column, str(exc).splitlines()[0])
     return ds

@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow as pa
 
 from memwal.dedup import GEN_COLUMN, ROWADDR_COLUMN, newest_per_key
+from memwal.schema import conform_to
 
 __all__ = ["MemTable"]
 
@@ -33,6 +34,12 @@ class MemTable:
         if self.first_position is None:
             self.first_position = position
         self.last_position = position
+
+    def conform(self, schema: pa.Schema, old_ids: dict[str, int] | None, new_ids: dict[str, int]) -> None:
+        """Take the table's new schema (a column added, renamed or dropped under a live writer): the rows held
+        are conformed to it (`memwal.schema.conform_to`, matched by the field ids they were written under)."""
+        self.batches = [conform_to(b, schema, new_ids, old_ids or {}) for b in self.batches]
+        self.schema = schema
 
     def is_empty(self) -> bool:
         return not self.batches

@@ -26,10 +26,12 @@ from memwal.errors import (
 from memwal.faults import fault_point
 from memwal.generation import write_generation
 from memwal.generation_indexes import MaintainedIndex, maintained_index_specs
+from memwal.mem_wal_index import MemWalIndex, index_of
 from memwal.memtable import MemTable
 from memwal.primary_key import primary_key_columns
 from memwal.region_manifest import FlushedGeneration, RegionManifest, canonical_region_id, load_latest_manifest
-from memwal.schema import tombstone_schema, with_tombstone
+from memwal.region_rows import check_rows_in_region
+from memwal.schema import conform_to, tombstone_schema, with_field_ids, with_tombstone
 from memwal.storage import ObjectStore, lance_storage_options
 
 __all__ = ["RegionWriter", "WriterConfig", "WriterStats"]
@@ -62,25 +64,16 @@ class WriterStats:
         return asdict(self)
 
 
-def _current_region_spec_id(table_uri: str, storage_options: dict[str, str] | None) -> int:
+def _region_spec_id(index: MemWalIndex | None) -> int:
     """The newest region spec of the table (0, a manual region, when there is none)."""
-    from memwal.mem_wal_index import load_index
-
-    try:
-        return load_index(table_uri, storage_options).details.newest_region_spec_id
-    except MemWalNotInitializedError:
-        return 0
+    return index.details.newest_region_spec_id if index is not None else 0
 
 
-def _maintained_indexes(base: lance.LanceDataset, table_uri: str,
-                        storage_options: dict[str, str] | None) -> list[MaintainedIndex]:
+def _maintained_indexes(base: lance.LanceDataset, index: MemWalIndex | None) -> list[MaintainedIndex]:
     """The indexes the MemWAL index says to maintain that exist on the base table (none before init)."""
-    from memwal.mem_wal_index import load_index
-
-    try:
-        details = load_index(table_uri, storage_options).details
-    except MemWalNotInitializedError:
+    if index is None:
         return []
+    details = index.details
     if details.maintained_indexes:
         names = list(details.maintained_indexes)
     elif details.maintain_all_indexes:
@@ -88,6 +81,12 @@ def _maintained_indexes(base: lance.LanceDataset, table_uri: str,
     else:
         names = []
     return maintained_index_specs(base, names)
+
+
+def _field_ids(base: lance.LanceDataset) -> dict[str, int]:
+    """Top-level column name -> Lance field id: WAL entries carry them (as Lance core's do), so replay matches
+    a renamed column by id."""
+    return {f.name(): f.id() for f in base.lance_schema.fields()}
 
 
 class RegionWriter:
@@ -106,14 +105,12 @@ class RegionWriter:
         self.store = ObjectStore(table_uri, storage_options)
         self.table_uri = self.store.uri
         self.config = config or WriterConfig()
-        base = lance.dataset(self.table_uri, storage_options=lance_storage_options(storage_options))
-        self.schema = base.schema
-        self.pk_columns = primary_key_columns(self.schema, where=self.table_uri)
-        self.maintained_indexes = _maintained_indexes(base, self.table_uri, storage_options)
         self.stats = WriterStats()
         self._closed = False
+        self._base_version = -1
+        self._sync_base()
         if region_spec_id is None:
-            region_spec_id = _current_region_spec_id(self.table_uri, storage_options)
+            region_spec_id = _region_spec_id(self._index)
         claimed = fencing.claim_region(self.store, self.region_id, region_spec_id)
         self.writer_epoch = claimed.writer_epoch
         self.manifest = claimed
@@ -125,6 +122,33 @@ class RegionWriter:
             self.region_id, self.writer_epoch, self.memtable.generation, self.stats.replayed_entries,
         )
 
+    # -- the base table's schema and maintained indexes ---------------------------------------------
+
+    def _sync_base(self) -> bool:
+        """Re-read the schema and the maintained indexes if the base table moved; True if it did.
+
+        Called at start, at every flush and when a put names a column the writer does not know: a column added
+        (or renamed, or dropped) and an index added to or dropped from the maintained set reach a live writer.
+        """
+        base = lance.dataset(self.table_uri, storage_options=lance_storage_options(self.store.storage_options))
+        if base.version == self._base_version:
+            return False
+        try:
+            self._index: MemWalIndex | None = index_of(base, self.store)
+        except MemWalNotInitializedError:
+            self._index = None
+        old_ids = getattr(self, "_field_ids", None)
+        self.schema = base.schema
+        self.pk_columns = primary_key_columns(self.schema, where=self.table_uri)
+        self._field_ids = _field_ids(base)
+        self._wal_schema = with_field_ids(tombstone_schema(self.schema), self._field_ids)
+        self.maintained_indexes = _maintained_indexes(base, self._index)
+        self._base_version = base.version
+        memtable = getattr(self, "memtable", None)
+        if memtable is not None and not memtable.schema.equals(tombstone_schema(self.schema)):
+            memtable.conform(tombstone_schema(self.schema), old_ids, self._field_ids)
+        return True
+
     # -- WAL ---------------------------------------------------------------------------------------
 
     def _take_entry(self, entry: wal.WalEntry, replaying: bool = False) -> None:
@@ -132,7 +156,8 @@ class RegionWriter:
         if entry.writer_epoch > self.writer_epoch or (replaying and entry.writer_epoch == self.writer_epoch):
             self._abort()
             raise FencedError(self.region_id, self.writer_epoch, entry.writer_epoch)
-        self.memtable.append(entry.table.cast(self.memtable.schema), entry.position)
+        rows = conform_to(entry.table, self.memtable.schema, self._field_ids)
+        self.memtable.append(rows, entry.position)
         self._next_position = entry.position + 1
 
     def _replay(self) -> None:
@@ -142,7 +167,8 @@ class RegionWriter:
 
     def _append(self, rows: pa.Table) -> None:
         self._check_open()
-        data = wal.encode_wal_entry(rows, self.writer_epoch, self.memtable.generation)
+        data = wal.encode_wal_entry(pa.Table.from_arrays(rows.columns, schema=self._wal_schema),
+                                    self.writer_epoch, self.memtable.generation)
         while True:
             position = self._next_position
             try:
@@ -182,7 +208,9 @@ class RegionWriter:
         table = pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data
         if table.num_rows == 0:
             return
-        self._append(with_tombstone(table, self.schema, tombstone=False))
+        self._check_columns(table)
+        check_rows_in_region(self, table)  # a row of another region is refused before anything is written
+        self._append(with_tombstone(table, self.schema, tombstone=False, where=self._where()))
         self.stats.puts += 1
 
     def delete(self, keys: pa.Table | pa.RecordBatch) -> None:
@@ -193,8 +221,21 @@ class RegionWriter:
             raise ValueError(f"delete on region {self.region_id} needs primary key column(s) {missing}")
         if table.num_rows == 0:
             return
-        self._append(with_tombstone(table.select(self.pk_columns), self.schema, tombstone=True))
+        self._append(with_tombstone(table.select(self.pk_columns), self.schema, tombstone=True, where=self._where()))
         self.stats.deletes += 1
+
+    def _where(self) -> str:
+        return f"table {self.table_uri} region {self.region_id}"
+
+    def _check_columns(self, table: pa.Table) -> None:
+        """A put naming a column the writer does not know: the base may have gained it since; otherwise refuse
+        (dropping the column silently would lose what the caller wrote)."""
+        unknown = [c for c in table.column_names if c not in self.schema.names]
+        if unknown and self._sync_base():
+            unknown = [c for c in table.column_names if c not in self.schema.names]
+        if unknown:
+            raise ValueError(f"{self._where()}: column(s) {unknown} are not in the base table's schema "
+                             f"{self.schema.names}")
 
     # -- flush -------------------------------------------------------------------------------------
 
@@ -211,6 +252,7 @@ class RegionWriter:
         if m.is_empty():
             return None
         started = time.monotonic()
+        self._sync_base()
         latest = load_latest_manifest(self.store, self.region_id)
         if latest.writer_epoch > self.writer_epoch:  # checked before writing anything
             self._abort()
