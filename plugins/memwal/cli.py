@@ -9,6 +9,7 @@
     memwal retention TABLE [--dry-run]  remove base-table versions the retention policy no longer keeps
     memwal search TABLE (--vector JSON | --text QUERY) [--k N] [--filter SQL] [--json] [--plan]
                                         the k nearest (or best-matching) live rows over the LSM view
+    memwal probe TABLE_OR_ROOT [--json] which jobs are due on the table (or each table under the root), and why
 
 Progress goes to stderr; `--json` prints the job's JSON summary to stdout. Exit status (memwal.jobs):
 0 done; 1 failed, with a one-line reason; 2 bad input (one line naming the parameter and the value: a bad
@@ -156,6 +157,7 @@ def _parser() -> argparse.ArgumentParser:
     search.add_argument("--plan", action="store_true",
                         help="also print the read plan to stderr: sources through an index or flat, rows served flat")
     search.add_argument("-v", "--verbose", action="store_true")
+    _add_probe_parser(sub)
     for job in JOBS:
         p = sub.add_parser(job, help=f"run the {job} job")
         add_common_arguments(p, job)
@@ -176,13 +178,49 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_probe_parser(sub: Any) -> None:
+    """`memwal probe`: its TABLE is a table or a root (a directory, S3 prefix or LanceDB database)."""
+    probe = sub.add_parser("probe", help="which maintenance jobs are due on a table, or on every table under a "
+                                         "root, and why (memwal.probe)")
+    add_common_arguments(probe, "probe")
+    probe.add_argument("--json", action="store_true", help="print one JSON object per table")
+    probe.add_argument("--merge-min-generations", type=_positive, default=1,
+                       help="merge is due from this many unmerged generations (default 1)")
+    probe.add_argument("--merge-max-age-s", type=seconds_arg, default=None,
+                       help="or once the oldest unmerged generation is this old")
+    probe.add_argument("--snapshot-max-age-s", type=seconds_arg, default=3600.0,
+                       help="refresh a snapshot this old when a region moved since (default 3600)")
+    probe.add_argument("-v", "--verbose", action="store_true")
+
+
+def _probe(args: argparse.Namespace) -> int:
+    """`memwal probe`: per table, the due jobs in the safe order with their reasons; 1 when nothing could be
+    probed (an unlistable root, a failing table), 3 when some table failed."""
+    from memwal.probe import ProbeEntry, ProbePolicy, probe_tables
+
+    policy = ProbePolicy(merge_min_generations=args.merge_min_generations, merge_max_age_s=args.merge_max_age_s,
+                         snapshot_max_age_s=args.snapshot_max_age_s)
+    results = probe_tables([ProbeEntry(args.table, storage_options_of(args), policy)])
+    for r in results:
+        if args.json:
+            print(json.dumps(r.to_dict(), default=str))
+        elif r.status in ("ok", "error") and (r.due or r.status == "ok"):
+            print(f"{r.table_uri}: " + ("; ".join(f"{d.job}: {d.reason}" for d in r.due) or "nothing due"))
+        else:
+            print(f"{r.table_uri}: {r.status}" + (f" ({r.error})" if r.error and r.status != "error" else ""))
+        if r.status == "error":
+            print(f"memwal probe: {r.error}", file=sys.stderr)
+    failed = sum(r.status == "error" for r in results)
+    return EXIT_OK if not failed else EXIT_FAILED if failed == len(results) else EXIT_PARTIAL
+
+
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     """The command line, with the checks across options; a bad one exits 2 with one line."""
     parser = _parser()
     args = parser.parse_args(argv)
     args.region = list(dict.fromkeys(args.region)) if args.region else None
     try:
-        if args.command == "search":
+        if args.command in ("search", "probe"):
             pass
         elif args.command == "status":
             given = [(o, getattr(args, key)) for o, key, *_ in _THRESHOLDS
@@ -313,6 +351,8 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
+        if args.command == "probe":
+            return _probe(args)
         table = MemWalTable(args.table, storage_options_of(args))
         if args.command == "search":
             return _search(args, table)

@@ -1,0 +1,575 @@
+"""The due-work probe: for a table and its policy, which maintenance jobs are due now and why, from metadata
+only, cheaply enough to sweep a fleet of tables every few minutes.
+
+Every probe makes two object-store requests, whatever happened:
+1. one LIST of `_versions/` (non-recursive): the base table's versions, the latest among them, and each
+   manifest's last-modified time (what retention ages);
+2. one recursive LIST of `_mem_wal/`: every region's manifest versions (region manifests change without the
+   base version changing: flushes, GC's prunes), the generation directories with their files' sizes and
+   times (merge backlog age, failed flushes), merge staging. One page holds 1,000 objects, about 80
+   unmerged generations' files on top of the manifests and WAL entries: a table with a larger `_mem_wal/`
+   costs one more LIST per 1,000 objects.
+When the key of the two listings (the base versions, every region's newest manifest version) and the policy
+are those of the previous probe (`ProbeState`), nothing else is read: the figures that only a change can move
+come from the state, the ones that time or the listings move (ages, failed flushes, staging, manifest
+versions over the kept count, retention's candidates) are recomputed from the fresh listings.
+
+A changed table is read once more: Lance opens it (a LIST and a GET), the MemWAL index (a GET of the
+manifest; read as committed, not raised over a rebased rewrite: a probe then sees less progress, never
+more), each region's newest manifest (a GET each), the jobs' own planners (`memwal.job_plans`: merge's loads
+each region's manifest and lists each unmerged generation's data), each retained base version's MemWAL
+progress not read before (a GET each, kept in the state: versions never change) and, with more versions than
+retention keeps, the tags (a LIST). bench/README.md has the counts measured.
+
+Due jobs come in the safe order merge -> catch-up -> compaction -> retention -> snapshot -> GC, each with its
+reason and the figures behind it. "Due" is what the job would do now:
+- merge: unmerged generations (`plan_merge`) at or above the policy's `merge_min_generations` (default 1:
+  anything unmerged), or `merge_min_bytes`, or the oldest older than `merge_max_age_s`;
+- catch-up: a maintained index lags the merges (index_catchup below merged_generations, coverage as
+  `memwal.index_coverage` reads it), has rows to index (`plan_catchup`), or has more segments than the
+  index policy allows (catch-up folds them);
+- compaction: `plan_compaction` says due (the table's compaction rules; disabled: never);
+- retention: a version not the latest, not among the newest `keep_versions`, older than `older_than_s` and
+  untagged (the listing's time; the rebase repair window that the job also keeps is not read: a version
+  held only by it reads as due until 16 more versions pass);
+- snapshot: regions exist and no snapshot was ever written, or the snapshot is older than
+  `snapshot_max_age_s` and some region manifest moved since it (an external snapshot counts as moved);
+- GC (unless `gc.enabled: false`): generations at or below GC's safe generation (`memwal.gc.safe_generation`
+  over every retained version), region manifest versions over `keep_manifest_versions`, unlisted generation
+  directories past the grace period (failed flushes), abandoned merge staging. WAL entries go with their
+  generations; superseded lock objects are left to GC's next run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from memwal import naming
+from memwal.errors import BadInputError, MemWalError, MemWalNotInitializedError, RegionNotFoundError, one_line
+from memwal.job_config import JobOptions
+from memwal.mem_wal_index import U64_MAX, read_details_at
+from memwal.option_values import count, optional, seconds
+from memwal.storage import ObjectMeta, ObjectStore
+from memwal.table import MemWalTable
+
+__all__ = ["JOB_ORDER", "DueJob", "ProbeEntry", "ProbePolicy", "ProbeResult", "ProbeState", "next_states",
+           "probe_table", "probe_tables"]
+
+log = logging.getLogger(__name__)
+
+JOB_ORDER = ("merge", "catchup", "compaction", "retention", "snapshot", "gc")  # the safe order
+MAX_WORKERS = 16  # tables probed at once by default: each probe is a few requests in a row
+_MANIFEST_NAME = re.compile(r"^(\d+)\.manifest$")
+
+
+@dataclass(frozen=True)
+class ProbePolicy:
+    """What makes a job due for one table: the jobs' own options (`JobOptions`: compaction and retention rules,
+    the index policy, GC's settings) plus the probe's own knobs, for which no job option existed.
+
+    merge_min_generations: merge is due from this many unmerged generations (over every region; 1: anything
+    unmerged); merge_min_bytes / merge_max_age_s: or from this many unmerged bytes, or once the oldest
+    unmerged generation is this old (None: not checked). snapshot_max_age_s: a snapshot is refreshed once
+    older than this if a region manifest moved since (None: only a table that never had one)."""
+
+    options: JobOptions = field(default_factory=JobOptions)
+    merge_min_generations: int = 1
+    merge_min_bytes: int | None = None
+    merge_max_age_s: float | None = None
+    snapshot_max_age_s: float | None = 3600.0
+
+    def __post_init__(self) -> None:
+        checks = {"merge_min_generations": count, "merge_min_bytes": optional(count),
+                  "merge_max_age_s": optional(seconds), "snapshot_max_age_s": optional(seconds)}
+        for name, check in checks.items():
+            try:
+                check(getattr(self, name))
+            except ValueError as exc:
+                raise BadInputError(f"probe policy {name}: {exc}") from None
+        if not isinstance(self.options, JobOptions):
+            raise BadInputError(f"probe policy options: {self.options!r} is not a JobOptions")
+
+    def key(self) -> str:
+        """A short fingerprint: a state read under another policy is read again."""
+        return hashlib.sha256(repr(self).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class DueJob:
+    """One due job: why (one line) and the figures behind it."""
+
+    job: str
+    reason: str
+    figures: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ProbeState:
+    """What one probe hands to the next: the key of the listings (base versions, each region's newest
+    manifest version), the policy's fingerprint, the figures read when the table last changed, and the
+    answer. JSON-ready (`to_dict` / `from_dict`) so a scheduler can keep it between runs."""
+
+    table_uri: str
+    base_versions: tuple[int, ...]
+    region_versions: Mapping[str, int]
+    policy_key: str
+    facts: Mapping[str, Any]
+    due: tuple[str, ...] = ()
+    probed_at: float = 0.0
+
+    @property
+    def base_version(self) -> int | None:
+        return self.base_versions[-1] if self.base_versions else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "base_versions": list(self.base_versions), "due": list(self.due),
+                "region_versions": dict(self.region_versions)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ProbeState:
+        return cls(str(data["table_uri"]), tuple(int(v) for v in data["base_versions"]),
+                   {str(k): int(v) for k, v in data["region_versions"].items()}, str(data["policy_key"]),
+                   dict(data["facts"]), tuple(data.get("due") or ()), float(data.get("probed_at") or 0.0))
+
+
+@dataclass
+class ProbeResult:
+    """The answer for one table (or one directory under a root that is not a MemWAL table).
+
+    status: ok | error (`error` names the table and the object; the due jobs of what could be read are still
+    listed) | not_memwal (a Lance table without a MemWAL index) | not_a_table (no Lance table there).
+    changed: whether anything was read beyond the two listings (None: the first probe)."""
+
+    table_uri: str
+    status: str
+    due: list[DueJob] = field(default_factory=list)
+    changed: bool | None = None
+    error: str | None = None
+    state: ProbeState | None = None
+    name: str | None = None
+    root: str | None = None
+    probed_at: float = 0.0
+    duration_s: float = 0.0
+
+    @property
+    def jobs(self) -> list[str]:
+        return [d.job for d in self.due]
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {k: v for k, v in asdict(self).items() if k != "state"}
+        out["duration_s"] = round(self.duration_s, 4)
+        return out
+
+
+@dataclass(frozen=True)
+class ProbeEntry:
+    """One entry of a sweep: a table, or a root (a directory, an S3 prefix or a LanceDB database) whose every
+    Lance table is probed with this entry's policy. kind: table | root | auto (a Lance table at the URI is a
+    table, anything else a root)."""
+
+    uri: str
+    storage_options: Mapping[str, str] | None = None
+    policy: ProbePolicy = field(default_factory=ProbePolicy)
+    name: str | None = None
+    kind: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("table", "root", "auto"):
+            raise BadInputError(f"probe entry {self.uri}: kind {self.kind!r} is not table, root or auto")
+
+
+# --- the two listings ------------------------------------------------------------------------------------
+
+
+@dataclass
+class _GenDir:
+    oldest: float = float("inf")
+    newest: float = 0.0
+    bytes: int = 0
+    data_bytes: int = 0
+
+
+@dataclass
+class _Listing:
+    """What the two listings say."""
+
+    versions: list[tuple[int, float]]  # (base version, last-modified), ascending
+    manifests: dict[str, list[int]] = field(default_factory=dict)  # region -> manifest versions
+    gen_dirs: dict[str, dict[str, _GenDir]] = field(default_factory=dict)  # region -> directory name -> files
+    staging: dict[str, float] = field(default_factory=dict)  # staging directory -> newest file's time
+
+    @property
+    def region_versions(self) -> dict[str, int]:
+        return {r: max(v) for r, v in sorted(self.manifests.items()) if v}
+
+
+def _base_versions(metas: Iterable[ObjectMeta]) -> list[tuple[int, float]]:
+    """Versions named in `_versions/` (V2 names: u64::MAX - version, 20 digits; V1: the version)."""
+    out = []
+    for meta in metas:
+        match = _MANIFEST_NAME.match(meta.path.rsplit("/", 1)[-1])
+        if match:
+            digits = match.group(1)
+            version = U64_MAX - int(digits) if len(digits) == 20 else int(digits)
+            out.append((version, meta.last_modified.timestamp()))
+    return sorted(out)
+
+
+def _is_region(name: str) -> bool:
+    try:
+        return str(uuid.UUID(name)) == name
+    except ValueError:
+        return False
+
+
+def _read_listings(store: ObjectStore) -> _Listing:
+    """The probe's two requests: `_versions/` (one level) and `_mem_wal/` (recursive)."""
+    out = _Listing(_base_versions(store.list_files("_versions")))
+    if not out.versions:
+        return out
+    staging_prefix = naming.STAGING_DIR + "/"
+    for meta in store.list(naming.MEM_WAL_DIR):
+        parts = meta.path.split("/")
+        when = meta.last_modified.timestamp()
+        if meta.path.startswith(staging_prefix) and len(parts) > 3:
+            out.staging[parts[2]] = max(out.staging.get(parts[2], 0.0), when)
+            continue
+        if len(parts) < 4 or not _is_region(parts[1]):
+            continue
+        region, sub = parts[1], parts[2]
+        if sub == naming.MANIFEST_DIR and parts[3].endswith(naming.MANIFEST_SUFFIX):
+            try:
+                out.manifests.setdefault(region, []).append(naming.parse_bit_reversed_name(parts[3]))
+            except ValueError:
+                continue
+        elif naming.parse_generation_dir_name(sub) is not None:
+            d = out.gen_dirs.setdefault(region, {}).setdefault(sub, _GenDir())
+            d.oldest, d.newest = min(d.oldest, when), max(d.newest, when)
+            d.bytes += meta.size
+            d.data_bytes += meta.size if parts[3] == "data" else 0
+    for versions in out.manifests.values():
+        versions.sort()
+    return out
+
+
+# --- what only a change can move (read when the key moved) -----------------------------------------------
+
+
+def _snapshot_regions(inline: bytes | None) -> dict[str, int] | None:
+    """Region -> manifest version recorded in an inline snapshot (None: external, read by the job only)."""
+    if inline is None:
+        return None
+    from memwal.snapshot import decode_snapshot
+
+    rows = decode_snapshot(inline).select(["region_id", "version"]).to_pylist()
+    return {str(uuid.UUID(bytes=r["region_id"])): int(r["version"]) for r in rows}
+
+
+def _retained_progress(table: MemWalTable, versions: Sequence[int],
+                       cached: Mapping[str, Any]) -> dict[str, dict[str, int]]:
+    """merged_generations as of every listed base version (GC's `retained` input): the latest from the
+    loaded index, the others from the state when read before (versions never change), else one GET each."""
+    out: dict[str, dict[str, int]] = {}
+    for version in versions:
+        key = str(version)
+        if version == table.version:
+            out[key] = dict(table.details.merged_generations)
+        elif key in cached:
+            out[key] = dict(cached[key])
+        else:
+            try:
+                details = read_details_at(table.store, version)
+            except FileNotFoundError:
+                continue  # removed by retention since the listing
+            out[key] = dict(details.merged_generations) if details else {}
+    return out
+
+
+def _read_facts(table: MemWalTable, listing: _Listing, policy: ProbePolicy,
+                previous: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The figures only a change can move, JSON-ready; a region whose manifest cannot be read is in
+    `region_errors` (naming the object) and the rest is read on."""
+    from memwal.gc import safe_generation
+    from memwal.index_coverage import with_coverage
+    from memwal.index_segments import segment_counts
+    from memwal.job_plans import plan_catchup, plan_compaction, plan_merge
+    from memwal.mem_wal_index import index_of
+    from memwal.region_manifest import load_latest_manifest, load_manifest
+
+    ds = table.dataset
+    try:
+        table.adopt(ds, index_of(ds, table.store, monotone=False))
+    except MemWalNotInitializedError:
+        return {"not_memwal": True, "table_version": ds.version}
+    options = policy.options
+    indexes = table.maintained_indexes()
+    index = with_coverage(table.index, ds, indexes)
+    progress = _retained_progress(table, [v for v, _ in listing.versions], (previous or {}).get("progress", {}))
+    regions: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    for rid, version in listing.region_versions.items():
+        try:
+            try:
+                m = load_manifest(table.store, rid, version)
+            except RegionNotFoundError:  # pruned since the listing: a newer one exists
+                m = load_latest_manifest(table.store, rid)
+        except (MemWalError, OSError) as exc:
+            errors[rid] = f"table {table.uri}: region {rid}: {one_line(exc)}"
+            continue
+        merged = index.details.merged_generation(rid)
+        lag = 0
+        for name in indexes:
+            per_region = index.details.index_catchup.get(name)
+            lag = max(lag, merged - (merged if per_region is None else per_region.get(rid, 0)))
+        safe, limited_by = safe_generation(index, rid, indexes, {int(v): p for v, p in progress.items()})
+        regions[rid] = {"merged": merged, "current_generation": m.current_generation, "index_lag": lag,
+                        "flushed": sorted([fg.generation, fg.path] for fg in m.flushed_generations),
+                        "safe_generation": safe, "limited_by": limited_by}
+    segments = segment_counts(ds)
+    over = {name: [n, options.index_policy.limit(name)] for name, n in sorted(segments.items())
+            if name in indexes and options.index_policy.limit(name) is not None
+            and n > options.index_policy.limit(name)}
+    tags: list[int] = []
+    if len(listing.versions) > options.retention.keep_versions:
+        tags = sorted({int(t["version"]) for t in ds.tags.list().values()})
+    details = index.details
+    return {
+        "not_memwal": False, "table_version": ds.version, "regions": regions, "region_errors": errors,
+        "merge": plan_merge(table, options, None).to_dict(),
+        "catchup": {**plan_catchup(table, options, None).to_dict(), "over_segment_limit": over},
+        "compaction": plan_compaction(table, options, None).to_dict(),
+        "tags": tags, "progress": progress,
+        "snapshot": {"ts_millis": details.snapshot_ts_millis,
+                     "regions": _snapshot_regions(details.inline_snapshots)},
+    }
+
+
+# --- the decision (no I/O) -------------------------------------------------------------------------------
+
+
+def _merge_due(facts: Mapping[str, Any], listing: _Listing, policy: ProbePolicy, now: float) -> DueJob | None:
+    plan = facts["merge"]["facts"]
+    generations, backlog = plan["generations"], plan["backlog_bytes"]
+    oldest = min((listing.gen_dirs.get(rid, {}).get(path, _GenDir()).oldest
+                  for rid, r in facts["regions"].items() for gen, path in r["flushed"] if gen > r["merged"]),
+                 default=float("inf"))
+    age = max(0.0, now - oldest) if oldest != float("inf") else None
+    figures = {"generations": generations, "bytes": backlog, "regions": plan["region_batches"],
+               "oldest_unmerged_age_s": None if age is None else round(age, 1)}
+    if not generations:
+        return None
+    reasons = []
+    if generations >= policy.merge_min_generations:
+        reasons.append(f"{generations} unmerged generation(s) >= {policy.merge_min_generations}")
+    if policy.merge_min_bytes is not None and backlog >= policy.merge_min_bytes:
+        reasons.append(f"{backlog} unmerged bytes >= {policy.merge_min_bytes}")
+    if policy.merge_max_age_s is not None and age is not None and age >= policy.merge_max_age_s:
+        reasons.append(f"oldest unmerged generation {age:.0f}s old >= {policy.merge_max_age_s:g}s")
+    if not reasons:
+        return None
+    where = f" in {plan['region_batches']} region(s), {backlog} bytes"
+    return DueJob("merge", "; ".join(reasons) + where, figures)
+
+
+def _catchup_due(facts: Mapping[str, Any]) -> DueJob | None:
+    plan = facts["catchup"]
+    lag = max((r["index_lag"] for r in facts["regions"].values()), default=0)
+    rows = plan["facts"]["rows_to_index"]
+    over = plan["over_segment_limit"]
+    reasons = []
+    if lag:
+        reasons.append(f"an index lags the merges by {lag} generation(s)")
+    if rows:
+        reasons.append(f"{rows} row(s) to index")
+    reasons += [f"index {name} has {n} segments > {limit}" for name, (n, limit) in over.items()]
+    if not reasons or not plan["facts"]["indexes"]:
+        return None
+    return DueJob("catchup", "; ".join(reasons), {"index_lag_generations": lag, "rows_to_index": rows,
+                                                  "indexes": plan["facts"]["indexes"], "over_segment_limit": over})
+
+
+def _compaction_due(facts: Mapping[str, Any]) -> DueJob | None:
+    plan = facts["compaction"]
+    return DueJob("compaction", plan["reason"], plan["facts"]) if plan["executor_work"] else None
+
+
+def _retention_due(facts: Mapping[str, Any], listing: _Listing, policy: ProbePolicy, now: float) -> DueJob | None:
+    config = policy.options.retention
+    if not config.enabled or not listing.versions:
+        return None
+    latest = listing.versions[-1][0]
+    newest = {v for v, _ in listing.versions[-config.keep_versions:]}
+    tagged = set(facts.get("tags") or ())
+    removable = [v for v, ts in listing.versions if v != latest and v not in newest and v not in tagged
+                 and ts < now - config.older_than_s]
+    if not removable:
+        return None
+    return DueJob("retention", f"{len(removable)} table version(s) older than {config.older_than_s:g}s beyond "
+                  f"the newest {config.keep_versions}",
+                  {"versions": len(listing.versions), "removable": len(removable), "oldest": removable[0]})
+
+
+def _snapshot_due(facts: Mapping[str, Any], listing: _Listing, policy: ProbePolicy, now: float) -> DueJob | None:
+    current = listing.region_versions
+    if not current:
+        return None
+    ts = facts["snapshot"]["ts_millis"]
+    if not ts:
+        return DueJob("snapshot", f"no MemWAL index snapshot was ever written ({len(current)} regions)",
+                      {"regions": len(current), "snapshot_age_s": None})
+    age = max(0.0, now - ts / 1000.0)
+    recorded = facts["snapshot"]["regions"]
+    moved = len(current) if recorded is None else sum(recorded.get(r) != v for r, v in current.items())
+    figures = {"regions": len(current), "snapshot_age_s": round(age, 1), "regions_moved": moved}
+    if policy.snapshot_max_age_s is None or age < policy.snapshot_max_age_s or not moved:
+        return None
+    return DueJob("snapshot", f"snapshot {age:.0f}s old >= {policy.snapshot_max_age_s:g}s and {moved} region "
+                  "manifest(s) moved since", figures)
+
+
+def _gc_due(facts: Mapping[str, Any], listing: _Listing, policy: ProbePolicy, now: float) -> DueJob | None:
+    config = policy.options.gc
+    if not config.enabled:
+        return None
+    figures = {"generations": 0, "manifest_versions": 0, "failed_flushes": 0, "staging": 0, "bytes": 0}
+    for rid, r in facts["regions"].items():
+        dirs = listing.gen_dirs.get(rid, {})
+        listed = {path for _, path in r["flushed"]}
+        collectable = [path for gen, path in r["flushed"] if gen <= r["safe_generation"]]
+        figures["generations"] += len(collectable)
+        figures["bytes"] += sum(dirs[p].bytes for p in collectable if p in dirs)
+        for name, d in dirs.items():
+            gen = naming.parse_generation_dir_name(name) or 0
+            if name in listed or gen >= r["current_generation"]:
+                continue
+            if gen <= r["safe_generation"] or now - d.newest >= config.grace_period_s:
+                figures["failed_flushes"] += 1
+                figures["bytes"] += d.bytes
+        keep = max(config.keep_manifest_versions - (1 if collectable else 0), 1)
+        figures["manifest_versions"] += max(0, len(listing.manifests.get(rid, ())) - keep)
+    figures["staging"] = sum(now - newest >= config.grace_period_s for newest in listing.staging.values())
+    parts = [f"{figures[k]} {label}" for k, label in (
+        ("generations", "generation(s)"), ("manifest_versions", "region manifest version(s)"),
+        ("failed_flushes", "failed flush(es)"), ("staging", "abandoned staging dir(s)")) if figures[k]]
+    if not parts:
+        return None
+    return DueJob("gc", "collectable: " + ", ".join(parts) + f" ({figures['bytes']} bytes)", figures)
+
+
+def decide(facts: Mapping[str, Any], listing: _Listing, policy: ProbePolicy, now: float) -> list[DueJob]:
+    """The due jobs in the safe order (JOB_ORDER), from the facts, the fresh listings and the time."""
+    if facts.get("not_memwal"):
+        return []
+    found = [_merge_due(facts, listing, policy, now), _catchup_due(facts), _compaction_due(facts),
+             _retention_due(facts, listing, policy, now), _snapshot_due(facts, listing, policy, now),
+             _gc_due(facts, listing, policy, now)]
+    return [d for d in found if d is not None]
+
+
+# --- one table, many tables ------------------------------------------------------------------------------
+
+
+def probe_table(table_or_uri: MemWalTable | str, policy: ProbePolicy | None = None,
+                previous: ProbeState | None = None, *, storage_options: Mapping[str, str] | None = None,
+                now: float | None = None) -> ProbeResult:
+    """Which jobs are due on the table now and why (module docstring: the requests and the rules). A table
+    that cannot be probed (storage error, corrupt manifest) is a result with status `error` naming the table
+    and the object, not an exception: a sweep goes on with the others."""
+    started = time.monotonic()
+    policy = policy or ProbePolicy()
+    if isinstance(table_or_uri, MemWalTable):
+        uri, options = table_or_uri.uri, table_or_uri.storage_options
+    else:
+        uri, options = str(table_or_uri), dict(storage_options or {}) or None
+    now = time.time() if now is None else now
+    result = ProbeResult(uri, "ok", probed_at=now)
+    try:
+        store = ObjectStore(uri, options)
+        result.table_uri = store.uri
+        listing = _read_listings(store)
+        if not listing.versions:
+            result.status, result.error = "not_a_table", f"{store.uri}: no Lance table there (no _versions/)"
+            return result
+        key = (tuple(v for v, _ in listing.versions), listing.region_versions, policy.key())
+        usable = (previous is not None and previous.table_uri == store.uri
+                  and not previous.facts.get("region_errors") and not previous.facts.get("error")
+                  and (previous.base_versions, dict(previous.region_versions), previous.policy_key) == key)
+        result.changed = None if previous is None else not usable
+        facts = dict(previous.facts) if usable else _read_facts(
+            MemWalTable(store.uri, options), listing, policy, previous.facts if previous else None)
+        if facts.get("not_memwal"):
+            result.status = "not_memwal"
+            result.error = f"{store.uri}: a Lance table without a MemWAL index (not maintained here)"
+        result.due = decide(facts, listing, policy, now)
+        errors = facts.get("region_errors") or {}
+        if errors:
+            result.status, result.error = "error", "; ".join(errors[r] for r in sorted(errors))
+            log.warning("probe: %s", result.error)
+        result.state = ProbeState(store.uri, key[0], key[1], key[2], facts, tuple(result.jobs), now)
+    except Exception as exc:  # one table's failure (storage, permissions, Lance) is its result
+        result.status, result.error = "error", f"table {uri}: {one_line(exc)}"
+        log.warning("probe: %s", result.error)
+    finally:
+        result.duration_s = time.monotonic() - started
+    return result
+
+
+def next_states(results: Iterable[ProbeResult]) -> dict[str, ProbeState]:
+    """The states to pass to the next sweep: one per table probed (a table no longer found has none)."""
+    return {r.table_uri: r.state for r in results if r.state is not None}
+
+
+def probe_tables(entries: Iterable[ProbeEntry | str], states: Mapping[str, ProbeState] | None = None,
+                 max_workers: int = MAX_WORKERS, *, now: float | None = None) -> list[ProbeResult]:
+    """Probe every table of the entries (a root's tables found anew each time, `memwal.table_roots`),
+    at most `max_workers` at once. One result per table and per directory under a root that is not a
+    table; a root that cannot be listed is one `error` result naming it. Nothing raised stops the others."""
+    from memwal.table_roots import is_lance_table, list_root
+
+    states = dict(states or {})
+    count(max_workers)
+    now = time.time() if now is None else now
+    targets: list[tuple[str, ProbeEntry, str | None]] = []  # (table uri, entry, root)
+    out: list[ProbeResult] = []
+    for entry in entries:
+        entry = entry if isinstance(entry, ProbeEntry) else ProbeEntry(str(entry))
+        options = dict(entry.storage_options or {}) or None
+        try:
+            kind = entry.kind
+            if kind == "auto":
+                known = ObjectStore(entry.uri, options).uri in states
+                kind = "table" if known or is_lance_table(entry.uri, options) else "root"
+            if kind == "table":
+                targets.append((entry.uri, entry, None))
+                continue
+            found = list_root(entry.uri, options, known=states.keys(), max_workers=max_workers)
+        except Exception as exc:  # a root that cannot be listed is reported, the others go on
+            out.append(ProbeResult(entry.uri, "error", error=one_line(exc), name=entry.name, probed_at=now))
+            log.error("probe: %s", one_line(exc))
+            continue
+        targets += [(uri, entry, found.root) for uri in found.tables]
+        out += [ProbeResult(uri, "not_a_table", error=f"{uri}: {why}", root=found.root, probed_at=now)
+                for uri, why in found.other]
+
+    def one(target: tuple[str, ProbeEntry, str | None]) -> ProbeResult:
+        uri, entry, root = target
+        previous = states.get(ObjectStore(uri, dict(entry.storage_options or {}) or None).uri)
+        result = probe_table(uri, entry.policy, previous, storage_options=entry.storage_options, now=now)
+        result.name, result.root = entry.name if root is None else None, root
+        return result
+
+    seen: set[str] = set()
+    unique = [t for t in targets if not (t[0] in seen or seen.add(t[0]))]
+    with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(unique)))) as pool:
+        probed = list(pool.map(one, unique))
+    log.info("probe: %d table(s), %d with due work, %d failed", len(probed), sum(bool(r.due) for r in probed),
+             sum(r.status == "error" for r in probed))
+    return probed + out
