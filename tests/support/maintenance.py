@@ -14,18 +14,34 @@ ONE_GEN_PER_FLUSH = WriterConfig(max_memtable_rows=10**9, max_flush_interval_s=N
 
 
 def build_table(loc, regions: int = 2, generations: int = 3, base_ids=range(10), **init) -> list[str]:
-    """Each region r writes `generations` generations of keys 1000*r + ...; returns the region ids."""
+    """Each region r writes `generations` generations of keys 1000*(r+1) + ... (under a region spec, only
+    keys of key 1000*(r+1)'s region values: a region holds its own keys); returns the region ids."""
     create_base(loc, ids=base_ids)
     open_base(loc).initialize_mem_wal(**(init or {"unsharded": True}))
     ids = [str(uuid.uuid4()) for _ in range(regions)]
     for r, region in enumerate(ids):
+        keys = _keys_of_one_region(loc, range(1000 * (r + 1), 1000 * (r + 2)))
         with RegionWriter(loc.uri, region, storage_options=loc.storage_options, config=ONE_GEN_PER_FLUSH) as w:
             for g in range(generations):
-                w.put(rows([1000 * (r + 1) + g, 1000 * (r + 1) + 100 + g], f"r{r}g{g}"))
+                w.put(rows([keys[g], keys[100 + g]], f"r{r}g{g}"))
                 if g == 1:
-                    w.delete(pa.table({"id": pa.array([1000 * (r + 1)], pa.int64())}))
+                    w.delete(pa.table({"id": pa.array([keys[0]], pa.int64())}))
                 w.flush()
     return ids
+
+
+def _keys_of_one_region(loc, candidates: range) -> list[int]:
+    """The candidate keys whose region values (newest region spec) are those of the first candidate: all of
+    them under an unsharded spec."""
+    from memwal.field_ids import source_names_from_schema
+    from memwal.mem_wal_index import load_index
+    from memwal.transforms import evaluate
+
+    details = load_index(loc.uri, loc.storage_options).details
+    spec = details.region_spec(details.newest_region_spec_id)
+    values = evaluate(spec, rows(candidates), source_names_from_schema(open_base(loc).schema))
+    tuples = list(zip(*(c.to_pylist() for c in values.columns), strict=True))
+    return [k for k, t in zip(candidates, tuples, strict=True) if t == tuples[0]]
 
 
 def write_generations(loc, region: str, gens) -> None:
