@@ -37,7 +37,8 @@ if [ "${1:-}" = "--reset-only" ]; then
     exit 0
 fi
 
-echo "== 1. writer: a bucket-partitioned table (4 regions), updates and deletes, several generations"
+echo "== 1. writer: a bucket-partitioned table (4 regions) with a vector and a text column (IVF_FLAT and INVERTED"
+echo "   indexes, maintained by the MemWAL: each flushed generation carries them), updates and deletes, several generations"
 $BIN/python -m memwal.demo write "$TABLE"
 echo; echo "== 2. status before maintenance"
 $BIN/memwal status "$TABLE"
