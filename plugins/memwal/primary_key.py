@@ -12,16 +12,28 @@ read or written under a key the user did not mean):
 - the same positive position on two columns: Lance accepts it and the key order is then arbitrary;
 - the boolean marker "false" together with a position: Lance takes the column, the marker says no;
 - a boolean marker that is neither "true" nor "false" (case-insensitive).
+
+A key value is never null: the newest-wins rule has no answer for it (a null equals nothing, or every other
+null). Lance 14 refuses a nullable key column when it writes a table, yet a table it wrote may still have one
+(a `:position` of " 1" is a key to its MemWAL writer and not to that check); our writer refuses null keys and
+a reader refuses a table whose base or generations hold one (`refuse_null_keys`, `refuse_null_base_keys`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from memwal import naming
-from memwal.errors import InvalidPrimaryKeyError, NoPrimaryKeyError
+from memwal.errors import BadInputError, InvalidPrimaryKeyError, NoPrimaryKeyError
 
-__all__ = ["primary_key_columns"]
+if TYPE_CHECKING:
+    import lance
+
+__all__ = ["primary_key_columns", "refuse_null_base_keys", "refuse_null_keys"]
 
 
 def _position(name: str, raw: bytes, where: str) -> int:
@@ -76,3 +88,26 @@ def primary_key_columns(schema: pa.Schema, where: str = "schema") -> list[str]:
             f"{naming.PRIMARY_KEY_POSITION_METADATA.decode()}='1', '2', ... (columns: {schema.names})"
         )
     return pk
+
+
+def _null_key_error(where: str, column: str, count: int) -> BadInputError:
+    return BadInputError(f"{where}: primary key column {column!r} has {count} null value(s); a key must not be "
+                         "null (which row is the newest version of a null key is undefined)")
+
+
+def refuse_null_keys(rows: pa.Table, pk: Sequence[str], where: str) -> None:
+    """BadInputError naming `where` (table, region, generation) and the column if a key column of `rows` holds a
+    null (columns `rows` lacks are left to the caller's own check)."""
+    for c in pk:
+        if c in rows.column_names and rows.column(c).null_count:
+            raise _null_key_error(where, c, rows.column(c).null_count)
+
+
+def refuse_null_base_keys(ds: lance.LanceDataset, pk: Sequence[str], where: str) -> None:
+    """BadInputError naming `where` and the column if the base table holds a row with a null key. Only a key
+    column the schema lets be null is read (one filtered count); a NOT NULL one costs nothing."""
+    for c in pk:
+        if ds.schema.field(c).nullable:
+            count = ds.count_rows(filter=pc.field(c).is_null())
+            if count:
+                raise _null_key_error(where, c, count)

@@ -25,6 +25,7 @@ from memwal.errors import MemWalError, MemWalNotInitializedError, MissingGenerat
 from memwal.field_ids import source_names_from_schema
 from memwal.generation import open_generation
 from memwal.lsm_source import Source
+from memwal.primary_key import refuse_null_base_keys, refuse_null_keys
 from memwal.pruning import prune
 from memwal.region_manifest import RegionManifest
 from memwal.sql_predicates import parse_simple_predicates
@@ -96,6 +97,7 @@ class LsmReader:
         at = self.table.checkout(self.table.version if version is None else version)
         self.base = at.dataset
         self.pk = at.primary_key
+        refuse_null_base_keys(self.base, self.pk, f"table {self.store.uri} (base version {self.base.version})")
         try:
             # merged_generations as of the very base version we scan: a merge committed meanwhile must
             # not make us skip generations the older base does not hold.
@@ -130,7 +132,7 @@ class LsmReader:
             for fg in sorted(manifest.flushed_generations, key=lambda g: g.generation):
                 if fg.generation <= floor:
                     continue
-                ds = open_generation(self.store, region_id, fg.generation, fg.path)
+                ds = open_generation(self.store, region_id, fg.generation, fg.path, self.base.schema)
                 self.sources.append(Source(region_id, fg.generation, ds, True, fg.path))
         return None
 
@@ -163,6 +165,7 @@ class LsmReader:
     def _keys(self, source_index: int, source: Source) -> pa.Table:
         cols = list(self.pk) + ([naming.TOMBSTONE_COLUMN] if source.has_tombstone else [])
         t = source.dataset.to_table(columns=cols, with_row_address=True)
+        refuse_null_keys(t, self.pk, self._describe(source))
         n = t.num_rows
         tomb = t.column(naming.TOMBSTONE_COLUMN) if source.has_tombstone else pa.array(np.zeros(n, bool))
         return pa.table(
@@ -174,6 +177,13 @@ class LsmReader:
                 SOURCE_COLUMN: pa.array(np.full(n, source_index, np.int32)),
             }
         )
+
+    def _describe(self, source: Source) -> str:
+        """The source for an error message: table, and region and generation (a MemTable's too)."""
+        if source.region_id is None:
+            return f"table {self.store.uri} (base version {self.base.version})"
+        kind = "generation" if source.path is not None else "MemTable of generation"
+        return f"table {self.store.uri} region {source.region_id} {kind} {source.generation}"
 
     def winners(self, active: list[tuple[int, Source]], *, tombstones: bool = False) -> pa.Table:
         """One row per live primary key: the source and row address of its newest version (with

@@ -28,7 +28,7 @@ from memwal.generation import write_generation
 from memwal.generation_indexes import MaintainedIndex, maintained_index_specs
 from memwal.mem_wal_index import MemWalIndex, index_of
 from memwal.memtable import MemTable
-from memwal.primary_key import primary_key_columns
+from memwal.primary_key import primary_key_columns, refuse_null_keys
 from memwal.region_manifest import FlushedGeneration, RegionManifest, canonical_region_id, load_latest_manifest
 from memwal.region_rows import check_rows_in_region
 from memwal.schema import conform_to, tombstone_schema, with_field_ids, with_tombstone
@@ -208,6 +208,7 @@ class RegionWriter:
         table = pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data
         if table.num_rows == 0:
             return
+        refuse_null_keys(table, self.pk_columns, self._where())
         self._check_columns(table)
         check_rows_in_region(self, table)  # a row of another region is refused before anything is written
         self._append(with_tombstone(table, self.schema, tombstone=False, where=self._where()))
@@ -221,6 +222,7 @@ class RegionWriter:
             raise ValueError(f"delete on region {self.region_id} needs primary key column(s) {missing}")
         if table.num_rows == 0:
             return
+        refuse_null_keys(table, self.pk_columns, self._where())
         self._append(with_tombstone(table.select(self.pk_columns), self.schema, tombstone=True, where=self._where()))
         self.stats.deletes += 1
 

@@ -3,12 +3,16 @@ clear error for metadata that contradicts itself."""
 
 from __future__ import annotations
 
+import re
+import uuid
+
 import lance
 import pyarrow as pa
 import pytest
 
-from memwal.errors import InvalidPrimaryKeyError, NoPrimaryKeyError
+from memwal.errors import BadInputError, InvalidPrimaryKeyError, NoPrimaryKeyError
 from memwal.primary_key import primary_key_columns
+from memwal.reader import LsmReader
 from memwal.writer import RegionWriter
 
 MARK = "lance-schema:unenforced-primary-key"
@@ -84,3 +88,62 @@ def test_a_table_with_contradicting_key_metadata_is_refused_naming_it(tmp_path):
     lance.write_dataset(pa.table({"a": [1], "b": [2]}, schema=schema(a={POS: "1"}, b={POS: "1"})), uri)
     with pytest.raises(InvalidPrimaryKeyError, match=f"{uri}: columns 'a' and 'b' both have"):
         RegionWriter(uri, "00000000-0000-0000-0000-000000000001")
+
+
+# A key column Lance 14 lets be null: its write-time check does not read " 1" as a position, its MemWAL
+# writer does (issue 41, item 8).
+NULLABLE_KEY = pa.field("id", pa.int64(), nullable=True, metadata={POS: " 1"})
+NOT_NULL_KEY = pa.field("id", pa.int64(), nullable=False, metadata={MARK: "true"})
+DIM = 2
+
+
+def _null_key_base(uri: str, key: pa.Field, ids: list) -> None:
+    """Base (id, name, vec) with an INVERTED index on name, MemWAL initialized; every name holds 'apple'."""
+    s = pa.schema([key, pa.field("name", pa.string()), pa.field("vec", pa.list_(pa.float32(), DIM))])
+    t = pa.table({"id": pa.array(ids, pa.int64()), "name": [f"apple {i}" for i in range(len(ids))],
+                  "vec": [[float(i), 0.0] for i in range(len(ids))]}, schema=s)
+    lance.write_dataset(t, uri).create_scalar_index("name", "INVERTED", name="name_idx")
+    lance.dataset(uri).initialize_mem_wal(unsharded=True)
+
+
+READS = {
+    "scan": lambda r: r.scan(),
+    "vector search": lambda r: r.search([0.0, 0.0], k=3),
+    "full-text search": lambda r: r.full_text_search("apple", k=10),
+}
+
+
+@pytest.mark.parametrize("key", [NULLABLE_KEY, NOT_NULL_KEY], ids=["nullable", "not-null"])
+def test_the_writer_refuses_a_null_key_naming_table_region_and_column(tmp_path, key):
+    uri = str(tmp_path / "t")
+    _null_key_base(uri, key, [1, 2])
+    region = str(uuid.uuid4())
+    with RegionWriter(uri, region) as w:
+        where = re.escape(f"table {w.table_uri} region {region}: primary key column 'id' has 1 null")
+        with pytest.raises(ValueError, match=where):
+            w.put(pa.table({"id": pa.array([5, None], pa.int64()), "name": ["a", "b"], "vec": [[1.0, 1.0]] * 2}))
+        with pytest.raises(ValueError, match=where):
+            w.delete(pa.table({"id": pa.array([None], pa.int64())}))
+        assert w.stats.wal_entries == 0, "a refused write reached the WAL"
+    assert sorted(LsmReader(uri).scan(columns=["id"]).column("id").to_pylist()) == [1, 2]
+
+
+@pytest.mark.parametrize("read", list(READS))
+def test_a_base_with_a_null_key_is_refused_by_every_read_naming_table_and_column(tmp_path, read):
+    uri = str(tmp_path / "t")
+    _null_key_base(uri, NULLABLE_KEY, [1, None, 3])
+    with pytest.raises(BadInputError, match=r"/t \(base version 3\): primary key column 'id' has 1 null"):
+        READS[read](LsmReader(uri))
+
+
+@pytest.mark.parametrize("read", list(READS))
+def test_a_generation_with_a_null_key_is_refused_by_every_read_naming_region_and_generation(tmp_path, read):
+    """Lance core's own MemWAL writer takes a null key on this table and flushes it; our reads refuse it."""
+    uri = str(tmp_path / "t")
+    _null_key_base(uri, NULLABLE_KEY, [1, 2, 3])
+    region = str(uuid.uuid4())
+    with lance.dataset(uri).mem_wal_writer(region, max_memtable_rows=2) as w:
+        w.put(pa.table({"id": pa.array([2, None], pa.int64()), "name": ["apple new", "apple null"],
+                        "vec": [[0.0, 0.0]] * 2}, schema=lance.dataset(uri).schema))
+    with pytest.raises(BadInputError, match=rf"region {region} generation 1: primary key column 'id' has 1 null"):
+        READS[read](LsmReader(uri))
