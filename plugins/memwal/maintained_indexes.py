@@ -12,12 +12,14 @@ maintained implicitly and should not be listed here." So:
   switched off by any change: the list first becomes explicit (every index maintained so far, less
   `__lance_mem_wal` and the primary key's BTREE), then the change applies. An index created later is then
   maintained only once added.
-- index_catchup of an added index with no entry: its coverage as of the version the change commits over,
-  by catch-up's rule (`memwal.catchup.set_coverage`): an index covering every live fragment is caught up
-  to merged_generations of that version; otherwise the entry is empty (every region at 0: not caught up,
-  GC waits for it) until the next catch-up covers it. An entry already there (an index listed before) is
-  kept: catch-up only ever raises it. A dropped name's entry is kept too: nothing reads it once the name is
-  not maintained.
+- index_catchup of an added index with no entry: by catch-up's rule (`memwal.catchup.set_coverage`) as of
+  the version the change commits over, an index covering every live fragment is recorded caught up to that
+  version's merged_generations (pylance 14.0.2 does the same at any details commit). Otherwise no entry is
+  written: Lance core stores none at generation 0 (it drops a zero or empty entry at commit, and one for an
+  index the base does not have); GC and status read the absent entry by the index's coverage, as 0
+  (`memwal.index_coverage`), so GC waits until catch-up covers it. An entry already there is kept: catch-up
+  only ever raises it. A dropped name's entry is kept too: nothing waits for it once the name is not
+  maintained.
 Changes commit through `MemWalTable.commit_details` (the MemWAL index lock, no progress regression:
 INTEROP.md's measured hazard); `dry_run` computes the same before/after and commits nothing.
 """
@@ -152,12 +154,14 @@ def _change(table: TableLike, action: str, names: Sequence[str], dry_run: bool) 
                     notes.append(f"{name} is already maintained")
                     continue
                 listed.append(name)
-                if name not in catchup:
-                    covered = covers_every_fragment(ds, name)
-                    written[name] = catchup[name] = dict(d.merged_generations) if covered else {}
-                    notes.append(f"{name}: " + ("covers every live fragment: caught up to the merged generations"
-                                                if covered else "does not cover every live fragment: caught up to "
-                                                "generation 0 until the next catch-up covers it"))
+                if name in catchup:
+                    continue
+                if covers_every_fragment(ds, name) and d.merged_generations:
+                    written[name] = catchup[name] = dict(d.merged_generations)
+                    notes.append(f"{name} covers every live fragment: caught up to the merged generations")
+                else:
+                    notes.append(f"{name} does not cover every live fragment: read as caught up to generation 0 "
+                                 "(GC waits for it) until catch-up covers it")
         else:
             for name in names:
                 if name not in listed:
