@@ -137,6 +137,7 @@ def model_path(table: str) -> str:
 
 
 def read_model(table: str) -> dict[int, float]:
+    """The model `write` (and scripts/demo_airflow.py's write-more) kept beside the table: id -> amount."""
     with open(model_path(table)) as f:
         return {int(k): v for k, v in json.load(f).items()}
 
@@ -245,7 +246,7 @@ def search(table: str, k: int = SEARCH_K) -> bool:
     vecs, _ = derived(np.array([newest]), np.array([model[newest]]))
     q = np.array([round(float(x), 2) for x in vecs[0]], dtype=np.float32)  # as the command line gives it
     print(f"demo: vector query: the vector of id {newest}'s newest version (amount {model[newest]}, written by "
-          f"the last batch), so it comes first at distance 0")
+          "the last batch: a gap generation holds it), so it comes first at distance 0")
     found, plan = _memwal_search(table, ["--vector", json.dumps([round(float(x), 2) for x in q]), "--k", str(k)])
     _show(found, "_distance", plan)
     problems = [f"vector: {p}" for p in matches_model(found, model, model_distances(model, q), "_distance", k, True)]
