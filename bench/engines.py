@@ -7,7 +7,9 @@ Every job runs as `memwal <job> TABLE --json` in a fresh Python process (an Airf
   long-lived local Spark Connect server started here, `local[2]`);
 - auto: `--spark-connect URL --auto` (in process under the thresholds of `memwal.engines.AutoThresholds`).
 
-Parts (each table is a copy of one template, so every engine starts from the same bytes):
+Parts (each table is a copy of one template, so every engine starts from the same bytes; the template's
+regions are its region spec's, bucket(id, --regions), written through TableWriter, so each key lives in one
+region: were one key in two regions, its newest version would follow merge order, which differs by engine):
 1. per-job overhead: wall time of the task process minus the job's own `duration_s`, for each job of the
    maintenance DAG (merge, catchup, compaction --force, retention, snapshot, gc);
 2. one small table's whole maintenance run (those jobs in order) on every engine: wall seconds, and the
@@ -15,8 +17,8 @@ Parts (each table is a copy of one template, so every engine starts from the sam
 3. a fleet: N tables' maintenance cycle (default 20), two tasks at a time, spark against spark_connect:
    wall seconds and CPU seconds (this process's children, spark-submit's JVMs and their Python workers
    included, plus the Connect server's processes, read from /proc);
-4. freshness: a generation is flushed, a merge task starts at once (as event-driven maintenance starts one);
-   seconds until it is merged, p50 over `--runs`, per engine;
+4. freshness: a generation is flushed (in each region), a merge task starts at once (as event-driven
+   maintenance starts one); seconds until it is merged, p50 over `--runs`, per engine;
 5. auto's merge threshold: a merge of growing backlogs (`--crossover-rows`) in process against spark_connect,
    and the smallest backlog (bytes) where spark_connect is faster, if any.
 
@@ -36,7 +38,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -46,7 +47,8 @@ sys.path[:0] = [str(REPO / "plugins"), str(REPO), str(REPO / "scripts")]
 import lance  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
-from memwal.writer import RegionWriter, WriterConfig  # noqa: E402
+from memwal.table_writer import TableWriter  # noqa: E402
+from memwal.writer import WriterConfig  # noqa: E402
 
 PK = {"lance-schema:unenforced-primary-key": "true"}
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("name", pa.string()),
@@ -64,21 +66,22 @@ def _rows(ids, tag: str) -> pa.Table:
 
 
 def build(path: str, base_rows: int, regions: int, generations: int, gen_rows: int) -> None:
+    """Base rows, MemWAL with bucket(id, regions), then `generations` generations in every region of about
+    gen_rows rows each (every generation updates half of the keys of the one before it, and base rows)."""
     lance.write_dataset(_rows(range(base_rows), "base"), path)
     ds = lance.dataset(path)
-    ds.initialize_mem_wal(unsharded=True)
+    ds.initialize_mem_wal(bucket_column="id", num_buckets=regions)
     lance.dataset(path).create_scalar_index("name", "BTREE", name="name_idx")
-    for r in range(regions):
-        region = str(uuid.uuid4())
-        with RegionWriter(path, region, config=ONE_GEN) as w:
-            for g in range(generations):
-                start = base_rows // 2 + (r * generations + g) * gen_rows // 2
-                w.put(_rows(range(start, start + gen_rows), f"r{r}g{g}-"))
-                w.flush()
+    with TableWriter(path, config=ONE_GEN) as w:
+        for g in range(generations):
+            start = base_rows // 2 + g * regions * gen_rows // 2
+            w.put(_rows(range(start, start + regions * gen_rows), f"g{g}-"))
+            w.flush()
 
 
 def flush_one(path: str, rows: int, tag: str) -> None:
-    with RegionWriter(path, str(uuid.uuid4()), config=ONE_GEN) as w:
+    """One more generation of `rows` keys (in each region they fall in)."""
+    with TableWriter(path, config=ONE_GEN) as w:
         w.put(_rows(range(10**6, 10**6 + rows), tag))
         w.flush()
 
