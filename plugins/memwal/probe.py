@@ -532,44 +532,42 @@ def probe_tables(entries: Iterable[ProbeEntry | str], states: Mapping[str, Probe
     """Probe every table of the entries (a root's tables found anew each time, `memwal.table_roots`),
     at most `max_workers` at once. One result per table and per directory under a root that is not a
     table; a root that cannot be listed is one `error` result naming it. Nothing raised stops the others."""
-    from memwal.table_roots import is_lance_table, list_root
+    from memwal.table_roots import list_root
 
     states = dict(states or {})
     count(max_workers)
     now = time.time() if now is None else now
-    targets: list[tuple[str, ProbeEntry, str | None]] = []  # (table uri, entry, root)
+    targets: dict[str, tuple[ProbeEntry, str | None]] = {}  # table URI -> (its entry, its root); first wins
     out: list[ProbeResult] = []
     for entry in entries:
         entry = entry if isinstance(entry, ProbeEntry) else ProbeEntry(str(entry))
         options = dict(entry.storage_options or {}) or None
-        try:
-            kind = entry.kind
-            if kind == "auto":
-                known = ObjectStore(entry.uri, options).uri in states
-                kind = "table" if known or is_lance_table(entry.uri, options) else "root"
-            if kind == "table":
-                targets.append((entry.uri, entry, None))
-                continue
+        uri = ObjectStore(entry.uri, options).uri
+        if entry.kind == "table" or (entry.kind == "auto" and uri in states):  # a table probed before
+            targets.setdefault(uri, (entry, None))
+            continue
+        try:  # auto: one listing tells a table (it holds _versions/) from a root
             found = list_root(entry.uri, options, known=states.keys(), max_workers=max_workers)
         except Exception as exc:  # a root that cannot be listed is reported, the others go on
             out.append(ProbeResult(entry.uri, "error", error=one_line(exc), name=entry.name, probed_at=now))
             log.error("probe: %s", one_line(exc))
             continue
-        targets += [(uri, entry, found.root) for uri in found.tables]
+        if found.tables == [found.root]:  # the root is itself a table
+            targets.setdefault(found.root, (entry, None))
+            continue
+        for uri in found.tables:
+            targets.setdefault(uri, (entry, found.root))
         out += [ProbeResult(uri, "not_a_table", error=f"{uri}: {why}", root=found.root, probed_at=now)
                 for uri, why in found.other]
 
-    def one(target: tuple[str, ProbeEntry, str | None]) -> ProbeResult:
-        uri, entry, root = target
-        previous = states.get(ObjectStore(uri, dict(entry.storage_options or {}) or None).uri)
-        result = probe_table(uri, entry.policy, previous, storage_options=entry.storage_options, now=now)
+    def one(target: tuple[str, tuple[ProbeEntry, str | None]]) -> ProbeResult:
+        uri, (entry, root) = target
+        result = probe_table(uri, entry.policy, states.get(uri), storage_options=entry.storage_options, now=now)
         result.name, result.root = entry.name if root is None else None, root
         return result
 
-    seen: set[str] = set()
-    unique = [t for t in targets if not (t[0] in seen or seen.add(t[0]))]
-    with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(unique)))) as pool:
-        probed = list(pool.map(one, unique))
+    with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(targets)))) as pool:
+        probed = list(pool.map(one, targets.items()))
     log.info("probe: %d table(s), %d with due work, %d failed", len(probed), sum(bool(r.due) for r in probed),
              sum(r.status == "error" for r in probed))
     return probed + out

@@ -59,14 +59,16 @@ def list_root(root: str, storage_options: Mapping[str, str] | None = None, *, kn
               max_depth: int = 1, max_workers: int = 16) -> RootListing:
     """The Lance tables under root, down to `max_depth` directory levels (1: its children, the layout of a
     LanceDB database), and the directories that are none. `known` URIs (normalized, as the listing gives
-    them) are taken as tables without a look inside. TableRootError naming the root if it cannot be listed."""
+    them) are taken as tables without a look inside. A root that is itself a Lance table lists as that one
+    table. TableRootError naming the root if it cannot be listed."""
     store = ObjectStore(root, dict(storage_options or {}) or None)
     out = RootListing(store.uri)
     local = store.local_path("")
+    local = None if local is None else os.path.normpath(local)
     if local is not None and not os.path.isdir(local):
         raise TableRootError(store.uri, "no such directory" if not os.path.exists(local) else "not a directory")
     try:
-        names = store.list_dirs("")
+        names = _children(store.uri, storage_options)
     except Exception as exc:  # obstore's errors (no such bucket, access denied) are not OSError
         raise TableRootError(store.uri, one_line(exc)) from exc
     if VERSIONS_DIR in names:
@@ -81,24 +83,26 @@ def list_root(root: str, storage_options: Mapping[str, str] | None = None, *, kn
 
 
 def _walk(pool: ThreadPoolExecutor, out: RootListing, uris: list[str], storage_options: Mapping[str, str] | None,
-          known: set[str], max_depth: int, depth: int) -> int:
-    """Sort uris into tables and other directories (descending into the others while depth < max_depth);
-    returns how many tables were found."""
+          known: set[str], max_depth: int, depth: int) -> None:
+    """Sort uris into tables and other directories, descending into the others while depth < max_depth; a
+    directory with no table below it is reported once, as itself."""
     unknown = [u for u in uris if u not in known]
     out.tables += [u for u in uris if u in known]
-    found = len(uris) - len(unknown)
     for uri, children in zip(unknown, pool.map(lambda u: _safe_children(u, storage_options), unknown), strict=True):
         if isinstance(children, str):
             out.other.append((uri, f"cannot be listed: {children}"))
-        elif VERSIONS_DIR in children:
+            continue
+        if VERSIONS_DIR in children:
             out.tables.append(uri)
-            found += 1
-        elif depth < max_depth and children and _walk(
-                pool, out, [join_uri(uri, n) for n in children], storage_options, known, max_depth, depth + 1):
-            found += 1
+            continue
+        below = RootListing(uri)
+        if depth < max_depth:
+            _walk(pool, below, [join_uri(uri, n) for n in children], storage_options, known, max_depth, depth + 1)
+        if below.tables:
+            out.tables += below.tables
+            out.other += below.other
         else:
             out.other.append((uri, "not a Lance table (no _versions/)"))
-    return found
 
 
 def _safe_children(uri: str, storage_options: Mapping[str, str] | None) -> list[str] | str:
