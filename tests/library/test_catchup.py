@@ -207,3 +207,23 @@ def test_lance_core_keeps_no_index_catchup_entry_for_an_index_not_on_the_base(lo
     assert table.details.index_catchup == {}, "Lance core stores no entry for an index the base does not have"
     index = with_coverage(table.index, table.dataset, ["sidx"])
     assert safe_generation(index, region, ["sidx"], {}) == (4, "merged_generations")
+
+
+def test_the_primary_key_btree_is_caught_up_without_being_listed(local_location):
+    """The spec maintains the primary key's BTREE implicitly and does not list it: with maintained ["sidx"],
+    catch-up still brings the key's BTREE (pk) up to date with the merged rows (memwal.maintained_indexes)."""
+    import uuid
+
+    from support.maintenance import write_generations
+    from support.tables import create_base
+
+    loc = local_location
+    ds = create_base(loc)
+    ds.create_scalar_index("name", "BTREE", name="sidx")
+    ds.create_scalar_index("id", "BTREE", name="pk")
+    open_base(loc).initialize_mem_wal(unsharded=True, maintained_indexes=["sidx"])
+    write_generations(loc, str(uuid.uuid4()), [([100], "g0", [])])
+    merge_table(loc.uri)
+    summary = catchup_table(loc.uri)
+    assert [(r.index_name, r.covered) for r in summary.indexes] == [("sidx", True), ("pk", True)]
+    assert open_base(loc).stats.index_stats("pk")["num_unindexed_rows"] == 0

@@ -3,6 +3,7 @@ through commit_details; what catch-up and GC then do with an added or dropped na
 
 from __future__ import annotations
 
+import logging
 import uuid
 
 import pytest
@@ -156,3 +157,33 @@ def test_dry_run_reports_before_and_after_and_commits_nothing(local_location):
     assert out["dry_run"] and out["changed"] and out["table_version"] == version
     assert out["before"]["maintain_all_indexes"] and out["after"]["maintained_indexes"] == ["sidx"]
     assert open_base(loc).version == version and MemWalTable(loc.uri).details.maintain_all_indexes
+
+
+def test_a_merge_landing_during_the_change_is_not_regressed(local_location, monkeypatch, caplog):
+    """INTEROP.md's measured hazard: a merge by another tool (not taking our lock) commits generation 3 between
+    the change's read and its commit, and Lance rebases the details rewrite over it. The change goes through
+    commit_details: merged_generations stays 3 and the list change is kept."""
+    from memwal import maintained_indexes
+
+    from support.maintenance import merge_without_our_lock
+
+    loc = local_location
+    region = _table(loc, ("tidx",))
+    write_generations(loc, region, [([200], "g2", [])])
+    real = maintained_indexes.covers_every_fragment
+    calls: list[int] = []
+
+    def merge_meanwhile(ds, name):
+        calls.append(1)
+        if len(calls) == 2:  # inside commit_details' loop, after its read
+            merge_without_our_lock(loc.uri, None, region)
+        return real(ds, name)
+
+    monkeypatch.setattr(maintained_indexes, "covers_every_fragment", merge_meanwhile)
+    with caplog.at_level(logging.WARNING, logger="memwal.table"):
+        add_maintained(loc.uri, ["sidx"])
+    assert any("rebased over a concurrent merge" in m for m in caplog.messages), \
+        "the rewrite was rebased over the merge, then repaired"
+    table = MemWalTable(loc.uri)
+    assert table.details.merged_generations == {region: 3}
+    assert table.details.maintained_indexes == ("tidx", "sidx")
