@@ -5,12 +5,15 @@ certain, True means "maybe" (probe the generation's `_pk_index`). The layout is 
 header: 1024 blocks of eight little-endian u32 (32768 bytes, Lance core's fixed size). A key's hash is
 Rust's `DefaultHasher` (SipHash-1-3, keys 0, 0) over a 0x00 byte then the value: Int32/Int64 as
 little-endian bytes, Utf8 as its bytes then 0xFF, Binary as its length (u64, little-endian) then its bytes.
-Lance core defines no value hash for other key types (LargeUtf8, LargeBinary, ...) nor composite keys: they
-hash the 0x00 byte alone, so every key collides and every probe answers True.
+Lance core defines no value hash for other key types (LargeUtf8, LargeBinary, ...): they hash the 0x00 byte
+alone, so every key collides and every probe answers True. A composite key Lance core hashes column by column
+into one hasher (seen for (Int64, Utf8)); here it is not hashed (our writer's filter for it holds the
+colliding hash alone).
 
-A reader trusts a filter's "no" only for the key types in TRUSTED_KEY_TYPES: those whose filters we compared
-byte for byte with the ones Lance core's own writer flushed (tests/library/test_bloom_filter.py). The others
-are never read (their filters answer nothing, and ours hashed LargeUtf8 otherwise before).
+A reader trusts a filter's "no" only for one-column keys of the types in TRUSTED_KEY_TYPES: those whose
+filters we compared byte for byte with the ones Lance core's own writer flushed
+(tests/library/test_bloom_filter.py). The others are never read (LargeUtf8's say nothing, and ours hashed it
+as Utf8 before; composite keys' differ between Lance core's writer and ours).
 """
 
 from __future__ import annotations

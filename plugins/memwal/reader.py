@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from memwal import naming
 from memwal.dedup import GEN_COLUMN, ROWADDR_COLUMN, SOURCE_COLUMN, newest_per_key
-from memwal.errors import MemWalError, MemWalNotInitializedError, MissingGenerationError
+from memwal.errors import BadInputError, MemWalError, MemWalNotInitializedError, MissingGenerationError
 from memwal.field_ids import source_names_from_schema
 from memwal.generation import open_generation
 from memwal.lsm_source import Source
@@ -215,6 +215,8 @@ class LsmReader:
     def get(self, key: Any | Sequence[Any], columns: Sequence[str] | None = None) -> dict | None:
         """Point lookup by primary key (a value, or a tuple for a composite key): newest source first."""
         values = tuple(key) if len(self.pk) > 1 else (key,)
+        if any(v is None for v in values):
+            raise BadInputError(f"table {self.store.uri}: get of a null primary key {key!r}; a key is never null")
         expr = None
         for c, v in zip(self.pk, values, strict=True):
             term = pc.field(c) == v

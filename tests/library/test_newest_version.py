@@ -171,6 +171,8 @@ def test_a_generation_lance_core_flushed_is_newest_wins_for_every_key_type(tmp_p
                                     strict=True) if n not in model.values()]
     assert not stale, f"{key_type} keys: stale rows {stale} (at distance 0.0: key 7's old version)"
     assert got.column("_distance").to_pylist() == [d for d, _ in exact_order(model, q)[:5]], f"{key_type} keys"
+    scanned = LsmReader(uri).scan(columns=["name"]).column("name").to_pylist()
+    assert sorted(scanned) == sorted(model.values()), f"{key_type} keys: scan is not newest-wins"
 
 
 def test_a_filter_over_an_untrusted_key_type_is_never_read(tmp_path):

@@ -7,7 +7,9 @@ import uuid
 
 import lance
 import pyarrow as pa
+import pytest
 
+from memwal.errors import BadInputError
 from memwal.merge import merge_table
 from memwal.reader import LsmReader
 from memwal.table import MemWalTable
@@ -43,3 +45,9 @@ def test_a_reader_built_from_a_handle_keeps_its_version_when_a_job_moves_the_han
     assert reader.base.version == version, "the reader's base moved with the handle"
     assert sorted(reader.full_text_search("apple", k=1000).column("id").to_pylist()) == want
     assert sorted(reader.scan(columns=["id"], filter="name = 'apple'").column("id").to_pylist()) == want
+
+
+def test_get_of_a_null_key_is_refused_naming_the_table(local_location):
+    lance.write_dataset(_table({1: "a"}), local_location.uri)
+    with pytest.raises(BadInputError, match=r"/table: get of a null primary key None"):
+        LsmReader(local_location.uri).get(None)
