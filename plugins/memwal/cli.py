@@ -7,6 +7,8 @@
     memwal gc TABLE [--dry-run]         remove what no reader needs any more
     memwal compaction TABLE [--force]   compact the base table's fragments when due (--spark: tasks on executors)
     memwal retention TABLE [--dry-run]  remove base-table versions the retention policy no longer keeps
+    memwal indexes list|add|drop TABLE [NAME...] [--dry-run]
+                                        the MemWAL's maintained indexes (memwal.maintained_indexes)
     memwal search TABLE (--vector JSON | --text QUERY) [--k N] [--filter SQL] [--json] [--plan]
                                         the k nearest (or best-matching) live rows over the LSM view
     memwal probe TABLE_OR_ROOT [--json] which jobs are due on the table (or each table under the root), and why
@@ -158,6 +160,13 @@ def _parser() -> argparse.ArgumentParser:
                         help="also print the read plan to stderr: sources through an index or flat, rows served flat")
     search.add_argument("-v", "--verbose", action="store_true")
     _add_probe_parser(sub)
+    indexes = sub.add_parser("indexes", help="list, add or drop the MemWAL's maintained indexes")
+    indexes.add_argument("action", choices=("list", "add", "drop"))
+    add_common_arguments(indexes, "indexes")
+    indexes.add_argument("names", nargs="*", metavar="NAME", help="base-table index names (add, drop)")
+    indexes.add_argument("--dry-run", action="store_true", help="print the change (before and after); commit nothing")
+    indexes.add_argument("--json", action="store_true", help="print the answer as JSON")
+    indexes.add_argument("-v", "--verbose", action="store_true")
     for job in JOBS:
         p = sub.add_parser(job, help=f"run the {job} job")
         add_common_arguments(p, job)
@@ -214,6 +223,60 @@ def _probe(args: argparse.Namespace) -> int:
     return EXIT_OK if not failed else EXIT_FAILED if failed == len(results) else EXIT_PARTIAL
 
 
+def _check_indexes_args(args: argparse.Namespace) -> None:
+    """`memwal indexes`: list takes no NAME and no --dry-run; add and drop take at least one NAME."""
+    if args.action == "list" and (args.names or args.dry_run):
+        raise BadInputError(f"indexes list takes no {'NAME' if args.names else '--dry-run'} (got "
+                            f"{' '.join(args.names) or '--dry-run'}); add or drop change the list")
+    if args.action != "list" and not args.names:
+        raise BadInputError(f"indexes {args.action} needs at least one index NAME (memwal indexes list TABLE "
+                            "shows the table's indexes)")
+
+
+def _indexes(args: argparse.Namespace, table: MemWalTable) -> int:
+    """`memwal indexes list|add|drop`: the maintained set (add, drop: before and after)."""
+    from memwal.maintained_indexes import add_maintained, drop_maintained, list_maintained
+
+    if args.action == "list":
+        answer = list_maintained(table)
+    else:
+        change = add_maintained if args.action == "add" else drop_maintained
+        answer = change(table, args.names, dry_run=args.dry_run)
+    out = answer.to_dict()
+    if args.json:
+        print(json.dumps(out, default=str))
+    else:
+        print_indexes(out)
+    return EXIT_OK
+
+
+def _maintained_line(state: dict[str, Any]) -> str:
+    names = ", ".join(state["maintained"]) or "none"
+    return f"[{names}]" + (" (maintain_all_indexes: every base index)" if state["maintain_all_indexes"]
+                           and not state["maintained_indexes"] else "")
+
+
+def print_indexes(s: dict[str, Any]) -> None:
+    """`memwal indexes` without --json: the maintained set (before -> after), what is skipped, the notes."""
+    after = s["after"]
+    if s["action"] == "list":
+        print(f"table {s['table_uri']} @ version {s['table_version']}: maintained {_maintained_line(after)}")
+    else:
+        done = "would change" if s["dry_run"] else "changed"
+        what = (f"{done} maintained {_maintained_line(s['before'])} -> {_maintained_line(after)}" if s["changed"]
+                else f"maintained {_maintained_line(after)} unchanged")
+        tail = "; dry run: nothing committed" if s["dry_run"] else f" at table version {s['table_version']}"
+        print(f"indexes {s['action']} on {s['table_uri']}: {what}{tail if s['changed'] else ''}")
+    print(f"base indexes: {', '.join(s['base_indexes']) or 'none'}" + (
+        f"; the primary key's BTREE {', '.join(s['primary_key_indexes'])} is maintained implicitly"
+        if s["primary_key_indexes"] else ""))
+    for name in after["not_on_base"]:
+        print(f"! {name} is maintained but not on the base table: catch-up and flush skip it; remove it with "
+              f"`memwal indexes drop {s['table_uri']} {name}`")
+    for note in s["notes"]:
+        print(f"note: {note}")
+
+
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     """The command line, with the checks across options; a bad one exits 2 with one line."""
     parser = _parser()
@@ -222,6 +285,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     try:
         if args.command in ("search", "probe"):
             pass
+        elif args.command == "indexes":
+            _check_indexes_args(args)
         elif args.command == "status":
             given = [(o, getattr(args, key)) for o, key, *_ in _THRESHOLDS
                      if o in _HEALTH_THRESHOLDS and getattr(args, key) is not None]
@@ -356,6 +421,8 @@ def main(argv: list[str] | None = None) -> int:
         table = MemWalTable(args.table, storage_options_of(args))
         if args.command == "search":
             return _search(args, table)
+        if args.command == "indexes":
+            return _indexes(args, table)
         if args.command == "status":
             from memwal.lag import breaches
             from memwal.status import table_status

@@ -130,3 +130,82 @@ def test_spark_runs_are_refused_before_spark_submit_on_bad_input(local_location,
         assert main([*argv, "--spark"]) == 2, argv
         err = capsys.readouterr().err.splitlines()
         assert len(err) == 1 and says in err[0], err
+
+
+def _indexed_table(loc, maintained) -> None:
+    """Base with BTREE sidx (name), tidx (score) and pk (id, the primary key's); MemWAL maintaining
+    `maintained` (None: maintain_all_indexes)."""
+    from support.tables import open_base
+
+    ds = create_base(loc)
+    ds.create_scalar_index("name", "BTREE", name="sidx")
+    ds.create_scalar_index("score", "BTREE", name="tidx")
+    ds.create_scalar_index("id", "BTREE", name="pk")
+    open_base(loc).initialize_mem_wal(unsharded=True, **({} if maintained is None else
+                                                         {"maintained_indexes": maintained}))
+
+
+def test_indexes_list_add_drop_with_dry_run(local_location, capsys):
+    """`memwal indexes`: list, a dry run printing before and after (nothing committed), the change, and the
+    way out of a maintained index dropped from the base (listed as such, then dropped)."""
+    from support.tables import open_base
+
+    loc = local_location
+    _indexed_table(loc, None)
+    assert main(["indexes", "list", loc.uri]) == 0
+    out = capsys.readouterr().out
+    assert "maintained [pk, sidx, tidx] (maintain_all_indexes: every base index)" in out
+    assert "the primary key's BTREE pk is maintained implicitly" in out
+    version = open_base(loc).version
+    assert main(["indexes", "drop", loc.uri, "tidx", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert (f"indexes drop on {loc.uri}: would change maintained [pk, sidx, tidx] (maintain_all_indexes: every "
+            "base index) -> [sidx]; dry run: nothing committed") in out, out
+    assert "note: maintain_all_indexes was set" in out and open_base(loc).version == version
+    assert main(["indexes", "drop", loc.uri, "tidx", "--json"]) == 0
+    changed = json.loads(capsys.readouterr().out)
+    assert changed["changed"] and changed["after"]["maintained_indexes"] == ["sidx"]
+    assert changed["table_version"] == version + 1 == open_base(loc).version
+    assert main(["indexes", "add", loc.uri, "tidx"]) == 0
+    open_base(loc).drop_index("sidx")
+    assert main(["indexes", "list", loc.uri]) == 0
+    out = capsys.readouterr().out
+    assert f"! sidx is maintained but not on the base table: catch-up and flush skip it; remove it with " \
+           f"`memwal indexes drop {loc.uri} sidx`" in out, out
+    assert main(["indexes", "drop", loc.uri, "sidx"]) == 0
+    assert "maintained [sidx, tidx] -> [tidx]" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["add", "nope"], "index 'nope': no such index in table {uri} (its indexes: pk, sidx, tidx)"),
+    (["add", "pk"], "index 'pk' of table {uri} is the primary key's BTREE"),
+    (["add", "__lance_mem_wal"], "index '__lance_mem_wal' of table {uri} is the MemWAL index itself"),
+    (["drop", "tidx"], "index 'tidx' is not maintained by the MemWAL of table {uri} (maintained: sidx)"),
+    (["add"], "indexes add needs at least one index NAME"),
+    (["list", "sidx"], "indexes list takes no NAME"),
+])
+def test_indexes_bad_input_exits_2_naming_table_and_index(local_location, capsys, argv, message):
+    from support.tables import open_base
+
+    loc = local_location
+    _indexed_table(loc, ["sidx"])
+    version = open_base(loc).version
+    assert main(["indexes", argv[0], loc.uri, *argv[1:]]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(f"memwal indexes: error: {message.format(uri=loc.uri)}"), err
+    assert open_base(loc).version == version
+
+
+def test_indexes_json_keys_are_documented(local_location, capsys):
+    """Every key `memwal indexes ... --json` prints is in docs/jobs.md's JSON contract table (row `indexes`)."""
+    from tests.library.test_json_contract import _undocumented, contract_table
+
+    loc = local_location
+    _indexed_table(loc, None)
+    doc = contract_table()["indexes"]
+    for argv in (["list"], ["add", "sidx", "--dry-run"], ["drop", "tidx"]):
+        assert main(["indexes", argv[0], loc.uri, *argv[1:], "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert _undocumented(out, doc[None]) == [], argv
+        for key in ("before", "after"):  # documented once, for both: "`before` and `after` (each: ...)"
+            assert _undocumented(out[key], doc["after"]) == [], (argv, key)
