@@ -132,6 +132,8 @@ def breaches(summary: Mapping[str, Any], thresholds: Mapping[str, Any] | None) -
                 out.append(_breach(rid, metric, value, limits[key]))
         if region.get("error"):
             out.append({**_breach(rid, "unreadable", 1, 0), "message": f"region {rid}: {region['error']}"})
+        if region.get("flush_failure"):
+            out.append({**_breach(rid, "flush_failing", 1, 0), "message": f"region {rid}: {region['flush_failure']}"})
     if "max_snapshot_age_s" in limits and summary.get("num_regions", 0) > 0:
         age = summary.get("snapshot_age_s")
         if age is None:

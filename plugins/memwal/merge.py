@@ -42,6 +42,7 @@ from memwal.merge_apply import Apply, choose_apply, passes, read_staged, stage_u
 from memwal.merge_commit import CommitPasses, Overtaken
 from memwal.planning import leading_batch
 from memwal.region_manifest import load_latest_manifest, select_regions
+from memwal.schema import conform_to
 from memwal.storage import ObjectStore
 from memwal.table import MemWalTable, TableLike
 from memwal.task_runner import TaskRunner
@@ -256,7 +257,8 @@ def read_generation(ref: GenerationRef, store: ObjectStore) -> pa.Table:
 def split_winners(winners: pa.Table, pk: list[str], schema: pa.Schema) -> tuple[pa.Table, pa.Table]:
     """(upserts in the base schema, deleted keys) from the newest version of each key."""
     tomb = winners.column(naming.TOMBSTONE_COLUMN)
-    upserts = winners.filter(pc.invert(tomb)).select(schema.names).cast(schema)
+    # a generation flushed before a column was added lacks it: null, as Lance core's readers see it
+    upserts = conform_to(winners.filter(pc.invert(tomb)), schema)
     deletes = winners.filter(tomb).select(pk)
     return upserts, deletes
 

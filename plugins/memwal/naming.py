@@ -22,6 +22,7 @@ MANIFEST_SUFFIX = ".binpb"
 WAL_SUFFIX = ".arrow"
 PK_INDEX_DIR = "_pk_index"
 BLOOM_FILTER_FILE = "bloom_filter.bin"  # a generation's key bloom filter (memwal.bloom_filter)
+FLUSH_FAILURE_FILE = "flush_failure.json"  # ours, not the spec's: why a region's writer cannot flush
 
 MEM_WAL_INDEX_NAME = "__lance_mem_wal"
 MEM_WAL_DETAILS_TYPE_URL = "/lance.table.MemWalIndexDetails"
@@ -68,6 +69,10 @@ def list_bit_reversed(objects: Iterable[object], suffix: str) -> list[int]:
 
 def region_dir(region_id: str) -> str:
     return f"{MEM_WAL_DIR}/{region_id}"
+
+
+def flush_failure_path(region_id: str) -> str:
+    return f"{region_dir(region_id)}/{FLUSH_FAILURE_FILE}"
 
 
 def manifest_dir(region_id: str) -> str:

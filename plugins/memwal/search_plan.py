@@ -100,7 +100,7 @@ def gap_positions(reader: LsmReader, index_name: str) -> View | None:
                 found = None
                 break
             if (region_id, gen) not in opened:
-                ds = open_generation(reader.store, region_id, gen, listed[gen].path)
+                ds = open_generation(reader.store, region_id, gen, listed[gen].path, reader.base.schema)
                 _gap_sources(reader).append(Source(region_id, gen, ds, True, listed[gen].path))
                 opened[region_id, gen] = len(reader.sources) + len(_gap_sources(reader)) - 1
             found.append(opened[region_id, gen])

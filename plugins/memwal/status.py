@@ -18,6 +18,7 @@ import lance
 
 from memwal import naming
 from memwal.errors import MemWalError, one_line
+from memwal.flush_failure import describe, read_flush_failure
 from memwal.generation import open_generation
 from memwal.index_coverage import with_coverage
 from memwal.mem_wal_index import MemWalIndex
@@ -49,6 +50,7 @@ class RegionStatus:
     oldest_unmerged_age_s: float | None = None
     index_caught_up: dict[str, int] = field(default_factory=dict)
     index_lag_generations: int = 0
+    flush_failure: str | None = None  # why the region's writer cannot flush (memwal.flush_failure), if it cannot
     error: str | None = None
 
 
@@ -88,6 +90,9 @@ def region_status(
         status.error = str(exc)
         return status
     merged = index.details.merged_generation(region_id)
+    failure = read_flush_failure(store, region_id)
+    if failure is not None:
+        status.flush_failure = describe(failure, now)
     status.region_spec_id = m.region_spec_id
     status.manifest_version = m.version
     status.writer_epoch = m.writer_epoch

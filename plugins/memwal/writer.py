@@ -24,6 +24,7 @@ from memwal.errors import (
     WriterClosedError,
 )
 from memwal.faults import fault_point
+from memwal.flush_failure import clear_flush_failure, record_flush_failure
 from memwal.generation import write_generation
 from memwal.generation_indexes import MaintainedIndex, maintained_index_specs
 from memwal.mem_wal_index import MemWalIndex, index_of
@@ -107,6 +108,7 @@ class RegionWriter:
         self.config = config or WriterConfig()
         self.stats = WriterStats()
         self._closed = False
+        self._flush_failure: dict | None = None
         self._base_version = -1
         self._sync_base()
         if region_spec_id is None:
@@ -248,11 +250,31 @@ class RegionWriter:
             self.flush()
 
     def flush(self) -> FlushedGeneration | None:
-        """Write the MemTable as the next generation and commit it to the region manifest."""
+        """Write the MemTable as the next generation and commit it to the region manifest.
+
+        A flush that fails (other than by fencing) keeps the MemTable for the next attempt and records why in
+        the region's flush-failure record (memwal.flush_failure), which status, the page and alerts show; the
+        first flush that commits removes it.
+        """
         self._check_open()
-        m = self.memtable
-        if m.is_empty():
+        if self.memtable.is_empty():
             return None
+        try:
+            flushed = self._flush()
+        except FencedError:
+            raise
+        except Exception as exc:
+            self._flush_failure = record_flush_failure(
+                self.store, self.region_id, writer_epoch=self.writer_epoch, generation=self.memtable.generation,
+                memtable_rows=self.memtable.rows, error=exc, previous=self._flush_failure)
+            raise
+        if self._flush_failure is not None or self.stats.generations_flushed == 1:
+            clear_flush_failure(self.store, self.region_id)  # ours, or one a previous writer left
+            self._flush_failure = None
+        return flushed
+
+    def _flush(self) -> FlushedGeneration:
+        m = self.memtable
         started = time.monotonic()
         self._sync_base()
         latest = load_latest_manifest(self.store, self.region_id)

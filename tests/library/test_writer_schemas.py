@@ -367,3 +367,92 @@ class _Loc:
     def store(self):
         from memwal.storage import ObjectStore
         return ObjectStore(self.uri)
+
+
+# -- a region that cannot flush says why ------------------------------------------------------------------
+
+
+def test_a_region_that_cannot_flush_says_why_in_status_alerts_and_the_page(local_location, monkeypatch):
+    """A flush that keeps failing leaves the rows in the MemTable and WAL and records why: `memwal status`
+    gives the region's flush_failure (error, attempts, rows held), the lag check raises a `flush_failing`
+    breach, the page's row shows it, and the next flush that commits clears it."""
+    from memwal import generation
+    from memwal.airflow.ui.regions import region_rows
+    from memwal.lag import breaches
+    from memwal.status import table_status
+
+    loc = local_location
+    lance.write_dataset(_not_null_rows([1], "base"), loc.uri)
+    initialize_mem_wal(loc.uri, None, None)
+    region = str(uuid.uuid4())
+
+    def broken(*args, **kwargs):
+        raise OSError("injected: index build exploded")
+
+    with RegionWriter(loc.uri, region, config=NEVER) as w:
+        w.put(_not_null_rows([5, 6]))
+        with monkeypatch.context() as m:
+            m.setattr(generation, "write_bloom_filter", broken)
+            for _ in range(2):
+                with pytest.raises(OSError):
+                    w.flush()
+        summary = table_status(MemWalTable(loc.uri)).to_dict()
+        failure = summary["regions"][0]["flush_failure"]
+        assert "cannot flush generation 1" in failure and "2 attempts" in failure and "2 rows held" in failure
+        assert "injected: index build exploded" in failure
+        found = [b for b in breaches(summary, {}) if b["metric"] == "flush_failing"]
+        assert len(found) == 1 and "injected" in found[0]["message"] and region in found[0]["message"]
+        assert "injected" in region_rows(summary, {}, None)[0]["error"]
+        assert w.flush() is not None
+    assert table_status(MemWalTable(loc.uri)).to_dict()["regions"][0]["flush_failure"] is None
+    assert not loc.store().exists(naming.flush_failure_path(region))
+
+
+def test_lancedb_reads_deletes_our_writer_flushes_into_a_lancemodel_table(local_location):
+    """A LanceDB table from a LanceModel (every non-Optional field NOT NULL), its key marked and an unsharded
+    LSM write spec; LanceDB writes a generation; our writer then deletes a base key and upserts into the same
+    shard and flushes: LanceDB's LSM read sees exactly the newest rows (the delete included), and so do ours
+    and Lance core's."""
+    import asyncio
+
+    import lancedb
+    from lancedb import LsmWriteSpec
+    from lancedb.pydantic import LanceModel
+
+    class Item(LanceModel):
+        id: int
+        grp: int
+        val: str
+
+    loc = local_location.child("db")
+
+    def rows_of(ids, tag):
+        return pa.table({"id": list(ids), "grp": [i % 3 for i in ids], "val": [f"{tag}{i}" for i in ids]},
+                        schema=Item.to_arrow_schema())
+
+    async def create():
+        db = await lancedb.connect_async(loc.uri)
+        t = await db.create_table("t", schema=Item)
+        await t.add(rows_of(range(5), "base"))
+        await t.set_unenforced_primary_key("id")
+        await t.set_lsm_write_spec(LsmWriteSpec.unsharded())
+        await (t.merge_insert("id").when_matched_update_all().when_not_matched_insert_all()
+               .execute(rows_of([1, 10], "lancedb")))
+        await t.close_lsm_writers()
+
+    async def query():
+        db = await lancedb.connect_async(loc.uri)
+        return (await (await db.open_table("t")).query().to_arrow()).to_pylist()
+
+    asyncio.run(create())
+    table = loc.child("t.lance")
+    schema = lance.dataset(table.uri).schema
+    assert not schema.field("val").nullable, "LanceModel makes a non-Optional field NOT NULL"
+    [shard] = {d for d in table.store().list_dirs(f"{naming.MEM_WAL_DIR}/")} - {"_staging"}
+    with RegionWriter(table.uri, shard, config=NEVER) as w:
+        w.delete(pa.table({"id": pa.array([2], pa.int64())}))
+        w.put(rows_of([3, 11], "ours"))
+    expected = {0: "base0", 1: "lancedb1", 3: "ours3", 4: "base4", 10: "lancedb10", 11: "ours11"}
+    assert {r["id"]: r["val"] for r in asyncio.run(query())} == expected, "LanceDB's LSM read"
+    assert {r["id"]: r["val"] for r in LsmReader(MemWalTable(table.uri)).scan().to_pylist()} == expected
+    assert {r["id"]: r["val"] for r in lance_core_scan(table).to_pylist()} == expected

@@ -28,6 +28,11 @@ manifest updates, not on every WAL write): its entry lands at the next free WAL 
 by the current writer's next write or replayed by the next writer. Until then a strong read through the
 current writer cannot see it; the machine models exactly that (`shadow`).
 
+Schemas are drawn as users write them (`Shape`): NOT NULL non-key columns (LanceDB's `LanceModel`), a
+composite key, more index types in the maintained set (BITMAP, NGRAM, ZONEMAP, BLOOMFILTER, INVERTED,
+LABEL_LIST), and a column added to the base mid-sequence (`add_column`: with MemTables and unflushed WAL
+about, and between flushes), whose values are checked against the model too.
+
 Used by tests/model/test_lsm_model.py (local and S3) and scripts/soak.py; vector_machine.py runs it on a
 table with vector and full-text indexes.
 """
@@ -66,7 +71,7 @@ from memwal.wal import list_wal_positions
 from memwal.writer import RegionWriter, WriterConfig
 
 from support.maintenance import merge_region
-from support.tables import SCHEMA, Row, indexes_covering_every_fragment, lance_core_scan, view
+from support.tables import PK, SCHEMA, Row, indexes_covering_every_fragment, lance_core_scan, view
 
 
 def _caught_up(index_catchup) -> dict[str, dict[str, int]]:
@@ -79,6 +84,41 @@ KEYS = 8  # primary keys 0..7; the base table starts with 0..3
 BASE_KEYS = range(4)
 INDEX_NAME = "name_idx"
 MAX_STALE = 3
+
+
+# More base-table indexes a sequence may draw (all maintained): name -> (column, Lance type).
+EXTRA_INDEXES = {"name_bitmap": ("name", "BITMAP"), "name_ngram": ("name", "NGRAM"),
+                 "score_zonemap": ("score", "ZONEMAP"), "name_bloom": ("name", "BLOOMFILTER"),
+                 "name_fts": ("name", "INVERTED"), "tags_labels": ("tags", "LABEL_LIST")}
+KEY_PART = "p"  # the second key column's value in a composite-key sequence
+ADDED_COLUMN = "extra"
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The table's schema as a user might have made it."""
+
+    not_null: bool = False  # name and score NOT NULL, as a LanceModel makes every non-Optional field
+    composite: bool = False  # the key is (id, part)
+    indexes: tuple[str, ...] = ()  # EXTRA_INDEXES drawn
+
+    def schema(self, added: bool = False) -> pa.Schema:
+        key = {**PK, "lance-schema:unenforced-primary-key:position": "1"} if self.composite else PK
+        fields = [pa.field("id", pa.int64(), nullable=False, metadata=key)]
+        if self.composite:
+            fields.append(pa.field("part", pa.string(), nullable=False,
+                                   metadata={**PK, "lance-schema:unenforced-primary-key:position": "2"}))
+        fields += [pa.field("name", pa.string(), nullable=not self.not_null),
+                   pa.field("score", pa.float64(), nullable=not self.not_null)]
+        if "tags_labels" in self.indexes:
+            fields.append(pa.field("tags", pa.list_(pa.string())))
+        if added:
+            fields.append(pa.field(ADDED_COLUMN, pa.int64()))
+        return pa.schema(fields)
+
+
+SHAPES = st.builds(Shape, not_null=st.booleans(), composite=st.booleans(),
+                   indexes=st.lists(st.sampled_from(sorted(EXTRA_INDEXES)), max_size=2, unique=True).map(tuple))
 
 
 WRITE_OPS = st.lists(
@@ -122,6 +162,7 @@ class LsmMachine(RuleBasedStateMachine):
     check_every_step: ClassVar[bool] = True
     cleanup_location: ClassVar[Callable[[Loc], None]] = staticmethod(lambda loc: None)
     static_keys: ClassVar[range] = range(0)  # base rows outside the written key space (never changed)
+    draw_schemas: ClassVar[bool] = True  # False: the suite's plain SCHEMA (a subclass with columns of its own)
     stats: ClassVar[Counter]
 
     def __init__(self) -> None:
@@ -139,6 +180,9 @@ class LsmMachine(RuleBasedStateMachine):
         self.catchup: dict[str, int] = {}
         self.counter = 0
         self.config = WriterConfig()
+        self.shape = Shape()
+        self.added = False  # ADDED_COLUMN is on the base table
+        self.added_model: dict[int, int | None] = {}  # key -> its ADDED_COLUMN value (None: null)
 
     # -- setup -------------------------------------------------------------------------------------
 
@@ -146,16 +190,25 @@ class LsmMachine(RuleBasedStateMachine):
         n_regions=st.integers(1, 2),
         auto_flush_rows=st.sampled_from([None, None, 3]),
         lance_core_init=st.booleans(),
+        shape=SHAPES,
     )
     @_tracked
-    def setup(self, n_regions: int, auto_flush_rows: int | None, lance_core_init: bool) -> None:
+    def setup(self, n_regions: int, auto_flush_rows: int | None, lance_core_init: bool, shape: Shape) -> None:
         type(self).stats["sequences"] += 1
+        if type(self).draw_schemas:
+            self.shape = shape
+            type(self).stats["not_null_sequences"] += shape.not_null
+            type(self).stats["composite_key_sequences"] += shape.composite
+            type(self).stats["extra_index_sequences"] += bool(shape.indexes)
         self.loc = type(self).new_location()
         opts = lance_storage_options(self.loc.storage_options)
         base_keys = list(BASE_KEYS) + list(self.static_keys)
         base_vals = [(k, (f"base.{k}", float(-1 - k))) for k in base_keys]
         ds = lance.write_dataset(self._table(base_vals), self.loc.uri, storage_options=opts)
         ds.create_scalar_index("name", "BTREE", name=INDEX_NAME)
+        for name in self.shape.indexes:
+            column, kind = EXTRA_INDEXES[name]
+            ds.create_scalar_index(column, kind, name=name)
         self._create_indexes(ds)
         if lance_core_init:
             lance.dataset(self.loc.uri, storage_options=opts).initialize_mem_wal(unsharded=True)
@@ -220,18 +273,28 @@ class LsmMachine(RuleBasedStateMachine):
         return self._table(vals), vals
 
     def _table(self, vals: list[tuple[int, Row]]) -> pa.Table:
-        """The rows written for (key, (name, score)) pairs (a subclass adds columns derived from name)."""
-        return pa.table(
-            {"id": [k for k, _ in vals], "name": [v[0] for _, v in vals], "score": [v[1] for _, v in vals]},
-            schema=SCHEMA,
-        )
+        """The rows written for (key, (name, score)) pairs in the drawn shape (a subclass adds columns derived
+        from name); ADDED_COLUMN, once added, carries a value the model remembers per key."""
+        if not type(self).draw_schemas:
+            return pa.table({"id": [k for k, _ in vals], "name": [v[0] for _, v in vals],
+                             "score": [v[1] for _, v in vals]}, schema=SCHEMA)
+        schema = self.shape.schema(self.added)
+        columns = {"id": [k for k, _ in vals], "part": [KEY_PART] * len(vals), "name": [v[0] for _, v in vals],
+                   "score": [v[1] for _, v in vals], "tags": [[v[0], "all"] for _, v in vals],
+                   ADDED_COLUMN: [int(v[1] * 10) for _, v in vals]}
+        return pa.table({f.name: columns[f.name] for f in schema}, schema=schema)
 
     def _create_indexes(self, ds: lance.LanceDataset) -> None:
         """More base-table indexes, created before the MemWAL is initialised (none here)."""
 
-    @staticmethod
-    def _keys(keys: list[int]) -> pa.Table:
+    def _keys(self, keys: list[int]) -> pa.Table:
+        if self.shape.composite:
+            return pa.table({"id": pa.array(keys, pa.int64()), "part": [KEY_PART] * len(keys)})
         return pa.table({"id": pa.array(keys, pa.int64())})
+
+    def _key(self, k: int):
+        """A key as reader.get takes it."""
+        return (k, KEY_PART) if self.shape.composite else k
 
     def _by_region(self, keys: list[int]) -> dict[int, list[int]]:
         out: dict[int, list[int]] = {}
@@ -289,8 +352,10 @@ class LsmMachine(RuleBasedStateMachine):
         for k, v in vals:
             if v is None:
                 self.model.pop(k, None)
+                self.added_model.pop(k, None)
             else:
                 self.model[k] = v
+                self.added_model[k] = int(v[1] * 10) if self.added else None
 
     # -- writes ------------------------------------------------------------------------------------
 
@@ -541,6 +606,25 @@ class LsmMachine(RuleBasedStateMachine):
             assert got == before[v], f"LSM read at retained version {v} changed"
         self._check_merged_monotonic()
 
+    @precondition(lambda self: type(self).draw_schemas and not self.added and self._any_region())
+    @rule()
+    @_tracked
+    def add_column(self) -> None:
+        """A nullable column added to the base (all nulls, as Lance allows with a MemWAL attached) while
+        writers hold MemTables and unflushed WAL; later puts carry it; the view is unchanged."""
+        before = self._lsm(False)
+        lance.dataset(self.uri, storage_options=lance_storage_options(self.so)).add_columns(
+            {ADDED_COLUMN: "CAST(NULL AS BIGINT)"})
+        self.added = True
+        assert self._lsm(False) == before, "adding a column changed the LSM view"
+
+    def _check_added_column(self, table: pa.Table, expected: dict[int, Row]) -> None:
+        """ADDED_COLUMN per live key: the value written with it, null for rows written before it existed."""
+        shadowed = {k for shadow in self.shadow for k in shadow}  # a stale write the reader cannot see yet
+        got = {r["id"]: r[ADDED_COLUMN] for r in table.to_pylist() if r["id"] not in shadowed}
+        want = {k: self.added_model.get(k) for k in expected if k not in shadowed}
+        assert got == want, "the added column's values differ from the model"
+
     # -- reads -------------------------------------------------------------------------------------
 
     @rule(keys=st.lists(st.integers(0, KEYS - 1), max_size=3))
@@ -551,9 +635,11 @@ class LsmMachine(RuleBasedStateMachine):
         reader = LsmReader(MemWalTable(self.uri, self.so), memtables=self._memtables())
         assert view(reader.scan()) == expected, "strong LSM read differs from the model"
         for k in keys:
-            got = reader.get(k)
+            got = reader.get(self._key(k))
             want = expected.get(k)
             assert (None if got is None else (got["name"], got["score"])) == want, f"get({k})"
+        if self.added:
+            self._check_added_column(reader.scan(columns=["id", ADDED_COLUMN]), expected)
         ours = self._lsm(False)
         theirs = view(lance_core_scan(self.loc))
         assert ours == theirs, "Lance core's LsmScanner differs from our LsmReader over the flushed state"
@@ -607,6 +693,8 @@ class LsmMachine(RuleBasedStateMachine):
             type(self).stats["final_generations_merged"] += merged[region] - before.get(region, 0)
         base = lance.dataset(self.uri, storage_options=lance_storage_options(self.so))
         assert view(base.to_table()) == self.model, "the fully merged base table differs from the model"
+        if self.added:
+            self._check_added_column(base.to_table(columns=["id", ADDED_COLUMN]), self.model)
         base.cleanup_old_versions(older_than=timedelta(0))
         catchup_table(MemWalTable(self.uri, self.so))
         summary = gc_table(MemWalTable(self.uri, self.so),

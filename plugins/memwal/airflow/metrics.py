@@ -9,6 +9,7 @@ prefixes them with `[metrics] statsd_prefix`, default `airflow.`):
     memwal.<table>.<region>.oldest_unmerged_age_s   age of the oldest unmerged generation (0: none)
     memwal.<table>.<region>.index_lag_generations   merged generation minus the laggiest index's
     memwal.<table>.<region>.unreadable              1 when the region's status could not be read
+    memwal.<table>.<region>.flush_failing           1 when the region's writer cannot flush (memwal.flush_failure)
     memwal.<table>.regions                          number of regions
     memwal.<table>.unmerged_generations             sum over regions
     memwal.<table>.unmerged_rows                    sum over regions
@@ -52,7 +53,7 @@ __all__ = ["HEALTH_METRICS", "INDEX_METRICS", "REGION_METRICS",
            "TABLE_METRICS", "emit_lag_metrics", "lag_metrics", "metric_table_name"]
 
 REGION_METRICS = ("unmerged_generations", "unmerged_rows", "unmerged_bytes", "oldest_unmerged_age_s",
-                  "index_lag_generations", "unreadable")
+                  "index_lag_generations", "unreadable", "flush_failing")
 TABLE_METRICS = ("regions", "unmerged_generations", "unmerged_rows", "unmerged_bytes", "oldest_unmerged_age_s",
                  "index_lag_generations", "snapshot_age_s", "breaches")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
@@ -75,6 +76,7 @@ def lag_metrics(table: str, summary: Mapping[str, Any], breaches: int = 0) -> li
             "oldest_unmerged_age_s": r.get("oldest_unmerged_age_s") or 0.0,
             "index_lag_generations": r.get("index_lag_generations", 0),
             "unreadable": 1 if r.get("error") else 0,
+            "flush_failing": 1 if r.get("flush_failure") else 0,
         }
         out += [(f"memwal.{t}.{rid}.{k}", float(values[k]), {"table": table, "region": rid}) for k in REGION_METRICS]
     values = {

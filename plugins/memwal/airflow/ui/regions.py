@@ -80,7 +80,7 @@ def region_rows(
             "oldest_unmerged_age_s": r.get("oldest_unmerged_age_s"),
             "index_lag_generations": r.get("index_lag_generations"),
             "snapshot_age_s": snapshot_age,
-            "error": r.get("error"),
+            "error": r.get("error") or r.get("flush_failure"),
         }
         row["over"] = [
             key for key, _, tkey in COLUMNS
