@@ -227,3 +227,17 @@ def test_the_primary_key_btree_is_caught_up_without_being_listed(local_location)
     summary = catchup_table(loc.uri)
     assert [(r.index_name, r.covered) for r in summary.indexes] == [("sidx", True), ("pk", True)]
     assert open_base(loc).stats.index_stats("pk")["num_unindexed_rows"] == 0
+
+
+def test_rebuild_skips_a_maintained_index_dropped_from_the_base(local_location):
+    """The catch-up operator's `rebuild` of the maintained indexes rebuilds tidx and skips sidx (dropped from
+    the base); naming sidx explicitly is still an error naming it."""
+    from memwal.catchup import rebuild_indexes
+    from memwal.table import MemWalTable
+
+    loc = local_location
+    _dropped_index_table(loc)
+    table = MemWalTable(loc.uri)
+    assert rebuild_indexes(table) == ["tidx"]
+    with pytest.raises(ValueError, match="no index named sidx"):
+        rebuild_indexes(table, ["sidx"])
