@@ -456,3 +456,27 @@ def test_lancedb_reads_deletes_our_writer_flushes_into_a_lancemodel_table(local_
     assert {r["id"]: r["val"] for r in asyncio.run(query())} == expected, "LanceDB's LSM read"
     assert {r["id"]: r["val"] for r in LsmReader(MemWalTable(table.uri)).scan().to_pylist()} == expected
     assert {r["id"]: r["val"] for r in lance_core_scan(table).to_pylist()} == expected
+
+
+def test_searches_and_filters_over_a_generation_flushed_before_a_column_was_added(local_location):
+    """A generation flushed before `n` was added reads `n` as null (as Lance core's scanner does): a scan,
+    a filter on `n`, a vector search and a full-text search over it answer as over one schema."""
+    loc = local_location
+    ds = lance.write_dataset(_typed_rows(range(40), "base"), loc.uri)
+    ds.create_index("vec", "IVF_FLAT", name="vec_idx", num_partitions=2)
+    ds.create_scalar_index("txt", "INVERTED", name="txt_idx")
+    initialize_mem_wal(loc.uri, None, None, maintained_indexes=["vec_idx", "txt_idx"])
+    region = str(uuid.uuid4())
+    with RegionWriter(loc.uri, region, config=NEVER) as w:
+        w.put(_typed_rows([100, 101], "gen"))
+        w.flush()
+        lance.dataset(loc.uri).add_columns({"n": "CAST(NULL AS BIGINT)"})
+        w.put(_typed_rows([102]).append_column("n", pa.array([3], pa.int64())))
+    reader = LsmReader(MemWalTable(loc.uri))
+    assert _ids(reader.scan(filter="n IS NULL")) == [*range(40), 100, 101]
+    assert _ids(reader.scan(filter="n = 3")) == [102]
+    target = _typed_rows([101]).column("vec")[0].values.to_numpy()
+    hit = reader.search(target, k=1, columns=["id", "n"]).to_pylist()[0]
+    assert hit["id"] in (101, *[i for i in range(40) if i % 11 == 101 % 11]) and hit["n"] is None
+    found = reader.full_text_search("gen", k=10, columns=["id", "n"])
+    assert _ids(found) == [100, 101] and found.column("n").null_count == 2
