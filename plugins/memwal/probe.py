@@ -3,7 +3,7 @@ only, cheaply enough to sweep a fleet of tables every few minutes.
 
 Every probe makes two object-store requests, whatever happened:
 1. one LIST of `_versions/` (non-recursive): the base table's versions, the latest among them, and each
-   manifest's last-modified time (what retention ages);
+   manifest's last-modified time (what retention ages); one more per 1,000 versions kept;
 2. one recursive LIST of `_mem_wal/`: every region's manifest versions (region manifests change without the
    base version changing: flushes, GC's prunes), the generation directories with their files' sizes and
    times (merge backlog age, failed flushes), merge staging. One page holds 1,000 objects, about 80
@@ -368,15 +368,15 @@ def _merge_due(facts: Mapping[str, Any], listing: _Listing, policy: ProbePolicy,
         return None
     reasons = []
     if generations >= policy.merge_min_generations:
-        reasons.append(f"{generations} unmerged generation(s) >= {policy.merge_min_generations}")
+        at_least = policy.merge_min_generations
+        reasons.append(f"{generations} unmerged generation(s)" + (f" >= {at_least}" if at_least > 1 else ""))
     if policy.merge_min_bytes is not None and backlog >= policy.merge_min_bytes:
         reasons.append(f"{backlog} unmerged bytes >= {policy.merge_min_bytes}")
     if policy.merge_max_age_s is not None and age is not None and age >= policy.merge_max_age_s:
         reasons.append(f"oldest unmerged generation {age:.0f}s old >= {policy.merge_max_age_s:g}s")
     if not reasons:
         return None
-    where = f" in {plan['region_batches']} region(s), {backlog} bytes"
-    return DueJob("merge", "; ".join(reasons) + where, figures)
+    return DueJob("merge", "; ".join(reasons) + f" ({backlog} bytes in {plan['region_batches']} region(s))", figures)
 
 
 def _catchup_due(facts: Mapping[str, Any]) -> DueJob | None:
