@@ -7,13 +7,12 @@ Rust's `DefaultHasher` (SipHash-1-3, keys 0, 0) over a 0x00 byte then the value:
 little-endian bytes, Utf8 as its bytes then 0xFF, Binary as its length (u64, little-endian) then its bytes.
 Lance core defines no value hash for other key types (LargeUtf8, LargeBinary, ...): they hash the 0x00 byte
 alone, so every key collides and every probe answers True. A composite key Lance core hashes column by column
-into one hasher (seen for (Int64, Utf8)); here it is not hashed (our writer's filter for it holds the
-colliding hash alone).
+into one hasher (each column's 0x00 and value bytes, one after the other); so do we.
 
-A reader trusts a filter's "no" only for one-column keys of the types in TRUSTED_KEY_TYPES: those whose
-filters we compared byte for byte with the ones Lance core's own writer flushed
-(tests/library/test_bloom_filter.py). The others are never read (LargeUtf8's say nothing, and ours hashed it
-as Utf8 before; composite keys' differ between Lance core's writer and ours).
+A reader trusts a filter's "no" only for keys whose every column is of a type in TRUSTED_KEY_TYPES: those
+whose filters we compared byte for byte with the ones Lance core's own writer flushed
+(tests/library/test_bloom_filter.py, composite keys included). The others are never read (LargeUtf8's say
+nothing, and ours hashed it as Utf8 before).
 """
 
 from __future__ import annotations
@@ -50,9 +49,10 @@ _COLLIDING_HASH = _sip(_PREFIX)  # the hash of every value of a type Lance core 
 TRUSTED_KEY_TYPES = (pa.int32(), pa.int64(), pa.string(), pa.binary())
 
 
-def trusted_key_type(t: pa.DataType) -> bool:
-    """Whether a filter over keys of this type may be believed when it says "absent"."""
-    return any(t.equals(u) for u in TRUSTED_KEY_TYPES)
+def trusted_key_type(*types: pa.DataType) -> bool:
+    """Whether a filter over keys of these column types (one, or a composite key's) may be believed when it says
+    "absent"."""
+    return all(any(t.equals(u) for u in TRUSTED_KEY_TYPES) for t in types)
 
 
 def _combine(values: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -61,33 +61,31 @@ def _combine(values: pa.Array | pa.ChunkedArray) -> pa.Array:
     return values
 
 
-def key_hashes(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """Lance core's 64-bit hash of each key (uint64), as its bloom filter inserts and probes them."""
-    arr = _combine(values)
+def _value_bytes(arr: pa.Array) -> list[bytes]:
+    """Per value, the bytes Lance core hashes after the 0x00 prefix (b"" for a null or a type it does not hash)."""
     t = arr.type
-    n = len(arr)
     if pat.is_int32(t) or pat.is_int64(t):
         width = 4 if pat.is_int32(t) else 8
         raw = np.asarray(arr.fill_null(0).to_numpy(zero_copy_only=False), dtype=f"<i{width}")
-        out = np.fromiter((_sip(_PREFIX + v.tobytes()) for v in raw), dtype=np.uint64, count=n)
+        out = [v.tobytes() for v in raw]
     elif pat.is_string(t):
-        out = np.fromiter(
-            (_COLLIDING_HASH if v is None else _sip(_PREFIX + v.encode() + _STR_END) for v in arr.to_pylist()),
-            dtype=np.uint64,
-            count=n,
-        )
+        out = [b"" if v is None else v.encode() + _STR_END for v in arr.to_pylist()]
     elif pat.is_binary(t):  # Rust hashes a byte slice length-prefixed
-        out = np.fromiter(
-            (_COLLIDING_HASH if v is None else _sip(_PREFIX + len(v).to_bytes(8, "little") + v)
-             for v in arr.to_pylist()),
-            dtype=np.uint64,
-            count=n,
-        )
+        out = [b"" if v is None else len(v).to_bytes(8, "little") + v for v in arr.to_pylist()]
     else:
-        return np.full(n, _COLLIDING_HASH, dtype=np.uint64)
+        return [b""] * len(arr)
     if arr.null_count:
-        out[np.asarray(arr.is_null())] = _COLLIDING_HASH
+        for i in np.flatnonzero(np.asarray(arr.is_null())):
+            out[i] = b""
     return out
+
+
+def key_hashes(*columns: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Lance core's 64-bit hash of each key (uint64), as its bloom filter inserts and probes them: one column,
+    or a composite key's columns (hashed one after the other into one hasher, as Lance core does)."""
+    encoded = [_value_bytes(_combine(c)) for c in columns]
+    n = len(encoded[0])
+    return np.fromiter((_sip(b"".join(_PREFIX + e[i] for e in encoded)) for i in range(n)), dtype=np.uint64, count=n)
 
 
 def _positions(hashes: np.ndarray, num_blocks: int) -> tuple[np.ndarray, np.ndarray]:
@@ -108,10 +106,11 @@ class BloomFilter:
         self._words = words.astype(np.uint32, copy=False)
 
     @classmethod
-    def from_keys(cls, values: pa.Array | pa.ChunkedArray) -> BloomFilter:
-        """The filter Lance core writes for these keys (tombstoned keys included, as Lance core does)."""
+    def from_keys(cls, *columns: pa.Array | pa.ChunkedArray) -> BloomFilter:
+        """The filter Lance core writes for these keys (tombstoned keys included, as Lance core does): one key
+        column, or a composite key's columns."""
         words = np.zeros((NUM_BLOCKS, _WORDS), dtype=np.uint32)
-        block, masks = _positions(key_hashes(values), NUM_BLOCKS)
+        block, masks = _positions(key_hashes(*columns), NUM_BLOCKS)
         for i in range(_WORDS):
             np.bitwise_or.at(words[:, i], block, masks[:, i])
         return cls(words)
@@ -163,7 +162,7 @@ def read_bloom_filter(store: ObjectStore, region_id: str, generation_path: str) 
 
 
 def write_bloom_filter(
-    store: ObjectStore, region_id: str, generation_path: str, keys: pa.Array | pa.ChunkedArray
+    store: ObjectStore, region_id: str, generation_path: str, *keys: pa.Array | pa.ChunkedArray
 ) -> None:
-    """Write the generation's bloom filter over `keys` (before its region manifest commit)."""
-    store.put(bloom_filter_path(region_id, generation_path), BloomFilter.from_keys(keys).to_bytes())
+    """Write the generation's bloom filter over the key column(s) (before its region manifest commit)."""
+    store.put(bloom_filter_path(region_id, generation_path), BloomFilter.from_keys(*keys).to_bytes())

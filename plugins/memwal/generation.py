@@ -64,8 +64,9 @@ def write_generation(
         if superseded is not None and len(superseded):
             ds = _mask_rows(store, rel, ds, superseded)
         # the distinct keys: a key written twice sets the same bits (the bytes are the same), hashed once
-        key = pc.unique(table.column(pk_columns[0])) if len(pk_columns) == 1 else pa.array([None], pa.null())
-        write_bloom_filter(store, region_id, dir_name, key)
+        keys = [pc.unique(table.column(pk_columns[0]))] if len(pk_columns) == 1 else \
+            [table.column(c) for c in pk_columns]
+        write_bloom_filter(store, region_id, dir_name, *keys)
     except BaseException:
         # Nothing lists the directory yet: remove what was written, so a failing flush leaves no orphan
         # (GC never touches a directory at or above current_generation).

@@ -128,9 +128,8 @@ def _bloom(reader: LsmReader, position: int, source: Source) -> BloomFilter | No
     cache = reader.search_cache
     if key not in cache:
         found = None
-        pk = reader.pk
-        base_type = reader.base.schema.field(pk[0]).type
-        trusted = len(pk) == 1 and trusted_key_type(base_type) and source.dataset.schema.field(pk[0]).type == base_type
+        types = [reader.base.schema.field(c).type for c in reader.pk]
+        trusted = trusted_key_type(*types) and [source.dataset.schema.field(c).type for c in reader.pk] == types
         if source.path is not None and source.region_id is not None and trusted:
             try:
                 found = read_bloom_filter(reader.store, source.region_id, source.path)
@@ -166,7 +165,8 @@ def newer_versions(reader: LsmReader, keys: pa.Table, upper: Upper, key: object,
     if n == 0 or not upper:
         return found
     pk = list(reader.pk)
-    hashes = key_hashes(keys.column(pk[0])) if len(pk) == 1 and trusted_key_type(keys.column(pk[0]).type) else None
+    columns = [keys.column(c) for c in pk]
+    hashes = key_hashes(*columns) if trusted_key_type(*(c.type for c in columns)) else None
     maybe = np.zeros(n, bool)
     for position, source in upper:
         bloom = _bloom(reader, position, source) if hashes is not None else None

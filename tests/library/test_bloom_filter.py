@@ -108,3 +108,33 @@ def test_read_bloom_filter_returns_none_without_file_and_names_a_corrupt_one(tmp
         read_bloom_filter(store, "r1", "abcd0123_gen_1")
     store.put(path, BloomFilter.from_keys(pa.array([7], pa.int64())).to_bytes())
     assert read_bloom_filter(store, "r1", "abcd0123_gen_1").might_contain(pa.array([7])).tolist() == [True]
+
+
+@pytest.mark.parametrize("types", [(pa.int64(), pa.string()), (pa.int32(), pa.binary()), (pa.string(), pa.int32())],
+                         ids=["int64+utf8", "int32+binary", "utf8+int32"])
+def test_a_composite_keys_filter_is_lance_cores_byte_for_byte(tmp_path, types):
+    """Lance core hashes a composite key column by column into one hasher; ours gives the same bytes for the same
+    keys (so a reader may believe its "absent", as trusted_key_type says for these column types)."""
+    def key(position):
+        return {**PK, "lance-schema:unenforced-primary-key:position": str(position)}
+
+    schema = pa.schema([pa.field("a", types[0], nullable=False, metadata=key(1)),
+                        pa.field("b", types[1], nullable=False, metadata=key(2)), pa.field("v", pa.int32())])
+
+    def value(t, i):
+        return i - 300 if pa.types.is_integer(t) else (f"k{i}".encode() if pa.types.is_binary(t) else f"k{i}\x00")
+
+    n = 600
+    rows = pa.table({"a": pa.array([value(types[0], i) for i in range(n)], types[0]),
+                     "b": pa.array([value(types[1], i % 7) for i in range(n)], types[1]),
+                     "v": pa.array(range(n), pa.int32())}, schema=schema)
+    uri = str(tmp_path / "t")
+    lance.write_dataset(rows.slice(0, 0), uri)
+    lance.dataset(uri).initialize_mem_wal(unsharded=True)
+    with lance.dataset(uri).mem_wal_writer(str(uuid.uuid4())) as w:
+        w.put(rows)
+    [gen] = [p.parent for p in Path(uri, MEM_WAL_DIR).glob(f"*/*_gen_*/{BLOOM_FILTER_FILE}")]
+    theirs = (gen / BLOOM_FILTER_FILE).read_bytes()
+    assert BloomFilter.from_keys(rows.column("a"), rows.column("b")).to_bytes() == theirs, \
+        "our composite-key bloom filter bytes differ from Lance core's"
+    assert trusted_key_type(*types)
