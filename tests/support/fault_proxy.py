@@ -70,6 +70,7 @@ class FaultProxy:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body go out as separate writes: no 40 ms ACK waits
 
             def _handle(self) -> None:
                 body = _read_body(self)
