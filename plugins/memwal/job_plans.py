@@ -103,6 +103,8 @@ def plan_catchup(table: MemWalTable, options: JobOptions, regions: Sequence[str]
     rows = {f.fragment_id: f.metadata.physical_rows for f in ds.get_fragments()}
     to_index, large = 0, []
     for name in names:
+        if name not in described:  # a maintained index dropped from the base: catch-up skips it
+            continue
         covered = covered_fragments(ds, name) or set()
         n = sum(count for fid, count in rows.items() if fid not in covered)
         to_index += n

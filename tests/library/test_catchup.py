@@ -241,3 +241,23 @@ def test_rebuild_skips_a_maintained_index_dropped_from_the_base(local_location):
     assert rebuild_indexes(table) == ["tidx"]
     with pytest.raises(ValueError, match="no index named sidx"):
         rebuild_indexes(table, ["sidx"])
+
+
+def test_the_catchup_plan_does_not_count_a_maintained_index_dropped_from_the_base(local_location):
+    """The plan the engines choose by counts only indexes catch-up builds: sidx (dropped) adds no rows."""
+    from memwal.job_config import JobOptions
+    from memwal.job_plans import plan_catchup
+    from memwal.table import MemWalTable
+
+    _dropped_index_table(local_location)
+    table = MemWalTable(local_location.uri)
+    plan = plan_catchup(table, JobOptions(), None)
+    uncovered_tidx = sum(f.metadata.physical_rows for f in table.dataset.get_fragments()
+                         if f.fragment_id not in (_covered(table, "tidx")))
+    assert plan.facts["rows_to_index"] == uncovered_tidx > 0, plan
+
+
+def _covered(table, name) -> set[int]:
+    from memwal.index_coverage import covered_fragments
+
+    return covered_fragments(table.dataset, name) or set()
