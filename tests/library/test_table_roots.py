@@ -117,5 +117,12 @@ def test_roots_on_s3(s3_location):
     results = probe_tables([ProbeEntry(bucket, loc.storage_options)])
     assert [(r.table_uri, r.status, r.jobs) for r in results] == [
         (loc.uri, "ok", ["merge", "snapshot"]), (f"{bucket}/notes", "not_a_table", [])]
+    from support.s3_requests import counting_proxy
+
+    with counting_proxy(loc.storage_options["aws_endpoint"]) as proxy:
+        via_proxy = {**loc.storage_options, "aws_endpoint": proxy.endpoint}
+        again = probe_tables([ProbeEntry(bucket, via_proxy)], next_states(results))
+    assert [r.changed for r in again] == [False, None]
+    assert dict(proxy.counts) == {"LIST": 4}, "the root, the directory that is no table, the table's two"
     with pytest.raises(TableRootError, match="table root s3://no-such-bucket-memwal/lake cannot be listed: "):
         list_root("s3://no-such-bucket-memwal/lake", loc.storage_options)
