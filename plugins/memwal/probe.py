@@ -129,14 +129,22 @@ class ProbeEntry:
 # --- what only a change can move (read when the key moved) -----------------------------------------------
 
 
-def _snapshot_regions(inline: bytes | None) -> dict[str, int] | None:
-    """Region -> manifest version recorded in an inline snapshot (None: external, read by the job only)."""
+def _snapshot_regions(table_uri: str, inline: bytes | None) -> dict[str, int] | None:
+    """Region -> manifest version recorded in an inline snapshot; None when that is not known here (an external
+    snapshot, read by the job only, or bytes this library cannot read: every region then counts as moved)."""
     if inline is None:
         return None
+    import pyarrow as pa
+
     from memwal.snapshot import decode_snapshot
 
-    rows = decode_snapshot(inline).select(["region_id", "version"]).to_pylist()
-    return {str(uuid.UUID(bytes=r["region_id"])): int(r["version"]) for r in rows}
+    try:
+        rows = decode_snapshot(inline).select(["region_id", "version"]).to_pylist()
+        return {str(uuid.UUID(bytes=r["region_id"])): int(r["version"]) for r in rows}
+    except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as exc:
+        log.warning("probe: %s: the inline region snapshot cannot be read (%s); a refresh rewrites it",
+                    table_uri, one_line(exc))
+        return None
 
 
 def _retained_progress(table: MemWalTable, versions: Sequence[int],
@@ -214,7 +222,7 @@ def _read_facts(table: MemWalTable, listing: Listing, policy: ProbePolicy,
         "compaction": plan_compaction(table, options, None).to_dict(),
         "tags": tags, "progress": progress,
         "snapshot": {"ts_millis": details.snapshot_ts_millis,
-                     "regions": _snapshot_regions(details.inline_snapshots)},
+                     "regions": _snapshot_regions(table.uri, details.inline_snapshots)},
     }
 
 

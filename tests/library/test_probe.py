@@ -165,6 +165,22 @@ def test_snapshot_due_when_never_written_then_only_once_old_and_moved(local_loca
     assert "snapshot" not in _due(probe_table(loc.uri, previous=moved.state, now=time.time() + LATER))
 
 
+def test_an_inline_snapshot_that_cannot_be_read_counts_as_moved(local_location, caplog):
+    """Snapshot bytes this library cannot decode (a newer writer's, a damaged one) do not fail the probe: every
+    region counts as moved, so an old snapshot is refreshed."""
+    from dataclasses import replace
+
+    from memwal.table import MemWalTable
+
+    loc = local_location
+    build_table(loc, regions=1, generations=1)
+    refresh_snapshot(loc.uri)
+    MemWalTable(loc.uri).commit_details(lambda d: replace(d, inline_snapshots=b"not a lance file"))
+    result = probe_table(loc.uri, now=time.time() + 7200)
+    assert "1 region manifest(s) moved since" in _due(result)["snapshot"]
+    assert "the inline region snapshot cannot be read" in caplog.text
+
+
 def test_gc_due_on_collectable_generations_and_not_after_gc(local_location):
     """Merged generations are held back by the retained versions; after retention GC is due, after GC not."""
     loc = local_location
