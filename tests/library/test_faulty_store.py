@@ -249,3 +249,126 @@ def test_retry_options_are_numbers(s3_endpoint):
 
     with pytest.raises(BadInputError, match="client_max_retries='many' is not a number"):
         ObjectStore("s3://b/t", {**s3_options(s3_endpoint), "client_max_retries": "many"})
+
+
+# --- merge and GC ------------------------------------------------------------------------------------------
+
+
+def _merged(loc: Location) -> dict[str, int]:
+    from memwal.mem_wal_index import load_index
+
+    return dict(load_index(loc.uri, loc.storage_options).details.merged_generations)
+
+
+@pytest.mark.parametrize("kind", ["lost", "503"])
+def test_a_merge_whose_lance_commit_fails_once_merges_exactly_once(faulty, proxy, kind):
+    """The merge's Lance commit (the base table's `_versions/` create) lands with its answer lost, or fails
+    once: Lance's retry meets its own commit (a conflict), our pass reopens, sees the marker already moved,
+    and replans from what is merged: nothing applied twice, progress exact."""
+    from memwal.reader import LsmReader
+    from memwal.table import MemWalTable
+
+    from support.maintenance import build_table
+
+    (a,) = build_table(faulty, regions=1, generations=3)
+    expected = view(LsmReader(MemWalTable(faulty.uri, faulty.storage_options)).scan())
+    proxy.plan(kind, method="PUT", key=r"^table/_versions/")
+    merge_region(faulty.uri, faulty.storage_options, a)
+    assert proxy.injected[kind] == 1
+    assert _merged(faulty) == {a: 3}
+    assert view(open_base(faulty).to_table()) == expected
+
+
+def test_gc_through_lost_deletes_and_503_listings_removes_exactly_what_it_planned(faulty, proxy):
+    from datetime import timedelta
+
+    from memwal.gc import GcConfig, gc_table
+    from memwal.merge import merge_table
+    from memwal.reader import LsmReader
+    from memwal.region_manifest import list_manifest_versions
+    from memwal.table import MemWalTable
+
+    from support.maintenance import build_table
+
+    (a,) = build_table(faulty, regions=1, generations=3)
+    merge_table(MemWalTable(faulty.uri, faulty.storage_options))
+    open_base(faulty).cleanup_old_versions(older_than=timedelta(0))
+    expected = view(LsmReader(MemWalTable(faulty.uri, faulty.storage_options)).scan())
+    proxy.plan("503", method="LIST", times=2)
+    proxy.plan("lost", method="PUT", key=MANIFEST, conditional=True)  # the prune's manifest commit
+    proxy.plan("lost", method="DELETE", times=2)
+    summary = gc_table(MemWalTable(faulty.uri, faulty.storage_options), config=GcConfig(keep_manifest_versions=2))
+    assert proxy.pending() == 0 and proxy.injected == {"503": 2, "lost": 3}
+    assert not [r for r in summary.regions if r.error], summary.to_dict()
+    store = faulty.store()
+    m = load_latest_manifest(store, a)
+    assert m.flushed_generations == () and len(list_manifest_versions(store, a)) == 2
+    assert not [d for d in store.list_dirs(naming.region_dir(a)) if "_gen_" in d]
+    assert view(LsmReader(MemWalTable(faulty.uri, faulty.storage_options)).scan()) == expected
+
+
+# --- slow requests stretching the lease; the snapshot -------------------------------------------------------
+
+
+class _Clock:
+    """The lock's wall clock, moved by the test (at a planned stall), not by time passing."""
+
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_check_stalled_past_the_lease_while_another_job_takes_over_stops_the_commit(faulty, proxy):
+    """The lease check's listing stalls; meanwhile the lease runs out and another job takes the lock (the
+    planned stall's action): the check sees the takeover and refuses (LeaseLostError), as does the next renew."""
+    from memwal.errors import LeaseLostError
+
+    store, clock = faulty.store(), _Clock()
+    holder = TableLock(store, "t", lease_s=30, clock=clock).acquire()
+    taker: list[TableLock] = []
+
+    def lease_runs_out_and_another_job_takes_over() -> None:
+        clock.now += 31
+        taker.append(TableLock(store, "t", lease_s=30, wait_s=0, clock=clock).acquire())
+
+    proxy.plan("stall", method="LIST", key=LOCK, action=lease_runs_out_and_another_job_takes_over)
+    with pytest.raises(LeaseLostError) as caught:
+        holder.check()
+    assert taker and taker[0].seq == 2
+    assert f"was taken over (newest lock object: {taker[0].owner})" in str(caught.value)
+    assert not holder.renew(), "the taker's object is not ours: the renew loses"
+    taker[0].release()
+
+
+def test_a_renew_stalled_past_the_lease_loses_to_the_taker(faulty, proxy):
+    store, clock = faulty.store(), _Clock()
+    holder = TableLock(store, "t", lease_s=30, clock=clock).acquire()
+    taker: list[TableLock] = []
+
+    def takeover() -> None:
+        clock.now += 31
+        taker.append(TableLock(store, "t", lease_s=30, wait_s=0, clock=clock).acquire())
+
+    proxy.plan("stall", method="PUT", key=LOCK, action=takeover)
+    assert not holder.renew(), "seq 2 is the taker's (read back: not our bytes), so our lease is lost"
+    assert taker[0].seq == 2
+    taker[0].check()
+    taker[0].release()
+
+
+def test_a_snapshot_refresh_through_lost_answers_and_503s_commits_every_region(faulty, proxy):
+    from memwal.snapshot import read_snapshot, refresh_snapshot
+    from memwal.table import MemWalTable
+
+    from support.maintenance import build_table
+
+    regions = build_table(faulty, regions=2, generations=1)
+    proxy.plan("503", method="GET", key=MANIFEST, times=2)
+    proxy.plan("lost", method="PUT", key=r"^table/_versions/")
+    refresh_snapshot(MemWalTable(faulty.uri, faulty.storage_options))
+    assert proxy.pending() == 0
+    snap = read_snapshot(MemWalTable(faulty.uri, faulty.storage_options))
+    assert snap is not None and snap.num_rows == 2
+    assert sorted(str(uuid.UUID(bytes=b)) for b in snap.column("region_id").to_pylist()) == sorted(regions)

@@ -23,7 +23,7 @@ import struct
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -46,6 +46,7 @@ class _Planned:
     key: re.Pattern[str] | None  # matched (search) against the decoded object key, bucket excluded
     times: int
     conditional: bool | None  # only create-if-absent PUTs (If-None-Match: *) when True
+    action: Callable[[], None] | None  # run at the fault, before the request goes on (what happens meanwhile)
 
 
 class FaultProxy:
@@ -76,7 +77,9 @@ class FaultProxy:
                 body = _read_body(self)
                 kind = _kind(self.command, self.path)
                 key = _object_key(self.path)
-                fault = proxy._choose(kind, key, self.headers.get("If-None-Match") == "*")
+                fault, action = proxy._choose(kind, key, self.headers.get("If-None-Match") == "*")
+                if action is not None:
+                    action()
                 if fault == "reset":
                     return _cut(self)
                 if fault in _ERRORS:
@@ -99,27 +102,30 @@ class FaultProxy:
         self._thread = threading.Thread(target=self.server.serve_forever, name="fault proxy", daemon=True)
 
     def plan(self, kind: str, *, method: str | None = None, key: str | None = None, times: int = 1,
-             conditional: bool | None = None) -> None:
+             conditional: bool | None = None, action: Callable[[], None] | None = None) -> None:
         """The next `times` requests of `method` whose object key matches the regex `key` get fault `kind`
-        (`conditional=True`: only create-if-absent PUTs). Plans are consumed in the order they were made."""
+        (`conditional=True`: only create-if-absent PUTs). Plans are consumed in the order they were made.
+        `action` runs at each planned fault before the request goes on: what others do while a request
+        stalls (e.g. the lease expires and another job takes the lock), decided by the test, not a clock."""
         if kind not in KINDS:
             raise ValueError(f"unknown fault kind {kind!r}; known: {KINDS}")
         with self._lock:
-            self._planned.append(_Planned(kind, method, re.compile(key) if key else None, times, conditional))
+            self._planned.append(_Planned(kind, method, re.compile(key) if key else None, times, conditional,
+                                          action))
 
     def pending(self) -> int:
         """How many planned faults have not been injected yet."""
         with self._lock:
             return sum(p.times for p in self._planned)
 
-    def _choose(self, kind: str, key: str, conditional: bool) -> str:
+    def _choose(self, kind: str, key: str, conditional: bool) -> tuple[str, Callable[[], None] | None]:
         with self._lock:
             self.requests[kind] += 1
-            fault = ""
+            fault, action = "", None
             for p in self._planned:
                 if ((p.method is None or p.method == kind) and (p.key is None or p.key.search(key))
                         and (p.conditional is None or p.conditional == conditional)):
-                    fault = p.kind
+                    fault, action = p.kind, p.action
                     p.times -= 1
                     if p.times == 0:
                         self._planned.remove(p)
@@ -135,7 +141,7 @@ class FaultProxy:
             if fault:
                 self.injected[fault] += 1
             self.log.append((kind, key, fault))
-            return fault
+            return fault, action
 
     def _forward(self, method: str, path: str, headers: Mapping[str, str], body: bytes | None):
         conn = http.client.HTTPConnection(*self._target, timeout=60)
