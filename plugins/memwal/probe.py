@@ -232,9 +232,10 @@ def _read_facts(table: MemWalTable, listing: Listing, policy: ProbePolicy,
 def probe_table(table_or_uri: MemWalTable | str, policy: ProbePolicy | None = None,
                 previous: ProbeState | None = None, *, storage_options: Mapping[str, str] | None = None,
                 now: float | None = None) -> ProbeResult:
-    """Which jobs are due on the table now and why (module docstring: the requests and the rules). A table
-    that cannot be probed (storage error, corrupt manifest) is a result with status `error` naming the table
-    and the object, not an exception: a sweep goes on with the others."""
+    """Which jobs are due on the table now and why (the requests: the module docstring; the rules:
+    `memwal.due_rules`), and the state to pass next time. A table that cannot be probed (storage error,
+    corrupt manifest) is a result with status `error` naming the table and the object, not an exception: a
+    sweep goes on with the others."""
     started = time.monotonic()
     policy = policy or ProbePolicy()
     if isinstance(table_or_uri, MemWalTable):
@@ -252,7 +253,7 @@ def probe_table(table_or_uri: MemWalTable | str, policy: ProbePolicy | None = No
             return result
         key = (tuple(v for v, _ in listing.versions), listing.region_versions, policy.key())
         usable = (previous is not None and previous.table_uri == store.uri
-                  and not previous.facts.get("region_errors") and not previous.facts.get("error")
+                  and not previous.facts.get("region_errors")  # a table with an unreadable region: read again
                   and (previous.base_versions, dict(previous.region_versions), previous.policy_key) == key)
         result.changed = None if previous is None else not usable
         facts = dict(previous.facts) if usable else _read_facts(
@@ -294,13 +295,13 @@ def probe_tables(entries: Iterable[ProbeEntry | str], states: Mapping[str, Probe
     for entry in entries:
         entry = entry if isinstance(entry, ProbeEntry) else ProbeEntry(str(entry))
         options = dict(entry.storage_options or {}) or None
-        uri = ObjectStore(entry.uri, options).uri
-        if entry.kind == "table" or (entry.kind == "auto" and uri in states):  # a table probed before
-            targets.setdefault(uri, (entry, None))
-            continue
         try:  # auto: one listing tells a table (it holds _versions/) from a root
+            uri = ObjectStore(entry.uri, options).uri
+            if entry.kind == "table" or (entry.kind == "auto" and uri in states):  # a table probed before
+                targets.setdefault(uri, (entry, None))
+                continue
             found = list_root(entry.uri, options, known=states.keys(), max_workers=max_workers)
-        except Exception as exc:  # a root that cannot be listed is reported, the others go on
+        except Exception as exc:  # a bad URI or a root that cannot be listed is reported, the others go on
             out.append(ProbeResult(entry.uri, "error", error=one_line(exc), name=entry.name, probed_at=now))
             log.error("probe: %s", one_line(exc))
             continue

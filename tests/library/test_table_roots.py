@@ -83,9 +83,11 @@ def test_an_unlistable_root_is_an_error_naming_it_and_the_others_go_on(local_loc
     with pytest.raises(TableRootError, match="not a directory"):
         list_root(str(a_file))
     build_table(local_location, regions=1, generations=1)
-    results = probe_tables([missing, local_location.uri])
-    assert [(r.table_uri, r.status) for r in results] == [(local_location.uri, "ok"), (missing, "error")]
+    results = probe_tables([missing, "db://cloud/events", local_location.uri])
+    assert [(r.table_uri, r.status) for r in results] == [
+        (local_location.uri, "ok"), (missing, "error"), ("db://cloud/events", "error")]
     assert results[1].error == f"table root {missing} cannot be listed: no such directory"
+    assert "unsupported table URI scheme 'db'" in results[2].error
 
 
 def test_a_lancedb_database_is_a_root(local_location):
