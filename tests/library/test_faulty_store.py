@@ -372,3 +372,36 @@ def test_a_snapshot_refresh_through_lost_answers_and_503s_commits_every_region(f
     snap = read_snapshot(MemWalTable(faulty.uri, faulty.storage_options))
     assert snap is not None and snap.num_rows == 2
     assert sorted(str(uuid.UUID(bytes=b)) for b in snap.column("region_id").to_pylist()) == sorted(regions)
+
+
+def test_a_flush_left_in_doubt_never_lists_a_generation_twice_and_a_reopened_writer_goes_on(proxy, s3_endpoint):
+    """The manifest create lands, its answer is lost, the retry fails too and so does the read-back: the flush
+    cannot know (ObjectStoreError). Flushing the same MemTable again must not commit its generation a second
+    time (the region would be wedged for merges): refused with a clear error. A reopened writer claims, replays
+    only what the landed version left unflushed, and goes on."""
+    from memwal.errors import MemWalError
+
+    loc = Location("s3", f"s3://{new_bucket(s3_endpoint)}/table",
+                   {**proxy.options(s3_options(s3_endpoint)), "client_max_retries": "1", "client_retry_timeout": "10"})
+    _table(loc)
+    region = str(uuid.uuid4())
+    w = RegionWriter(loc.uri, region, storage_options=loc.storage_options, config=NEVER)
+    w.put(rows([5], "a"))
+    proxy.plan("lost", method="PUT", key=MANIFEST, conditional=True)
+    proxy.plan("503", method="PUT", key=MANIFEST, conditional=True,  # the retry; then the read-back fails too
+               action=lambda: proxy.plan("503", method="GET", key=MANIFEST, times=2))
+    with pytest.raises(ObjectStoreError, match=r"object store put of .*/manifest/"):
+        w.flush()
+    assert proxy.pending() == 0
+    with pytest.raises(MemWalError, match=r"would list a flushed generation twice \(\[1, 1\]\)"):
+        w.flush()
+    store = loc.store()
+    assert [fg.generation for fg in load_latest_manifest(store, region).flushed_generations] == [1]
+    w2 = RegionWriter(loc.uri, region, storage_options=loc.storage_options, config=NEVER)
+    assert w2.stats.replayed_entries == 0, "the landed flush covered the entry"
+    w2.put(rows([6], "b"))
+    w2.flush()
+    w2.close()
+    assert [fg.generation for fg in load_latest_manifest(store, region).flushed_generations] == [1, 2]
+    merge_region(loc.uri, loc.storage_options, region)
+    assert {5, 6} <= set(view(open_base(loc).to_table()))
