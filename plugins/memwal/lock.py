@@ -125,15 +125,35 @@ class TableLock:
             if self.seq is None:
                 return False
             try:
-                self._create(self.seq + 1, "held")
-                self.seq += 1
-            except AlreadyExistsError:
+                if self._create_next("held"):
+                    return True
                 log.error("lock %s: lease %d was taken over while held (stalled past %.0fs)",
                           self.dir, self.seq, self.lease_s)
                 return False
             except (OSError, ObjectStoreError) as exc:  # a store fault left after the retries: the next beat retries
                 log.warning("lock %s: could not renew the lease: %s", self.dir, exc)
             return True
+
+    def _create_next(self, state: str) -> bool:
+        """Create our next lock object; False if another owner's object holds that sequence. A create left in
+        doubt (its answer and read-back failed, so `seq` did not move) left an object with our owner id: step
+        past it. Call with the mutex held."""
+        assert self.seq is not None
+        while True:
+            try:
+                self._create(self.seq + 1, state)
+                self.seq += 1
+                return True
+            except AlreadyExistsError:
+                if self._owner_at(self.seq + 1) != self.owner:
+                    return False
+                self.seq += 1
+
+    def _owner_at(self, seq: int) -> str | None:
+        try:
+            return json.loads(self.store.get(self._path(seq))).get("owner")
+        except (FileNotFoundError, ValueError, AttributeError):
+            return None
 
     def check(self) -> None:
         """Raise LeaseLostError unless this lock is held by us right now: the newest lock object is ours,
@@ -161,9 +181,7 @@ class TableLock:
         with self._mutex:
             if self.seq is None:
                 return
-            try:
-                self._create(self.seq + 1, "released")
-            except AlreadyExistsError:
+            if not self._create_next("released"):
                 log.warning("lock %s: our lease %d was taken over before release", self.dir, self.seq)
             self.seq = None
 

@@ -405,3 +405,24 @@ def test_a_flush_left_in_doubt_never_lists_a_generation_twice_and_a_reopened_wri
     assert [fg.generation for fg in load_latest_manifest(store, region).flushed_generations] == [1, 2]
     merge_region(loc.uri, loc.storage_options, region)
     assert {5, 6} <= set(view(open_base(loc).to_table()))
+
+
+def test_a_renew_left_in_doubt_is_adopted_by_the_next_beat(proxy, s3_endpoint):
+    """A renew's create lands, its answer is lost, its retry and the read-back fail: the beat logs and keeps
+    its sequence. The next beat meets that object: ours (our owner id), so it steps past it and renews,
+    instead of reading its own object as a takeover and stopping the heartbeat."""
+    opts = {**proxy.options(s3_options(s3_endpoint)), "client_max_retries": "1", "client_retry_timeout": "10"}
+    store = ObjectStore(f"s3://{new_bucket(s3_endpoint)}/table", opts)
+    lock = TableLock(store, "t", lease_s=600, wait_s=0).acquire()
+    try:
+        proxy.plan("lost", method="PUT", key=LOCK, conditional=True)
+        proxy.plan("503", method="PUT", key=LOCK, conditional=True,
+                   action=lambda: proxy.plan("503", method="GET", key=LOCK, times=2))
+        assert lock.renew() and lock.seq == 1, "in doubt: logged, the next beat retries"
+        assert proxy.pending() == 0
+        assert lock.renew(), "seq 2 is our own in-doubt renew, not a takeover"
+        assert lock.seq == 3
+        lock.check()
+    finally:
+        lock.release()
+    assert TableLock(store, "t", lease_s=600, wait_s=0).acquire().seq == 5
