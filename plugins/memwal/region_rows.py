@@ -26,7 +26,6 @@ from memwal import naming
 from memwal.errors import BadInputError, MemWalError, RegionSpecError
 from memwal.field_ids import column_names, resolve_column, source_names_from_schema
 from memwal.generation import open_generation
-from memwal.mem_wal_index import load_index
 from memwal.region_ids import named_by_values, region_ids_of, writer_region_id
 from memwal.region_spec import RegionSpec
 from memwal.transforms import evaluate
@@ -127,7 +126,10 @@ def _spec_of(writer: RegionWriter) -> RegionSpec | None:
     if not spec_id:
         return None
     try:
-        spec = load_index(writer.table_uri, writer.store.storage_options).details.region_spec(spec_id)
+        index = writer.mem_wal_index  # read when the writer opened or last saw the base move
+        if index is None:
+            return None
+        spec = index.details.region_spec(spec_id)
     except RegionSpecError as exc:
         log.warning("region %s: its rows are not checked against region spec %d: %s", writer.region_id,
                     spec_id, exc)

@@ -110,6 +110,7 @@ class RegionWriter:
         self._closed = False
         self._flush_failure: dict | None = None
         self._base_version = -1
+        self._field_ids: dict[str, int] = {}
         self._sync_base()
         if region_spec_id is None:
             region_spec_id = _region_spec_id(self._index)
@@ -124,6 +125,11 @@ class RegionWriter:
             self.region_id, self.writer_epoch, self.memtable.generation, self.stats.replayed_entries,
         )
 
+    @property
+    def mem_wal_index(self) -> MemWalIndex | None:
+        """The table's MemWAL index as the writer last read it (None before the MemWAL is initialised)."""
+        return self._index
+
     # -- the base table's schema and maintained indexes ---------------------------------------------
 
     def _sync_base(self) -> bool:
@@ -136,10 +142,11 @@ class RegionWriter:
         if base.version == self._base_version:
             return False
         try:
-            self._index: MemWalIndex | None = index_of(base, self.store)
+            # configuration only (maintained indexes, region specs): no merge-progress floor to read
+            self._index: MemWalIndex | None = index_of(base, self.store, monotone=False)
         except MemWalNotInitializedError:
             self._index = None
-        old_ids = getattr(self, "_field_ids", None)
+        old_ids = self._field_ids
         self.schema = base.schema
         self.pk_columns = primary_key_columns(self.schema, where=self.table_uri)
         self._field_ids = _field_ids(base)
