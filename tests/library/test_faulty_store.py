@@ -426,3 +426,28 @@ def test_a_renew_left_in_doubt_is_adopted_by_the_next_beat(proxy, s3_endpoint):
     finally:
         lock.release()
     assert TableLock(store, "t", lease_s=600, wait_s=0).acquire().seq == 5
+
+
+def test_retention_through_lost_delete_answers_and_503_listings_removes_exactly_the_plan(faulty, proxy):
+    """Lance's cleanup deletes old versions' files: a delete whose answer is lost is retried and finds the
+    object gone (success), listings that 503 are retried; the LSM view and the kept versions are exact."""
+    from memwal.maintenance_config import RetentionConfig
+    from memwal.merge import merge_table
+    from memwal.reader import LsmReader
+    from memwal.retention import retain_versions
+    from memwal.table import MemWalTable
+
+    from support.maintenance import build_table
+
+    build_table(faulty, regions=1, generations=2)
+    merge_table(MemWalTable(faulty.uri, faulty.storage_options))
+    expected = view(LsmReader(MemWalTable(faulty.uri, faulty.storage_options)).scan())
+    newest = open_base(faulty).version
+    proxy.plan("lost", method="DELETE", key=r"^table/(_transactions|_versions|data)/", times=2)  # Lance's cleanup
+    proxy.plan("503", method="LIST", times=2)
+    summary = retain_versions(MemWalTable(faulty.uri, faulty.storage_options),
+                              RetentionConfig(older_than_s=0, keep_versions=1))
+    assert proxy.pending() == 0
+    assert summary.versions_removed and summary.retained_versions == [newest]
+    assert [v["version"] for v in open_base(faulty).versions()] == [newest]
+    assert view(LsmReader(MemWalTable(faulty.uri, faulty.storage_options)).scan()) == expected

@@ -15,6 +15,7 @@ a multi-object delete, as obstore deletes, is a DELETE).
 
 from __future__ import annotations
 
+import html
 import http.client
 import random
 import re
@@ -76,7 +77,7 @@ class FaultProxy:
             def _handle(self) -> None:
                 body = _read_body(self)
                 kind = _kind(self.command, self.path)
-                key = _object_key(self.path)
+                key = _object_key(self.path, body)
                 fault, action = proxy._choose(kind, key, self.headers.get("If-None-Match") == "*")
                 if action is not None:
                     action()
@@ -185,12 +186,15 @@ def _kind(method: str, target: str) -> str:
     return request_kind(method, target)
 
 
-def _object_key(target: str) -> str:
-    """The object key of a path-style request (`/bucket/key`), decoded; a listing's prefix for LIST."""
+def _object_key(target: str, body: bytes | None) -> str:
+    """The object key of a path-style request (`/bucket/key`), decoded; a listing's prefix for LIST; the
+    keys of a multi-object delete (from its XML body), one per line."""
     parts = urlsplit(target)
     key = unquote(parts.path.lstrip("/").partition("/")[2])
     if not key and "prefix=" in parts.query:
         key = unquote(parts.query.split("prefix=", 1)[1].split("&", 1)[0])
+    if not key and body and b"<Delete" in body:
+        key = "\n".join(html.unescape(k) for k in re.findall(r"<Key>(.*?)</Key>", body.decode("utf-8", "replace")))
     return key
 
 
