@@ -451,3 +451,24 @@ def test_retention_through_lost_delete_answers_and_503_listings_removes_exactly_
     assert summary.versions_removed and summary.retained_versions == [newest]
     assert [v["version"] for v in open_base(faulty).versions()] == [newest]
     assert view(LsmReader(MemWalTable(faulty.uri, faulty.storage_options)).scan()) == expected
+
+
+def test_catchup_through_lost_commit_answers_records_exactly(faulty, proxy):
+    """Catch-up's index optimise and its record of index_catchup are Lance commits: their answers lost, Lance
+    recognises its own commits; the index covers every fragment and the record is exact."""
+    from memwal.catchup import catchup_table
+    from memwal.mem_wal_index import load_index
+    from memwal.merge import merge_table
+    from memwal.table import MemWalTable
+
+    from support.maintenance import build_table
+
+    (a,) = build_table(faulty, regions=1, generations=3)
+    open_base(faulty).create_scalar_index("name", "BTREE", name="name_idx")
+    merge_table(MemWalTable(faulty.uri, faulty.storage_options))
+    proxy.plan("lost", method="PUT", key=r"^table/_versions/", times=2)
+    summary = catchup_table(MemWalTable(faulty.uri, faulty.storage_options))
+    assert proxy.pending() == 0
+    assert [(i.index_name, i.covered, i.error) for i in summary.indexes] == [("name_idx", True, None)]
+    assert load_index(faulty.uri, faulty.storage_options).details.index_catchup["name_idx"] == {a: 3}
+    assert open_base(faulty).stats.index_stats("name_idx")["num_unindexed_rows"] == 0
