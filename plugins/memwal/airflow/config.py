@@ -26,6 +26,15 @@
         lag_poll_interval_s: 60         # how often the lag asset's trigger polls the table
         alerts: {webhook_conn_id: pager, notifiers: [mycompany.alerts.PagerDutyNotifier]}  # memwal.airflow.alerts
 
+      events_db:                        # a root: every Lance table under it, found anew by each fleet probe
+        root: s3://lake/events/         # a directory, S3 prefix or LanceDB database (its <name>.lance dirs)
+        max_depth: 1                    # directory levels searched below the root (1: its children)
+        engine: in_process              # any table key but uri: the defaults of every table under the root
+
+`fleet: true` on a table (or in `defaults`) hands it to the fleet DAG (`dags/memwal_fleet.py`, docs/airflow.md
+"Fleet mode") instead of a `memwal_maintenance__<table>` DAG of its own; a root's tables are always the fleet's
+(`load_fleet`). A table found under root `events_db` at `.../clicks.lance` is named `events_db.clicks`.
+
 The Airflow Variable `memwal_tables` (the same structure, JSON or YAML) overrides the file: its
 `defaults` and each of its tables are merged over the file's, key by key. DAG files parse the file only
 (`load_tables(use_variable=False)`: no Variable, no I/O beyond reading the file); tasks call
@@ -60,14 +69,18 @@ __all__ = [
     "TABLES_FILE_ENV",
     "TABLES_VARIABLE",
     "GcSettings",
+    "RootConfig",
     "TableConfig",
     "TableConfigError",
     "Thresholds",
     "config_errors_fail",
     "get_table",
+    "load_fleet",
     "load_tables",
     "load_tables_and_errors",
+    "parse_fleet",
     "parse_tables",
+    "root_table_name",
     "tables_file",
 ]
 
@@ -89,6 +102,7 @@ class TableConfigError(ValueError):
         self.source = source
         self.table = table
         self.key = key
+        self.problem = problem
 
 
 @dataclass(frozen=True)
@@ -137,6 +151,7 @@ class TableConfig:
     index_policy: IndexPolicy = field(default_factory=IndexPolicy)
     lag_poll_interval_s: float | None = None
     alerts: Mapping[str, Any] | None = None
+    fleet: bool = False
 
     def __post_init__(self) -> None:
         if self.retention.delete_unverified:  # built in code, not parsed: the DAGs must never run it either
@@ -278,7 +293,9 @@ _TABLE = {
     **_table_parsers("snapshot"),
     "lag_poll_interval_s": _opt(_positive_number),
     "alerts": _opt(_alerts),
+    "fleet": option_values.boolean,
 }
+_ROOT_KEYS = ("root", "max_depth")  # a root entry's own keys; every other key but `uri` is a table key
 # the jobs whose settings nest under a key of their own, in the order the file's docs list them
 _NESTED = {"thresholds": (_THRESHOLDS, Thresholds), **{
     SPECS[job].table_key: (_table_parsers(job), SPECS[job].section_type)
@@ -354,10 +371,59 @@ def _table(name: str, entry: Any, source: str, base_dir: Path | None) -> TableCo
     return TableConfig(**kwargs)
 
 
-def parse_tables(
+@dataclass(frozen=True)
+class RootConfig:
+    """A root entry: every Lance table under `root` (a directory, an S3 prefix or a LanceDB database), found
+    anew by each fleet probe (`memwal.table_roots.list_root`, down to `max_depth` levels) and maintained with
+    `template`'s settings (the entry's keys over the defaults; its uri is the root)."""
+
+    name: str
+    root: str
+    template: TableConfig
+    max_depth: int = 1
+
+    def table_name(self, uri: str) -> str:
+        return root_table_name(self.name, uri)
+
+    def table(self, uri: str) -> TableConfig:
+        """The settings of the table at `uri` under this root."""
+        return replace(self.template, name=self.table_name(uri), uri=uri, fleet=True)
+
+
+def root_table_name(entry: str, uri: str) -> str:
+    """The name of the table at `uri` under root entry `entry`: `<entry>.<directory>` (without `.lance`;
+    characters a table name cannot hold become `_`)."""
+    base = uri.rstrip("/").rsplit("/", 1)[-1]
+    base = base[: -len(".lance")] if base.endswith(".lance") else base
+    return f"{entry}.{re.sub(r'[^A-Za-z0-9_.-]', '_', base) or '_'}"[:200]
+
+
+def _root(name: str, entry: Mapping[str, Any], source: str, base_dir: Path | None) -> RootConfig:
+    if "uri" in entry:
+        raise TableConfigError(source, name, "uri", "an entry names one table (uri) or a root (root), not both")
+    try:
+        root = _str(entry["root"])
+    except ValueError as exc:
+        raise TableConfigError(source, name, "root", str(exc)) from None
+    try:
+        depth = _int(entry.get("max_depth", 1))
+    except ValueError as exc:
+        raise TableConfigError(source, name, "max_depth", str(exc)) from None
+    rest = {k: v for k, v in entry.items() if k not in _ROOT_KEYS}
+    try:
+        template = _table(name, {**rest, "uri": root}, source, base_dir)
+    except TableConfigError as exc:
+        if exc.key == "uri":  # the root's location problem, named as the root's key
+            raise TableConfigError(source, name, "root", exc.problem) from None
+        raise
+    return RootConfig(name, template.uri, replace(template, fleet=True), depth)
+
+
+def parse_fleet(
     data: Any, source: str, base_dir: Path | None = None
-) -> tuple[dict[str, TableConfig], dict[str, TableConfigError]]:
-    """(good tables, errors per bad table name) from the parsed file. A malformed file as a whole raises."""
+) -> tuple[dict[str, TableConfig], dict[str, RootConfig], dict[str, TableConfigError]]:
+    """(good tables, good roots, errors per bad entry name) from the parsed file. An entry with `root:` is a
+    root, any other a table. A malformed file as a whole raises."""
     if data is None:
         data = {}
     if not isinstance(data, Mapping):
@@ -372,6 +438,7 @@ def parse_tables(
     if not isinstance(entries, Mapping):
         raise TableConfigError(source, None, "tables", "expected a mapping of table name to settings")
     good: dict[str, TableConfig] = {}
+    roots: dict[str, RootConfig] = {}
     bad: dict[str, TableConfigError] = {}
     for name, entry in entries.items():
         name = str(name)
@@ -379,9 +446,21 @@ def parse_tables(
             if not _TABLE_NAME.match(name):
                 raise TableConfigError(source, name, None, "a table name is letters, digits, _ . - (it names DAGs)")
             merged = _merge(defaults, entry) if isinstance(entry, Mapping) else entry
-            good[name] = _table(name, merged, source, base_dir)
+            if isinstance(entry, Mapping) and "root" in entry:
+                roots[name] = _root(name, merged, source, base_dir)
+            else:
+                good[name] = _table(name, merged, source, base_dir)
         except TableConfigError as exc:
             bad[name] = exc
+    return good, roots, bad
+
+
+def parse_tables(
+    data: Any, source: str, base_dir: Path | None = None
+) -> tuple[dict[str, TableConfig], dict[str, TableConfigError]]:
+    """(good tables, errors per bad entry name) from the parsed file; root entries are not tables (their errors
+    are listed). A malformed file as a whole raises."""
+    good, _, bad = parse_fleet(data, source, base_dir)
     return good, bad
 
 
@@ -435,10 +514,7 @@ def _read_variable() -> Any:
             raise TableConfigError(f"Variable {TABLES_VARIABLE}", None, None, f"not JSON or YAML: {exc}") from None
 
 
-def load_tables_and_errors(
-    use_variable: bool = True,
-) -> tuple[dict[str, TableConfig], dict[str, TableConfigError]]:
-    """Good tables and the error of each bad one (file, then the Variable's overrides merged per table)."""
+def _load(use_variable: bool) -> tuple[dict[str, TableConfig], dict[str, RootConfig], dict[str, TableConfigError]]:
     path = tables_file()
     data = _read_file(path)
     if use_variable:
@@ -448,7 +524,23 @@ def load_tables_and_errors(
                 raise TableConfigError(f"Variable {TABLES_VARIABLE}", None, None, "expected a mapping")
             data = _merge(data or {}, override)
     source = str(path) if not use_variable else f"{path} (+ Variable {TABLES_VARIABLE})"
-    return parse_tables(data, source, path.parent)
+    return parse_fleet(data, source, path.parent)
+
+
+def load_tables_and_errors(
+    use_variable: bool = True,
+) -> tuple[dict[str, TableConfig], dict[str, TableConfigError]]:
+    """Good tables and the error of each bad entry (file, then the Variable's overrides merged per table)."""
+    good, _, bad = _load(use_variable)
+    return good, bad
+
+
+def load_fleet(
+    use_variable: bool = True,
+) -> tuple[dict[str, TableConfig], dict[str, RootConfig], dict[str, TableConfigError]]:
+    """What the fleet DAG maintains: the tables with `fleet: true`, every root, and the error of each bad entry."""
+    good, roots, bad = _load(use_variable)
+    return {n: t for n, t in good.items() if t.fleet}, roots, bad
 
 
 def load_tables(use_variable: bool = True) -> dict[str, TableConfig]:
