@@ -97,7 +97,8 @@ def _main(argv: list[str] | None) -> tuple[int, dict | None, str | None]:
             spark, owned = common.build_spark("fleet", spark_log_level=args.spark_log_level)
             session_s = time.monotonic() - started
             sc = spark.sparkContext
-            log.info("%s: Spark %s, master %s, application %s", prefix, spark.version, sc.master, sc.applicationId)
+            master, app_id = sc.master, sc.applicationId  # read before the session stops
+            log.info("%s: Spark %s, master %s, application %s", prefix, spark.version, master, app_id)
             results = run(spark, batch, storage_options,
                           on_result=lambda r: streams.emit(json.dumps(r, default=str)))
         except Exception as exc:
@@ -108,7 +109,7 @@ def _main(argv: list[str] | None) -> tuple[int, dict | None, str | None]:
             return common.EXIT_FAILED, None, common.one_line(exc)
         common._stop(spark, owned)
         summary = batch_summary(results, time.monotonic() - started)
-        summary.update(spark_master=sc.master, spark_application_id=sc.applicationId,
+        summary.update(spark_master=master, spark_application_id=app_id,
                        spark_session_s=round(session_s, 3))
         failed = summary["failed_tables"]
         logging.getLogger().removeHandler(handler)

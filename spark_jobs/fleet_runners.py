@@ -1,6 +1,7 @@
 """A batch of tables' due jobs (`memwal.fleet_batch.TableDue`s) as one Spark application: through spark-submit
 (`run_fleet_submit`: `spark_jobs/fleet.py` on a batch file) or on a Spark Connect session from this process
-(`run_fleet_connect`). Both return one result per table (`memwal.fleet_batch.run_table`'s keys).
+(`run_fleet_connect`). Both return the batch's summary (`memwal.fleet_batch.batch_summary`: `tables[]`, one
+result per table, plus the engine's keys).
 
 Storage options, one set for the batch, reach the spark-submit driver as every job's do: a 0600 file in a fresh
 0700 directory (`spark_jobs.submit.write_storage_options_file`), named by `--storage-options-json @FILE`,
@@ -64,9 +65,10 @@ def fleet_submit_command(batch_file: str | Path, *, master: str = "local[*]", co
 
 def run_fleet_submit(entries: Sequence[TableDue], *, master: str = "local[*]", conf: Mapping[str, str] | None = None,
                      storage_options: Mapping[str, str] | None = None, timeout: float | None = None,
-                     logger: logging.Logger | None = None) -> list[dict[str, Any]]:
-    """The batch as one spark-submit application; one result per table. A table's failure is in its result;
-    MemWalError (the one-line reason) when the application reported no summary (bad batch, Spark failed)."""
+                     logger: logging.Logger | None = None) -> dict[str, Any]:
+    """The batch as one spark-submit application; its summary (`job: fleet`, `tables[]`: one result per table,
+    the Spark keys). A table's failure is in its result; MemWalError (the one-line reason) when the application
+    reported no summary (a bad batch file, Spark failed)."""
     logger = logger or log
     with submit.private_workdir("memwal-fleet-") as workdir:
         batch_file = write_batch_file(workdir, entries)
@@ -79,7 +81,7 @@ def run_fleet_submit(entries: Sequence[TableDue], *, master: str = "local[*]", c
         why = next((ln.split("error: ", 1)[1] for ln in reversed(tail) if ln.startswith("memwal-fleet: error: ")),
                    next((ln for ln in reversed(tail) if ln.strip()), "no output"))
         raise MemWalError(f"memwal-fleet ({len(entries)} table(s), master {master}) failed (exit {code}): {why}")
-    return list(summary["tables"])
+    return summary
 
 
 def _run(cmd: list[str], logger: logging.Logger, timeout: float | None) -> tuple[int, str, list[str]]:
@@ -121,11 +123,18 @@ def _last_json(stdout: str) -> dict | None:
 
 
 def run_fleet_connect(entries: Sequence[TableDue], url: str, *, storage_options: Mapping[str, str] | None = None,
-                      conn_id: str | None = None) -> list[dict[str, Any]]:
-    """The batch on one Spark Connect session at `url` (the driver logic in this process): one result per
-    table. A server that is down: `spark_jobs.connect.ConnectServerError`, nothing ran."""
-    from spark_jobs import fleet
-    from spark_jobs.connect import open_session
+                      conn_id: str | None = None) -> dict[str, Any]:
+    """The batch on one Spark Connect session at `url` (the driver logic in this process): its summary, one
+    result per table. A server that is down: `spark_jobs.connect.ConnectServerError`, nothing ran."""
+    import time
 
+    from memwal.fleet_batch import batch_summary
+    from spark_jobs import fleet
+    from spark_jobs.connect import open_session, redact_url
+
+    started = time.monotonic()
     with open_session(url, conn_id=conn_id) as spark:
-        return fleet.run(spark, entries, storage_options)
+        session_s = time.monotonic() - started
+        results = fleet.run(spark, entries, storage_options)
+    return {**batch_summary(results, time.monotonic() - started), "spark_connect_url": redact_url(url),
+            "spark_session_s": round(session_s, 3)}
