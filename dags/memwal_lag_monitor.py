@@ -1,11 +1,17 @@
-"""memwal_lag_monitor: every few minutes, per configured table (one mapped task each): measure the lag,
-emit the `memwal.*` metrics, record the lag history, and alert through the table's notifiers once when a
-threshold is crossed and once when it is back under. Logic lives in `memwal.airflow.monitor`; this file
-only wires (it reads the tables file for the lag assets the tasks keep their state in, nothing else).
+"""memwal_lag_monitor: every few minutes, one task checks every configured table (at most
+$MEMWAL_LAG_MONITOR_CONCURRENCY at once, default 8): measure the lag, emit the `memwal.*` metrics, record the
+lag history, alert through the table's notifiers once when a threshold is crossed and once when it is back
+under, probe the due work, and save one row per table for the MemWAL page. Logic lives in
+`memwal.airflow.monitor.check_fleet`; this file only wires (it reads the tables file for the lag assets the
+task keeps its state in, nothing else).
 
-Schedule: $MEMWAL_LAG_MONITOR_SCHEDULE (default every 5 minutes). A check that fails is retried once after
-$MEMWAL_LAG_MONITOR_RETRY_DELAY_S seconds (default 30); a bad tables-file entry fails its own check
-without a retry (the other tables are still checked).
+One task per cycle, not one per table: at 1,000 tables and every 5 minutes, mapped tasks would be 288,000 task
+instances a day in the metadata DB (docs/airflow.md "What the metadata database grows by").
+
+Schedule: $MEMWAL_LAG_MONITOR_SCHEDULE (default every 5 minutes). A table whose lag cannot be measured, or
+whose tables-file entry is bad, is alerted on and reported (its row on the page, the task's log) while the
+others are checked; the task then fails naming it, without a retry (the next cycle checks it again; a retry
+would check every table twice).
 """
 
 from __future__ import annotations
@@ -17,12 +23,6 @@ from airflow.sdk import dag, get_current_context, task
 
 from memwal.airflow.assets import lag_asset
 from memwal.airflow.config import TableConfigError, load_tables_and_errors
-
-try:
-    _RETRY_DELAY = timedelta(seconds=float(os.environ.get("MEMWAL_LAG_MONITOR_RETRY_DELAY_S") or 30))
-except ValueError:
-    raise ValueError("$MEMWAL_LAG_MONITOR_RETRY_DELAY_S must be a number of seconds, not "
-                     f"{os.environ['MEMWAL_LAG_MONITOR_RETRY_DELAY_S']!r}") from None
 
 try:
     _TABLES = load_tables_and_errors(use_variable=False)[0]
@@ -38,28 +38,27 @@ except TableConfigError:  # the maintenance DAGs report a broken tables file; th
     max_active_runs=1,
     dagrun_timeout=timedelta(minutes=30),
     tags=["memwal"],
-    default_args={"retries": 1, "retry_delay": _RETRY_DELAY},
+    default_args={"retries": 0},
     doc_md=__doc__,
 )
 def memwal_lag_monitor():
-    @task
-    def configured_tables() -> list[str]:
-        """Tables to check now (the tables file with the `memwal_tables` Variable applied)."""
-        from memwal.airflow.monitor import configured_tables
+    @task(inlets=[lag_asset(cfg) for cfg in _TABLES.values()])
+    def check_tables() -> dict:
+        """Every table checked, probed and saved for the page; fails (AirflowFailException, no retry) after
+        the whole cycle when a table's lag could not be measured, naming it."""
+        from airflow.sdk.exceptions import AirflowFailException
 
-        return configured_tables()
+        from memwal.airflow.monitor import check_fleet
 
-    @task(map_index_template="{{ memwal_table }}", inlets=[lag_asset(cfg) for cfg in _TABLES.values()])
-    def check_lag(table: str) -> dict:
-        """Metrics, history and alerts for one table; fails (after alerting) if its lag cannot be measured,
-        and without a retry if its entry in the tables file is bad."""
-        from memwal.airflow.monitor import check_configured_table
+        result = check_fleet(context=get_current_context())
+        if result["failed"]:
+            names = sorted(result["failed"])
+            raise AirflowFailException(
+                f"{len(names)} of {result['tables']} table(s) not measured: "
+                + "; ".join(f"{n}: {result['failed'][n]}" for n in names[:10]) + (" ..." if len(names) > 10 else ""))
+        return result
 
-        context = get_current_context()
-        context["memwal_table"] = table  # type: ignore[typeddict-unknown-key]
-        return check_configured_table(table, context)
-
-    check_lag.expand(table=configured_tables())
+    check_tables()
 
 
 memwal_lag_monitor()

@@ -2,8 +2,9 @@
 any task, as the api-server (the UI page) reads the lag history:
 
     lag_airflow_run.py monitor SPEC_JSON   dag.test() of memwal_lag_monitor once per entry of SPEC["runs"]
-                                           ("merge": merge SPEC["uri"] first); each run's task states, tries
-                                           and check_lag results (several runs in one process: Airflow starts once)
+                                           ("merge": merge SPEC["uri"] first); each run's task states, tries,
+                                           check_tables result and the fleet status rows the page reads
+                                           (several runs in one process: Airflow starts once)
     lag_airflow_run.py read TABLE          the table's history and alert state
     lag_airflow_run.py watchers ASSET      the triggers registered on an asset (decrypted kwargs)
     lag_airflow_run.py history SPECS_JSON  per spec: record many samples and read them back (retention)
@@ -33,6 +34,7 @@ def monitor(spec: dict) -> dict:
     from airflow.models.xcom import XComModel
     from sqlalchemy import select
 
+    from memwal.airflow import fleet_status
     from memwal.merge import merge_table
 
     dag = DagBag(os.environ["AIRFLOW__CORE__DAGS_FOLDER"]).dags["memwal_lag_monitor"]
@@ -46,12 +48,13 @@ def monitor(spec: dict) -> dict:
                                                          TaskInstance.run_id == dr.run_id)).all()
         xcoms = session.scalars(select(XComModel).where(XComModel.dag_id == dag.dag_id,
                                                         XComModel.run_id == dr.run_id,
-                                                        XComModel.task_id == "check_lag",
+                                                        XComModel.task_id == "check_tables",
                                                         XComModel.key == "return_value")).all()
         runs.append({"state": str(dr.state),
                      "tasks": {f"{t.task_id}[{t.map_index}]": str(t.state) for t in tis},
                      "tries": {f"{t.task_id}[{t.map_index}]": t.try_number for t in tis},
-                     "results": [_value(x) for x in sorted(xcoms, key=lambda x: x.map_index)]})
+                     "results": [_value(x) for x in sorted(xcoms, key=lambda x: x.map_index)],
+                     "rows": fleet_status.load_rows()[0]})
     return {"runs": runs}
 
 

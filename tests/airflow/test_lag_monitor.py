@@ -36,12 +36,14 @@ def test_alerts_once_on_crossing_and_once_when_resolved(airflow_home, local_loca
     # three runs in one Airflow process: behind, still behind, merged (then back within)
     runs = lag_run(env, "monitor", json.dumps({"uri": loc.uri, "runs": ["run", "run", "merge"]}))["runs"]
     for run in runs:
-        assert run["state"] == "success" and run["tasks"]["check_lag[0]"] == "success", run
+        assert run["state"] == "success" and run["tasks"] == {"check_tables[-1]": "success"}, run
     first, second, third = (run["results"][0] for run in runs)
 
-    assert first["alert"] == "firing" and first["unmerged_generations"] == 3
-    assert second["alert"] is None, "still behind: no second alert"
-    assert third["alert"] == "resolved" and third["unmerged_generations"] == 0
+    assert first["alerts"] == {table: "firing"} and runs[0]["rows"][table]["unmerged_generations"] == 3
+    assert second["alerts"] == {}, "still behind: no second alert"
+    assert third["alerts"] == {table: "resolved"} and runs[2]["rows"][table]["unmerged_generations"] == 0
+    assert runs[0]["rows"][table]["probe"]["due"][0]["job"] == "merge", "the page's row has the probe's answer"
+    assert runs[2]["rows"][table]["probe"]["due"] == [] or "merge" not in runs[2]["rows"][table]["probe"]["due"]
     assert [p["text"].split()[0] for p in receiver.posts] == ["[FIRING]", "[RESOLVED]"], "one alert each way"
     assert receiver.posts[0]["memwal"]["breaches"][0]["region_id"] == region
     assert "s3cr3t" not in json.dumps(runs), "the webhook URL is not in XCom"
@@ -54,20 +56,19 @@ def test_alerts_once_on_crossing_and_once_when_resolved(airflow_home, local_loca
     assert outside["alert_state"]["alerted"] == [] and outside["alert_state"]["last_alert"] == "resolved"
 
 
-def test_a_bad_tables_file_entry_fails_its_check_without_retry_and_the_others_are_checked(
+def test_a_bad_tables_file_entry_fails_the_cycle_without_retry_and_the_others_are_checked(
         airflow_home, local_location, tmp_path):
-    """A bad entry is a config error, not a transient one: its check fails once (no retry, naming the table
-    and key), while the good table beside it is still checked."""
+    """A bad entry is a config error, not a transient one: the one task checks the good table, reports the
+    bad one (its row names the table and key) and then fails once, without a retry."""
     lance_core_table(local_location, regions=1, generations=1)
-    env = {**airflow_home, "MEMWAL_LAG_MONITOR_RETRY_DELAY_S": "0",
+    env = {**airflow_home,
            "MEMWAL_TABLES_FILE": str(tables_file(tmp_path / "tables.yaml", {
                "good": {"uri": local_location.uri, "engine": "in_process", "schedule": None},
                "broken": {"uri": local_location.uri, "thresholds": {"max_unmerged_generations": -1}}}))}
     (run,) = lag_run(env, "monitor", json.dumps({"uri": local_location.uri, "runs": ["run"]}))["runs"]
-    assert run["tasks"]["configured_tables[-1]"] == "success", run
-    assert run["tasks"]["check_lag[0]"] == "failed" and run["tries"]["check_lag[0]"] == 1, (
-        "broken (sorted first): failed on its first try, not retried", run)
-    assert run["tasks"]["check_lag[1]"] == "success" and run["results"][0]["table"] == "good", run
+    assert run["tasks"] == {"check_tables[-1]": "failed"} and run["tries"]["check_tables[-1]"] == 1, run
+    assert "max_unmerged_generations" in run["rows"]["broken"]["error"], run["rows"]["broken"]
+    assert run["rows"]["good"]["error"] is None and run["rows"]["good"]["unmerged_generations"] == 1, run
 
 
 def test_an_unreadable_tables_file_fails_the_monitor_without_retry(tmp_path, monkeypatch):

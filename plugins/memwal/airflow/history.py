@@ -12,7 +12,9 @@ each bucket `lag_history/<first sample time>` holds up to BUCKET_SAMPLES samples
 value grows past the store's `max_value_storage_bytes`, 64 KiB by default); a sample keeps the per-region
 detail of the MAX_REGIONS_PER_SAMPLE regions furthest behind (the table-wide values cover all regions).
 `lag_alert_state` is the alert state; `health_storage` the table's last storage health reading (a listing and
-a GC dry run, `memwal.health.StorageHealth`), which the lag monitor reuses until it is due again. Retention:
+a GC dry run, `memwal.health.StorageHealth`), which the lag monitor reuses until it is due again; `probe_state`
+the due-work probe's state (`memwal.probe.ProbeState`), so the next cycle's probe of an unchanged table reads
+nothing but its two listings. Retention:
 samples older than `retention_days` and any beyond `max_samples` (whole buckets, oldest first) are deleted on
 record.
 
@@ -41,10 +43,12 @@ __all__ = [
     "MAX_REGIONS_PER_SAMPLE",
     "HistoryError",
     "load_alert_state",
+    "load_probe_state",
     "load_storage_health",
     "read",
     "record",
     "save_alert_state",
+    "save_probe_state",
     "save_storage_health",
 ]
 
@@ -56,6 +60,7 @@ BUCKET_BYTES = 48 * 1024  # a bucket is closed early when it would grow past thi
 INDEX_KEY = "lag_history/index"
 ALERT_KEY = "lag_alert_state"
 STORAGE_HEALTH_KEY = "health_storage"
+PROBE_STATE_KEY = "probe_state"
 _TABLE_KEYS = ("table_version", "num_regions", "unmerged_generations", "unmerged_rows", "unmerged_bytes",
                "oldest_unmerged_age_s", "max_index_lag_generations", "snapshot_age_s")
 _REGION_KEYS = ("unmerged_generations", "unmerged_rows", "unmerged_bytes", "oldest_unmerged_age_s",
@@ -243,3 +248,17 @@ def load_storage_health(table: str) -> dict[str, Any] | None:
 
 def save_storage_health(table: str, reading: Mapping[str, Any]) -> None:
     _store(table).set(STORAGE_HEALTH_KEY, dict(reading))
+
+
+def load_probe_state(table: str) -> dict[str, Any] | None:
+    """The table's last due-work probe state (`memwal.probe.ProbeState.to_dict()`; None before the first)."""
+    value = _store(table).get(PROBE_STATE_KEY)
+    return dict(value) if isinstance(value, Mapping) else None
+
+
+def save_probe_state(table: str, state: Mapping[str, Any] | None) -> None:
+    """Keep the probe state for the next cycle (None: forget it, the next probe reads the table anew)."""
+    if state is None:
+        _store(table).delete(PROBE_STATE_KEY)
+    else:
+        _store(table).set(PROBE_STATE_KEY, dict(state))

@@ -1,4 +1,5 @@
-"""One lag check of one table, as the `memwal_lag_monitor` DAG runs it every few minutes.
+"""The lag monitor's checks: one table (`check_table_lag`), and one cycle over every configured table in one
+task (`check_fleet`, what the `memwal_lag_monitor` DAG runs every few minutes).
 
 Measure (`memwal status` + snapshot age + the table's health), emit the metrics (`memwal.airflow.metrics`),
 record the history (`memwal.airflow.history`), hold the lag against the table's thresholds, and notify once
@@ -9,6 +10,13 @@ Health on this path stays cheap: every check takes the manifest reading (`memwal
 reading (a listing of every object and a GC dry run over every retained version) is taken at most once per
 $MEMWAL_HEALTH_STORAGE_INTERVAL_S (default 3600 s), kept in the lag asset's state store, and reused with its
 `storage_measured_at` until then.
+
+A cycle (`check_fleet`) checks each table exactly as `check_table_lag` does (the same metrics, history and
+alerts), at most $MEMWAL_LAG_MONITOR_CONCURRENCY tables at once (default 8), adds each table's due-work probe
+(`memwal.probe.probe_table`, its state kept in the lag asset's store: an unchanged table costs two listings)
+and saves one row per table (`memwal.airflow.fleet_status`) for the page. A table that fails (storage error,
+corrupt manifest, permissions, a bad tables-file entry, an alert not delivered) is its row's error and the
+others are checked; the cycle then lists it as failed.
 """
 
 from __future__ import annotations
@@ -24,13 +32,15 @@ from memwal.airflow.metrics import emit_lag_metrics
 from memwal.airflow.triggers.memwal import thresholds_of
 from memwal.lag import breaches, measure
 
-__all__ = ["STORAGE_INTERVAL_ENV", "check_configured_table", "check_table_lag", "compaction_target",
-           "configured_tables", "measure_table", "storage_interval_s"]
+__all__ = ["CONCURRENCY_ENV", "STORAGE_INTERVAL_ENV", "check_configured_table", "check_fleet", "check_table_lag",
+           "compaction_target", "concurrency", "configured_tables", "measure_table", "storage_interval_s"]
 
 log = logging.getLogger(__name__)
 
 STORAGE_INTERVAL_ENV = "MEMWAL_HEALTH_STORAGE_INTERVAL_S"
 DEFAULT_STORAGE_INTERVAL_S = 3600.0
+CONCURRENCY_ENV = "MEMWAL_LAG_MONITOR_CONCURRENCY"
+DEFAULT_CONCURRENCY = 8
 
 
 def storage_interval_s() -> float:
@@ -176,8 +186,110 @@ def check_table_lag(cfg: Any, *, notifiers: Sequence[Any] | None = None, context
         "error": error,
         "breaches": [b["message"] for b in found],
         "alert": alert["state"] if alert else None,
+        "alert_since": new_state.get("since"),
         "metrics_sent": len(sent),
         **{k: summary.get(k) for k in ("num_regions", "unmerged_generations", "unmerged_rows", "unmerged_bytes",
                                        "oldest_unmerged_age_s", "max_index_lag_generations", "snapshot_age_s")},
         "health": {k: v for k, v in (summary.get("health") or {}).items() if k != "gc_limited_by"},
     }
+
+
+def concurrency() -> int:
+    """Tables a cycle checks at once (`$MEMWAL_LAG_MONITOR_CONCURRENCY`, default 8): each check is object-store
+    requests in a row, so a few threads keep a 1,000-table cycle within minutes without a storm."""
+    raw = os.environ.get(CONCURRENCY_ENV) or ""
+    try:
+        value = int(raw) if raw.strip() else DEFAULT_CONCURRENCY
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"${CONCURRENCY_ENV} must be a whole number of tables >= 1, not {raw!r}")
+    return value
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:500] or type(exc).__name__
+
+
+def _probe(cfg: Any) -> dict[str, Any]:
+    """The table's due-work probe answer (`fleet_status.probe_answer`), from its kept state; a probe that cannot
+    run at all is an error answer naming the table, never an exception."""
+    from memwal.airflow import fleet_status
+    from memwal.probe import ProbePolicy, ProbeState, probe_table
+
+    try:
+        kept = history.load_probe_state(cfg.name)
+        previous = ProbeState.from_dict(kept) if kept else None
+    except Exception as exc:  # an unreadable state: probe anew
+        log.warning("table %s: probe state not read (%s); probing anew", cfg.name, _one_line(exc))
+        previous = None
+    try:
+        from memwal.airflow.hooks.memwal import MemWalHook
+
+        result = probe_table(cfg.uri, ProbePolicy(options=cfg.job_options()), previous,
+                             storage_options=MemWalHook.for_table(cfg).storage_options)
+    except Exception as exc:  # the policy or the connection: probe_table itself reports storage errors
+        return {"status": "error", "due": [], "not_due": [], "error": f"table {cfg.name}: {_one_line(exc)}",
+                "changed": None, "probed_at": datetime.now(UTC).timestamp()}
+    try:
+        history.save_probe_state(cfg.name, result.state.to_dict() if result.state else None)
+    except Exception as exc:  # too large for the store, say: the next cycle reads the table anew
+        log.warning("table %s: probe state not kept (%s)", cfg.name, _one_line(exc))
+    return fleet_status.probe_answer(result)
+
+
+def _check_in_cycle(cfg: Any, notifiers: Sequence[Any] | None, context: Mapping[str, Any] | None,
+                    probe: bool) -> dict[str, Any]:
+    """One table's row of a cycle: `check_table_lag` (an exception, e.g. an alert not delivered, is the row's
+    error) and the probe's answer."""
+    from memwal.airflow import fleet_status
+
+    ctx = {**(context or {}), "memwal_table": cfg.name}
+    try:
+        result = check_table_lag(cfg, notifiers=notifiers, context=ctx)
+    except Exception as exc:
+        log.error("table %s: lag check failed: %s", cfg.name, _one_line(exc))
+        result = {"table": cfg.name, "at": datetime.now(UTC).isoformat(timespec="seconds"),
+                  "error": f"{type(exc).__name__}: {_one_line(exc)}", "breaches": [], "alert": None}
+    answer = _probe(cfg) if probe else None
+    return fleet_status.row_of(result, cfg.uri, {"alerted": [], "since": result.get("alert_since")}, answer)
+
+
+def check_fleet(*, notifiers: Sequence[Any] | None = None, context: Mapping[str, Any] | None = None,
+                max_workers: int | None = None, probe: bool = True) -> dict[str, Any]:
+    """One lag-monitor cycle over every configured table (the tables file with the `memwal_tables` Variable):
+    each checked as `check_table_lag` checks it, at most `max_workers` (default `concurrency()`) at once, and
+    probed (probe=False: not); the rows saved for the page (`fleet_status`, source lag_monitor). Returns a
+    compact JSON-ready summary: tables, failed {table: error} (lag not measured or the check failed),
+    probe_failed {table: error}, breached, alerts sent, due jobs counted.
+    A tables file that cannot be read at all raises AirflowFailException."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from memwal.airflow import fleet_status
+    from memwal.airflow.config import config_errors_fail, load_tables_and_errors
+
+    with config_errors_fail():
+        good, bad = load_tables_and_errors()
+    workers = max(1, min(max_workers or concurrency(), len(good) or 1))
+    configs = [good[name] for name in sorted(good)]
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        rows = list(pool.map(lambda cfg: _check_in_cycle(cfg, notifiers, context, probe), configs))
+    at = datetime.now(UTC)
+    for name in sorted(bad):
+        error = f"tables file: {_one_line(bad[name])}"
+        log.error("table %s: not checked: %s", name, error)
+        rows.append(fleet_status.row_of({"table": name, "at": at.isoformat(timespec="seconds"), "error": error}))
+    stored = fleet_status.save(fleet_status.LAG_MONITOR, rows, at)
+    due: dict[str, int] = {}
+    for row in rows:
+        for job in (row.get("probe") or {}).get("due") or []:
+            due[job["job"]] = due.get(job["job"], 0) + 1
+    failed = {r["table"]: r["error"] for r in rows if r["error"]}
+    # a configured table that is no table, or has no MemWAL, is as much an error here as a probe that failed
+    probe_failed = {r["table"]: r["probe"]["error"] for r in rows if (r.get("probe") or {}).get("status") not in (
+        None, "ok")}
+    log.info("lag monitor: %d table(s) checked with %d thread(s), %d failed, %d behind; %d bytes of fleet status",
+             len(rows), workers, len(failed), sum(bool(r["breaches"]) for r in rows), stored)
+    return {"at": at.isoformat(timespec="seconds"), "tables": len(rows), "failed": failed,
+            "probe_failed": probe_failed, "breached": sorted(r["table"] for r in rows if r["breaches"]),
+            "alerts": {r["table"]: r["alert"] for r in rows if r["alert"]}, "due": due}
