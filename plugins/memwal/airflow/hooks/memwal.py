@@ -37,6 +37,7 @@ from memwal.storage import is_secret_option, url_credentials
 
 if TYPE_CHECKING:
     from memwal.airflow.config import TableConfig
+    from memwal.fleet_batch import TableDue
     from memwal.job_config import JobOptions
     from memwal.table import MemWalTable
 
@@ -429,6 +430,107 @@ class MemWalHook(BaseHook):
         if code == jobs.EXIT_USAGE:
             raise AirflowFailException(f"memwal-{job} on {what}: {error}")
         raise _storage_problem(RuntimeError(error), f"memwal-{job} on {what} (Spark)", self.memwal_conn_id)
+
+    # --- a batch of tables' due jobs in one application ------------------------------------------------
+
+    BATCH_ENGINES = ("in_process", "spark", "spark_connect")
+
+    def run_batch(self, entries: Sequence[TableDue], *, engine: str = "spark", spark_conn_id: str = "spark_default",
+                  spark_conf: Mapping[str, str] | None = None, on_spark_hook: Callable[[Any], None] | None = None,
+                  spark_connect_conn_id: str = "spark_connect_default") -> list[dict[str, Any]]:
+        """Every table's due jobs (`memwal.fleet_batch.TableDue`, e.g. `from_probe(probe result)`, packed by
+        `pack_batches`) in ONE application: `spark` submits `spark_jobs/fleet.py` once through SparkSubmitHook
+        (this connection's storage options in a private file, never on argv), `spark_connect` runs the batch on
+        one session from this process, `in_process` here. Returns one result per table in the given order
+        (`memwal.fleet_batch.run_table`: `table_uri`, `status` ok / partial / failed, `failed_job`, `error`,
+        `ran`, `skipped`, `summaries`): a table's failure is its result, the others run. Raises a one-line task
+        error only when the batch as a whole did not run (Spark unreachable, no result)."""
+        from memwal.fleet_batch import in_process, run_batch
+
+        if engine not in self.BATCH_ENGINES:
+            raise AirflowFailException(f"memwal batch: engine {engine!r} is not one of {', '.join(self.BATCH_ENGINES)}")
+        entries = list(entries)
+        if not entries:
+            return []
+        what = f"memwal batch of {len(entries)} table(s)"
+        started = time.monotonic()
+        if engine == "in_process":
+            results = run_batch(entries, in_process, open_table=self.table)
+        elif engine == "spark_connect":
+            from spark_jobs.connect import ConnectServerError
+            from spark_jobs.fleet_runners import run_fleet_connect
+
+            url = self.spark_connect_url(spark_connect_conn_id, what)
+            try:
+                results = run_fleet_connect(entries, url, storage_options=self.storage_options,
+                                            conn_id=spark_connect_conn_id)["tables"]
+            except ConnectServerError as exc:
+                raise MemWalTaskError(f"{what}: {exc}") from None
+        else:
+            results = self._run_batch_spark(entries, what=what, spark_conn_id=spark_conn_id,
+                                            spark_conf=spark_conf or {}, on_spark_hook=on_spark_hook)
+        failed = [r for r in results if r.get("status") != "ok"]
+        log.info("%s on %s: %d done, %d failed in %.1fs", what, engine, len(results) - len(failed), len(failed),
+                 time.monotonic() - started)
+        for r in failed:
+            log.warning("%s", r.get("error"))
+        return results
+
+    def _run_batch_spark(self, entries: list[TableDue], *, what: str, spark_conn_id: str,
+                         spark_conf: Mapping[str, str], on_spark_hook: Callable[[Any], None] | None) -> list[dict]:
+        """One spark-submit of `spark_jobs/fleet.py` through SparkSubmitHook; the tables' results from the
+        result file (exit 0: all done, 3: some table failed), else a one-line task error."""
+        from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+        from memwal import jobs
+        from spark_jobs.fleet_runners import FLEET_SCRIPT, fleet_application_args, write_batch_file
+        from spark_jobs.submit import (
+            package_code,
+            spark_conf_defaults,
+            spark_submit_env,
+            spark_submit_executable,
+            write_storage_options_file,
+        )
+
+        master = self._spark_master(spark_conn_id, what)
+        env = spark_submit_env()
+        env_vars = {k: env[k] for k in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_HOME")}
+        env_vars["PATH"] = os.pathsep.join([str(Path(spark_submit_executable()).parent), os.environ.get("PATH", "")])
+        workdir = tempfile.mkdtemp(prefix="memwal-fleet-")  # 0700
+        result_file = Path(workdir) / "result.json"
+        env_vars["MEMWAL_RESULT_FILE"] = str(result_file)
+        failure: Exception | None = None
+        try:
+            batch_file = write_batch_file(workdir, entries)
+            opts = self.storage_options
+            opts_file = write_storage_options_file(workdir, opts) if opts else None
+            _check_master_reachable(master, spark_conn_id, what)
+            spark = SparkSubmitHook(conn_id=spark_conn_id, name="memwal-fleet", conf=spark_conf_defaults(spark_conf),
+                                    py_files=package_code(), env_vars=env_vars,
+                                    application_args=fleet_application_args(batch_file, opts_file))
+            self._spark_hook = spark
+            if on_spark_hook:
+                on_spark_hook(spark)
+            try:
+                spark.submit(str(FLEET_SCRIPT))
+            except Exception as exc:
+                failure = exc
+            result = _read_result(result_file)
+        finally:
+            for p in Path(workdir).glob("*"):
+                p.unlink(missing_ok=True)
+            os.rmdir(workdir)
+        code, summary = (result or {}).get("exit"), (result or {}).get("summary")
+        if code in (jobs.EXIT_OK, jobs.EXIT_PARTIAL) and isinstance(summary, dict):
+            return list(summary.get("tables") or [])
+        if result is None:
+            tail = next((ln for ln in reversed(str(failure or "").splitlines()) if ln.strip()), "no output")
+            raise MemWalTaskError(f"{what}: spark-submit (master {master}, Spark connection {spark_conn_id!r}) ended "
+                                  f"before the batch reported a result: {one_line(tail)}; see the log above")
+        error = result.get("error") or f"exit {code}"
+        if code == jobs.EXIT_USAGE:
+            raise AirflowFailException(f"{what}: {error}")
+        raise MemWalTaskError(f"{what} (Spark): {one_line(error)}")
 
     def on_kill(self) -> None:
         if self._spark_hook is not None:
