@@ -11,7 +11,9 @@ Tables (the tables file given through MEMWAL_TABLES_FILE), one per scenario so t
 - `events`  (in_process)  held behind its threshold: alert, event-driven maintenance, resolved alert;
 - `crashy`  (spark)       its Spark driver is SIGKILLed inside a merge commit once (memwal.faults);
 - `linked`  (spark_connect) the maintenance DAG with its executor work on a local Spark Connect server
-  (started once for the deployment, its log and event log searched by the canary test).
+  (started once for the deployment, its log and event log searched by the canary test);
+- `fleet`   a root entry (in_process): FLEET_TABLES tiny local tables, copies of one idle table, for the
+  fleet DAGs (dags/memwal_fleet.py; their schedule is off: the test triggers the probe).
 No table has a clock schedule (`schedule: null`): runs start only from the tests and from lag assets.
 
 MEMWAL_E2E_DATABASE=sqlite|postgres|auto (default auto) picks the metadata database.
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import sys
 import threading
 import uuid
@@ -53,6 +56,7 @@ CONN_SPARK = "memwal_spark_e2e"
 CONN_ALERTS = "memwal_alerts"
 CONN_CONNECT = "memwal_spark_connect_e2e"
 FAULT = "merge.before_commit"
+FLEET_TABLES = 100
 
 
 def _driver_wrapper(fault_dir: Path) -> Path:
@@ -71,7 +75,15 @@ def _driver_wrapper(fault_dir: Path) -> Path:
     return path
 
 
-def _tables_file(path: Path, bucket: str, driver_python: Path) -> Path:
+def _fleet_tables(root: Path, count: int) -> None:
+    """`count` idle MemWAL tables under root (t000.lance ...): one written by Lance core, then copied."""
+    first = root / "t000.lance"
+    LanceCoreTable(str(first), None).create()
+    for i in range(1, count):
+        shutil.copytree(first, root / f"t{i:03d}.lance")
+
+
+def _tables_file(path: Path, bucket: str, driver_python: Path, fleet_root: Path) -> Path:
     spark_conf = {
         "spark.driver.extraJavaOptions": FAST_JVM_OPTIONS,
         "spark.executor.extraJavaOptions": FAST_JVM_OPTIONS,
@@ -92,6 +104,7 @@ def _tables_file(path: Path, bucket: str, driver_python: Path) -> Path:
                    "spark_conf": {**spark_conf, "spark.pyspark.driver.python": str(driver_python)}},
         "linked": {"uri": f"s3://{bucket}/linked", **common, "engine": "spark_connect",
                    "spark_connect_conn_id": CONN_CONNECT},
+        "fleet": {"root": str(fleet_root), "engine": "in_process", "max_generations_per_commit": 2},
     }
     path.write_text("# written by tests/e2e/conftest.py\n" + yaml.safe_dump({"tables": tables}, sort_keys=False))
     return path
@@ -106,7 +119,9 @@ def deployment(s3_endpoint, tmp_path_factory):
     storage = {**s3_options(s3_endpoint), "aws_secret_access_key": canary}
     fault_dir = root / "fault"
     fault_dir.mkdir()
-    tables_file = _tables_file(root / "memwal_tables.yaml", bucket, _driver_wrapper(fault_dir))
+    fleet_root = root / "fleet"
+    fleet_root.mkdir()
+    tables_file = _tables_file(root / "memwal_tables.yaml", bucket, _driver_wrapper(fault_dir), fleet_root)
 
     spark = SparkStandalone(root / "spark").start()
     from spark_jobs.connect_server import ConnectServer
@@ -133,6 +148,7 @@ def deployment(s3_endpoint, tmp_path_factory):
         "MEMWAL_LAG_MONITOR_SCHEDULE": "@once",  # one run when the test unpauses it; then triggered by the test
         # The DAGs retry after 60 s+ (exponential backoff); the deployment caps retry delays for the crash test.
         "AIRFLOW__CORE__MAX_TASK_RETRY_DELAY": "5",
+        "MEMWAL_FLEET_SCHEDULE": "none",  # the fleet test triggers each probe cycle itself
     }
     af = LocalAirflow(home=str(root / "airflow"), tables_file=str(tables_file),
                       database=os.environ.get("MEMWAL_E2E_DATABASE", "auto"), connections=connections, env=env,
@@ -149,6 +165,7 @@ def deployment(s3_endpoint, tmp_path_factory):
                     t.write_generations(None, rounds=4 if name != "events" else 3, offset=100 * (k + 1),
                                         tag=f"{name}{k}-")
                 tables[name] = t
+            _fleet_tables(fleet_root, FLEET_TABLES)
         except BaseException as exc:
             errors.append(exc)
 
@@ -163,7 +180,7 @@ def deployment(s3_endpoint, tmp_path_factory):
         spark.wait_alive()
         dep = Deployment(af=af, tables=tables, canary=canary, webhook=webhook, recorder=recorder, sampler=sampler,
                          spark=spark, tables_file=tables_file, fault_dir=fault_dir, endpoint=s3_endpoint,
-                         connect=connect)
+                         connect=connect, fleet_root=fleet_root)
         if af.backend != "postgresql":
             dep.notes.append(f"the Airflow metadata database is {af.backend}: no PostgreSQL answered on "
                              "127.0.0.1:5432 (or MEMWAL_E2E_DATABASE asked for it)")

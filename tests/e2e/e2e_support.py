@@ -122,6 +122,7 @@ class Deployment:
     endpoint: str
     connect: Any = None  # spark_jobs.connect_server.ConnectServer of the `linked` table
     notes: list[str] = field(default_factory=list)
+    fleet_root: Path | None = None  # the `fleet` root entry's directory: FLEET_TABLES idle local tables
 
     def connect_log_files(self) -> list[Path]:
         """The Spark Connect server's log and event log."""

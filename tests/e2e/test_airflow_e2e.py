@@ -11,10 +11,11 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import shutil
 from pathlib import Path
 
 import pytest
-from e2e_support import REPO, Deployment
+from e2e_support import REPO, Deployment, LanceCoreTable
 from local_airflow import postgres_available
 
 from memwal.lock import index_lock
@@ -248,6 +249,70 @@ def test_maintenance_dag_on_spark_connect(deployment: Deployment):
     for task in ("retention", "gc"):
         summary = af.xcom(dag_id, run, task)
         assert summary["engine"] == "in_process" and summary["ran_on"][task] == "in_process", summary
+
+
+FLEET = "memwal_fleet"
+FLEET_MAINTAIN = "memwal_fleet_maintain"
+
+
+def fleet_cycle(dep: Deployment) -> tuple[str, dict]:
+    """One probe cycle, triggered through the REST API (the schedule is off here): its run id and report."""
+    run = dep.af.trigger_dag(FLEET)
+    expect_success(dep, FLEET, run)
+    return run, dep.af.xcom(FLEET, run, "probe")
+
+
+def fleet_table(dep: Deployment, name: str, copy_of: str | None = None) -> LanceCoreTable:
+    """A table under the fleet root (a copy of `copy_of` first, when given) with the model of its base rows."""
+    path = dep.fleet_root / f"{name}.lance"
+    if copy_of:
+        shutil.copytree(dep.fleet_root / f"{copy_of}.lance", path)
+    t = LanceCoreTable(str(path), None)
+    t.model = {i: (f"base{i}", i / 2) for i in range(20)}  # what LanceCoreTable.create wrote
+    return t
+
+
+def test_fleet_idle_cycle_is_one_task_and_only_due_tables_run_their_due_jobs(deployment: Deployment):
+    """100 idle tables under the `fleet` root. Rule: an idle cycle is one task instance (the probe) and no
+    maintenance run; three tables written by Lance core's writer get one maintenance run holding just them,
+    each running merge then snapshot (its due jobs, in order) and equal to its model after; a table copied under
+    the root is probed and maintained on the next cycle."""
+    af = deployment.af
+    names = sorted(p.name[: -len(".lance")] for p in deployment.fleet_root.glob("*.lance"))
+    assert len(names) >= 100
+    af.wait_for_dag(FLEET_MAINTAIN)
+    af.set_paused(FLEET_MAINTAIN, False)
+
+    run, answer = fleet_cycle(deployment)
+    assert [ti["task_id"] for ti in af.task_instances(FLEET, run)] == ["probe"], "an idle cycle is one task"
+    assert (answer["probed"], answer["due"], answer["dispatched"], answer["errors"]) == (len(names), 0, [], [])
+    assert af.dag_runs(FLEET_MAINTAIN) == [], "nothing due: no maintenance run"
+
+    written = {n: fleet_table(deployment, n) for n in ("t007", "t042", "t099")}
+    for n, t in written.items():
+        t.write_generations(None, rounds=1, offset=100, tag=f"{n}-")
+    run, answer = fleet_cycle(deployment)
+    dispatched = {d["table"]: d["jobs"] for d in answer["dispatched"]}
+    assert dispatched == {f"fleet.{n}": ["merge", "snapshot"] for n in written}, answer["dispatched"]
+    assert [ti["task_id"] for ti in af.task_instances(FLEET, run)] == ["probe"]
+    expect_success(deployment, FLEET_MAINTAIN, answer["run_id"])
+    chains = mapped_xcoms(deployment, FLEET_MAINTAIN, answer["run_id"], "maintain")
+    assert {c["table"]: list(c["summaries"]) for c in chains} == dispatched, "only the due jobs, in order"
+    for n, t in written.items():
+        [chain] = [c for c in chains if c["table"] == f"fleet.{n}"]
+        assert chain["summaries"]["merge"]["generations_merged"] == sum(len(g) for g in t.flushed().values())
+        assert t.base() == t.model and t.merged_generations() == {r: max(g) for r, g in t.flushed().items()}
+    assert [r["dag_run_id"] for r in af.dag_runs(FLEET_MAINTAIN)] == [answer["run_id"]]
+
+    added = fleet_table(deployment, "t999", copy_of="t000")
+    added.write_generations(None, rounds=1, offset=100, tag="added-")
+    run, answer = fleet_cycle(deployment)
+    assert answer["probed"] == len(names) + 1
+    dispatched = {d["table"]: d["jobs"] for d in answer["dispatched"]}
+    assert dispatched.get("fleet.t999", [])[:1] == ["merge"], answer["dispatched"]
+    assert set(dispatched) <= {"fleet.t999", *(f"fleet.{n}" for n in written)}, "no idle table gets work"
+    expect_success(deployment, FLEET_MAINTAIN, answer["run_id"])
+    assert added.base() == added.model
 
 
 def places_containing(dep: Deployment, needle: str) -> dict[str, list[str]]:
