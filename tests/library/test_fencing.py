@@ -100,3 +100,30 @@ def test_wal_entry_carries_epoch_and_tombstone(local_location):
     entry = wal.read_wal_entry(local_location.store(), region, 1)
     assert entry.writer_epoch == 1 and entry.generation == 1
     assert entry.table.column("_tombstone").to_pylist() == [True]
+
+
+def test_lance_core_claims_and_flushes_a_region_whose_manifests_carry_our_commit_token(local_location):
+    """Our manifest versions carry a commit token (protobuf field 1000, issue 42); Lance core's region writer
+    reads them, claims the next epoch and flushes, and we read its versions back."""
+    import lance
+
+    from memwal.region_manifest import COMMIT_TOKEN_FIELD
+
+    from support.tables import open_base
+
+    loc = local_location
+    create_base(loc, ids=range(3))
+    open_base(loc).initialize_mem_wal(unsharded=True)
+    region = str(uuid.uuid4())
+    with RegionWriter(loc.uri, region, config=NEVER) as w:
+        w.put(rows([5]))
+        w.flush()
+    store = loc.store()
+    ours = store.get(naming.manifest_path(region, latest_version(store, region)))
+    tag = COMMIT_TOKEN_FIELD << 3 | 2  # a length-delimited field: its two-byte varint key, then length 16
+    assert bytes([tag & 0x7F | 0x80, tag >> 7, 16]) in ours
+    with lance.dataset(loc.uri).mem_wal_writer(region, max_memtable_rows=1) as core:
+        core.put(rows([6]))
+    m = load_latest_manifest(store, region)
+    assert m.writer_epoch == 2, "Lance core claimed the epoch after ours"
+    assert [fg.generation for fg in m.flushed_generations] == [1, 2]
