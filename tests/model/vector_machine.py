@@ -1,19 +1,21 @@
-"""The model-based machine (machine.py) on a table with a vector index (IVF_PQ, 2 partitions) and a full-text
-index (INVERTED) beside its BTREE, all maintained by the machine's jobs: catch-up with the default IndexPolicy
-(segments folded past the bound, or, with a compaction due at 2 small fragments, when they would block it),
-compaction, retention, snapshot and GC.
+"""The model-based machine (machine.py) on a table with a vector index (IVF_PQ, 2 partitions, its metric drawn
+per sequence: l2, cosine or dot) and a full-text index (INVERTED) beside its BTREE, all maintained by the
+machine's jobs: catch-up with the default IndexPolicy (segments folded past the bound, or, with a compaction
+due at 2 small fragments, when they would block it), compaction, retention, snapshot and GC.
 
-Every row's vector and text are functions of its name (tests/support/vector_model.py), so the machine's model
-(key -> name, score) is the model of the searches too. After every step, through Lance on the base table:
+Every row's vector and text are functions of its name (tests/support/vector_model.py; about one written row
+in four has a null vector: `nullable_vector_of`), so the machine's model (key -> name, score) is the model of
+the searches too. After every step, through Lance on the base table:
 an exact vector search (no index) equals the full ordered brute-force result, an ANN search with every
 partition probed and refinement over all rows returns the brute-force nearest rows, the FTS query of every
 word and two scalar filters return the brute-force rows; our full-text search over the LSM view (with the
 MemTables) equals global BM25 over its newest texts; our vector search over it, every partition probed and
 refined over all rows, equals the brute-force newest-wins nearest rows, and at its defaults returns live
-newest rows, never short; no index has more segments than the policy's
-bound. The base table the searches run on is a plain scan: its vectors and texts must be those of its
-names, and once every flushed generation is merged it must equal our LSM view (which the reads compare with
-the model). At the end (everything merged and caught up) the indexes cover every row.
+newest rows, never short; no index has more segments than the policy's bound. A rule searches over the
+LSM view with a drawn filter and k (null vectors are never results). The base table the searches run on is
+a plain scan: its vectors and texts must be those of its names, and once every flushed generation is merged
+it must equal our LSM view (which the reads compare with the model). At the end (everything merged and
+caught up) the indexes cover every row.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import lance
 import numpy as np
 import pyarrow as pa
 from hypothesis import strategies as st
-from hypothesis.stateful import invariant, precondition, rule
+from hypothesis.stateful import INITIALIZE_RULE_MARKER, initialize, invariant, precondition, rule
 from machine import LsmMachine, _tracked, local_machine
 
 from memwal.catchup import catchup_table
@@ -43,11 +45,15 @@ from support.vector_model import (
     ANN_K,
     DIM,
     IVF_PQ_PARAMS,
+    METRICS,
     PARTITIONS,
     QUERIES,
     WORDS,
+    Vector,
     assert_top_k,
     check_lance_searches,
+    distance,
+    nullable_vector_of,
     text_of,
     vector_column,
     vector_of,
@@ -58,27 +64,68 @@ DUE_AT_TWO = CompactionConfig(max_small_fragments=2)
 VECTOR_SCHEMA = pa.schema([*SCHEMA, pa.field("text", pa.string()), pa.field("vec", pa.list_(pa.float32(), DIM))])
 
 
-def vector_table(vals: list[tuple[int, Row]]) -> pa.Table:
-    """Rows of VECTOR_SCHEMA for (key, (name, score)) pairs: text and vector derived from the name."""
+def vector_table(vals: list[tuple[int, Row]], vector: Vector = vector_of) -> pa.Table:
+    """Rows of VECTOR_SCHEMA for (key, (name, score)) pairs: text and vector (`vector`) derived from the name."""
     names = [v[0] for _, v in vals]
     return pa.table({"id": [k for k, _ in vals], "name": names, "score": [v[1] for _, v in vals],
-                     "text": [text_of(n) for n in names], "vec": vector_column(names)}, schema=VECTOR_SCHEMA)
+                     "text": [text_of(n) for n in names], "vec": vector_column(names, vector)}, schema=VECTOR_SCHEMA)
 
 
-def create_vector_indexes(ds: lance.LanceDataset) -> None:
-    ds.create_index("vec", "IVF_PQ", name=VECTOR_INDEX, **IVF_PQ_PARAMS)
+def create_vector_indexes(ds: lance.LanceDataset, metric: str = "l2") -> None:
+    ds.create_index("vec", "IVF_PQ", name=VECTOR_INDEX, metric=metric, **IVF_PQ_PARAMS)
     ds.create_scalar_index("text", "INVERTED", name=FTS_INDEX)
+
+
+class Where:
+    """A drawn search filter: its SQL, and the same test on a model row (key, name, score)."""
+
+    def __init__(self, sql: str, test) -> None:
+        self.sql, self.test = sql, test
+
+    def __repr__(self) -> str:  # hypothesis prints the SQL of a failing draw
+        return repr(self.sql)
+
+    def __and__(self, other: Where) -> Where:
+        return Where(f"({self.sql}) AND ({other.sql})", lambda *row: self.test(*row) and other.test(*row))
+
+
+def _has_vector(name: str) -> bool:
+    return nullable_vector_of(name) is not None
+
+
+_TERMS = st.one_of(
+    st.integers(0, 8).map(lambda n: Where(f"id < {n}", lambda k, name, score: k < n)),
+    st.integers(0, 8).map(lambda n: Where(f"id >= {n}", lambda k, name, score: k >= n)),
+    st.lists(st.integers(0, 11), min_size=1, max_size=3).map(
+        lambda ks: Where(f"id IN ({', '.join(map(str, ks))})", lambda k, name, score: k in ks)),
+    st.sampled_from([Where("score >= 0", lambda k, name, score: score >= 0),
+                     Where("vec IS NULL", lambda k, name, score: not _has_vector(name)),
+                     Where("vec IS NOT NULL", lambda k, name, score: _has_vector(name))]),
+)
+FILTERS = st.one_of(st.none(), _TERMS, st.builds(lambda a, b: a & b, _TERMS, _TERMS))
+# The base machine's setup draws (hypothesis records them on the rule): the vector machine adds the metric.
+_SETUP_ARGUMENTS = getattr(LsmMachine.setup, INITIALIZE_RULE_MARKER).arguments
 
 
 class VectorLsmMachine(LsmMachine):
     # 12 rows outside the written keys: with the 4 base keys, the 16 rows IVF_PQ trains on.
     static_keys: ClassVar[range] = range(100, 112)
+    draw_schemas: ClassVar[bool] = False  # its rows carry text and vector columns of their own
+    metric = "l2"
+
+    @initialize(metric=st.sampled_from(METRICS), **_SETUP_ARGUMENTS)
+    def setup(self, metric: str, **drawn) -> None:
+        """The base machine's setup, the vector index of the drawn metric."""
+        self.metric = metric
+        super().setup(**drawn)
 
     def _table(self, vals: list[tuple[int, Row]]) -> pa.Table:
-        return vector_table(vals)
+        table = vector_table(vals, nullable_vector_of)
+        type(self).stats["null_vectors_written"] += table.column("vec").null_count
+        return table
 
     def _create_indexes(self, ds: lance.LanceDataset) -> None:
-        create_vector_indexes(ds)
+        create_vector_indexes(ds, self.metric)
 
     def _all_merged(self) -> bool:
         merged = self._check_merged_monotonic()
@@ -89,13 +136,15 @@ class VectorLsmMachine(LsmMachine):
         ds = lance.dataset(self.uri, storage_options=lance_storage_options(self.so))
         base = ds.to_table(columns=["id", "name", "score", "text", "vec"])
         for r in base.to_pylist():
-            assert r["text"] == text_of(r["name"]) and np.array_equal(r["vec"], vector_of(r["name"])), \
+            want = nullable_vector_of(r["name"])
+            assert r["text"] == text_of(r["name"]) and (r["vec"] is None if want is None else
+                                                         np.array_equal(r["vec"], want)), \
                 f"{what}: base row {r['id']} holds another row's vector or text"
         rows = view(base)
         if self._all_merged():
             assert rows == self._lsm(False), f"{what}: the fully merged base table differs from the LSM view"
         check_lance_searches(ds, {k: v[0] for k, v in rows.items()}, {k: v[1] for k, v in rows.items()},
-                             VECTOR_INDEX, FTS_INDEX, what)
+                             VECTOR_INDEX, FTS_INDEX, what, self.metric, nullable_vector_of)
         segments = segment_counts(ds)
         assert max(segments.values()) <= DEFAULT_MAX_INDEX_SEGMENTS, f"{what}: segments over the bound: {segments}"
         type(self).stats["max_vector_segments"] = max(type(self).stats["max_vector_segments"], segments[VECTOR_INDEX])
@@ -148,12 +197,40 @@ class VectorLsmMachine(LsmMachine):
                 got = reader.search(q, k=ANN_K, filter=filter, columns=["id", "name"], nprobes=PARTITIONS,
                                     refine_factor=len(names) + 1)
                 pairs = list(zip(got.column("_distance").to_pylist(), got.column("id").to_pylist(), strict=True))
-                assert_top_k(pairs, kept, q, min(ANN_K, len(kept)), f"{what}: LSM vector search {qi} ({filter})")
-            ann = reader.search(q, k=ANN_K, columns=["id", "name"]).to_pylist()
-            assert len(ann) == min(ANN_K, len(names)), f"{what}: LSM ANN search {qi} is short: {ann}"
-            assert len({r["id"] for r in ann}) == len(ann) and all(names.get(r["id"]) == r["name"] for r in ann), \
-                f"{what}: LSM ANN search {qi} returned a stale, deleted or repeated row: {ann}"
+                assert_top_k(pairs, kept, q, ANN_K, f"{what}: LSM vector search {qi} ({filter})", self.metric,
+                             nullable_vector_of)
+            self._check_ann(reader, names, q, ANN_K, None, f"{what}: LSM ANN search {qi}")
         type(self).stats["lsm_vector_checks"] += 1
+
+    def _check_ann(self, reader: LsmReader, names: dict[int, str], q: np.ndarray, k: int, filter: str | None,
+                   what: str) -> None:
+        """At the defaults: live newest rows with a vector, each key once, never short (`names`: the rows
+        passing the filter; those with a distance to q count: not a null vector, nor any under cosine to q = 0)."""
+        ann = reader.search(q, k=k, filter=filter, columns=["id", "name"]).to_pylist()
+        eligible = sum(distance(nullable_vector_of(n), q, self.metric) is not None for n in names.values())
+        assert len(ann) == min(k, eligible), f"{what} is short: {ann}"
+        assert len({r["id"] for r in ann}) == len(ann) and all(names.get(r["id"]) == r["name"] for r in ann), \
+            f"{what} returned a stale, deleted, repeated or filtered-out row: {ann}"
+        assert all(_has_vector(r["name"]) for r in ann), f"{what} returned a row with a null vector: {ann}"
+
+    @precondition(lambda self: self.loc is not None)
+    @rule(where=FILTERS, k=st.sampled_from([1, ANN_K, 40]), qi=st.integers(0, len(QUERIES) - 1))
+    @_tracked
+    def search_vectors(self, where: Where | None, k: int, qi: int) -> None:
+        """Our vector search over the LSM view (with the live MemTables) with a drawn filter and k: every
+        partition probed and refined over all rows, it equals the brute-force newest-wins search over the rows
+        passing the filter (null vectors never results); at the defaults it is never short."""
+        reader = LsmReader(MemWalTable(self.uri, self.so), memtables=self._memtables())
+        rows = view(reader.scan())
+        kept = {key: v[0] for key, v in rows.items() if where is None or where.test(key, *v)}
+        sql, q = None if where is None else where.sql, QUERIES[qi]
+        got = reader.search(q, k=k, filter=sql, columns=["id", "name"], nprobes=PARTITIONS,
+                            refine_factor=len(rows) + 1)
+        pairs = list(zip(got.column("_distance").to_pylist(), got.column("id").to_pylist(), strict=True))
+        assert_top_k(pairs, kept, q, k, f"LSM vector search {qi}, k={k}, filter {sql}", self.metric,
+                     nullable_vector_of)
+        self._check_ann(reader, kept, q, k, sql, f"LSM ANN search {qi}, k={k}, filter {sql}")
+        type(self).stats["drawn_vector_searches"] += 1
 
     @invariant()
     @_tracked
