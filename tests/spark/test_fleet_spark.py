@@ -12,7 +12,7 @@ from memwal.fleet_batch import TableDue, from_probe
 from memwal.probe import probe_table
 from memwal.reader import LsmReader
 from spark_jobs import fleet
-from spark_jobs.fleet_runners import run_fleet_submit
+from spark_jobs.fleet_runners import run_fleet_connect, run_fleet_submit
 
 from support.maintenance import build_table
 from support.tables import open_base, sorted_rows
@@ -61,6 +61,16 @@ def test_one_spark_submit_application_runs_the_whole_batch(tmp_path):
     assert summary["failed_tables"] == [missing.uri] and summary["jobs_run"] == 6
     for loc, want in zip(locs, expected, strict=True):
         assert sorted_rows(open_base(loc).to_table()) == want
+
+
+def test_a_batch_on_one_spark_connect_session(connect_server, tmp_path):
+    """The path the hook's spark_connect engine takes (kept to one table: the other tests cover batches)."""
+    locs = _tables(tmp_path, 1)
+    entries, expected = _due(locs)
+    summary = run_fleet_connect([TableDue(str(tmp_path / "gone"), ("merge",)), entries[0]], connect_server.url)
+    assert summary["spark_connect_url"] == connect_server.url
+    assert [r["status"] for r in summary["tables"]] == ["failed", "ok"] and summary["jobs_run"] == 2
+    assert sorted_rows(open_base(locs[0]).to_table()) == expected[0]
 
 
 # --- what spark-submit is handed (a recording stand-in; no Spark) --------------------------------------------
