@@ -203,9 +203,13 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=3, help="runs per contestant (the median is reported)")
     p.add_argument("--small-fragments", type=int, default=1 << 17,
                    help="fragment rows of the extra base (second size) that measures the fragment count")
+    p.add_argument("--kinds", default=",".join(KINDS), help="backlogs to run, of: " + ", ".join(KINDS))
+    p.add_argument("--floor-only", action="store_true",
+                   help="of the extra figures, only Lance's floor (no upsert-cost probes, no small-fragment base)")
     p.add_argument("--dir", default=None)
     p.add_argument("--out", default=None)
     args = p.parse_args()
+    kinds = [k for k in args.kinds.split(",") if k]
     sizes = [int(x) for x in args.sizes.split(",") if x]
     engines = [e for e in args.engines.split(",") if e]
     limit_malloc_arenas()  # as `memwal merge` does (memwal.jobs.run_job)
@@ -229,7 +233,7 @@ def main() -> None:
                 f"({len(lance.dataset(path).get_fragments())} fragments)")
             res: dict = {}
             sums: dict = {}
-            for kind in KINDS:
+            for kind in kinds:
                 region = info["regions"]["mixed" if kind == "after_merge" else kind]
                 for engine in engines:
                     runs = []
@@ -246,12 +250,13 @@ def main() -> None:
                     sums.setdefault(kind, {})[engine] = checksum(path, info["keys"])
                 first = next(iter(sums[kind].values()))
                 res[kind]["equal"] = all(s == first for s in sums[kind].values())
-            log(f"{n} rows: where the upsert cost goes")
-            res["upsert_cost"] = where_upsert_cost_goes(path, info["version"], n)
+            if not args.floor_only:
+                log(f"{n} rows: where the upsert cost goes")
+                res["upsert_cost"] = where_upsert_cost_goes(path, info["version"], n)
             touched = np.concatenate([info["keys"][:UPDATES], info["keys"][UPDATES + INSERTS:]])
             res["floor"] = lookup_floor(path, info["version"], pa.array(touched), info["upserts"])
             res["fragments"] = len(lance.dataset(path).get_fragments())
-            if n == sizes[min(1, len(sizes) - 1)] and args.small_fragments:
+            if n == sizes[min(1, len(sizes) - 1)] and args.small_fragments and not args.floor_only:
                 small = os.path.join(work, f"small-{n}")
                 sinfo = build(small, n, fragment_rows=args.small_fragments)
                 log(f"{n} rows in {args.small_fragments}-row fragments: upserts")
@@ -271,7 +276,7 @@ def main() -> None:
         if spark is not None:
             spark.stop()
     results["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    report(results, sizes, engines)
+    report(results, sizes, engines, kinds)
     if args.out:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=2, default=str)
@@ -288,12 +293,12 @@ def _cost(u: dict) -> str:
             f"within one fragment: index {u['one_fragment_index']:.3f} s, key scan {u['one_fragment_scan']:.3f} s")
 
 
-def report(results: dict, sizes: list[int], engines: list[str]) -> None:
+def report(results: dict, sizes: list[int], engines: list[str], kinds: list[str]) -> None:
     print(f"\nmerge of {UPDATES + INSERTS:,} upserts ({UPDATES:,} updates) + {DELETES:,} deletes, one commit, "
           f"lance {results['lance']}")
     for n in sizes:
         res = results["sizes"][n]
-        for kind in KINDS:
+        for kind in kinds:
             label = KINDS[kind]
             print(f"{n:>11,} rows, {label} (tables equal: {res[kind]['equal']}):")
             for engine in engines:
@@ -301,7 +306,8 @@ def report(results: dict, sizes: list[int], engines: list[str]) -> None:
             if "baseline" in res[kind] and "local" in res[kind]:
                 ratio = res[kind]["baseline"]["s"] / res[kind]["local"]["s"]
                 print(f"    ratio baseline/ours (in process): {ratio:.2f}")
-        print(f"    upserts alone, {res['fragments']} fragments: {_cost(res['upsert_cost'])}")
+        if "upsert_cost" in res:
+            print(f"    upserts alone, {res['fragments']} fragments: {_cost(res['upsert_cost'])}")
         f = res["floor"]
         print(f"    finding the rows of the {UPDATES + DELETES:,} base keys the backlog updates or deletes: a filtered "
               f"read, index {f['read_index']:.3f} s, key scan {f['read_scan']:.3f} s; a when_matched_delete of "
@@ -327,8 +333,8 @@ def report(results: dict, sizes: list[int], engines: list[str]) -> None:
         for engine in [e for e in engines if e != "baseline"]:
             ours_hi = results["sizes"][hi]["mixed"][engine]["s"]
             print(f"  baseline / ours ({engine}) at {hi:,}: {base_hi / ours_hi:.2f}   (target >= 3)")
-        after = results["sizes"][hi]["after_merge"]
-        for engine in [e for e in engines if e != "baseline"]:
+        after = results["sizes"][hi].get("after_merge", {})
+        for engine in [e for e in engines if e != "baseline" and e in after]:
             print(f"  baseline / ours ({engine}) at {hi:,}, after an earlier merge: "
                   f"{after['baseline']['s'] / after[engine]['s']:.2f}   (for reference)")
     print("\nthe fragment apply (issue 26), in process:")
@@ -339,7 +345,7 @@ def report(results: dict, sizes: list[int], engines: list[str]) -> None:
             print(f"  {n:>11,} rows: ours ({engine}) / Lance's floor (a delete of the touched keys through the "
                   f"index + an append of the new rows, {floor:.3f} s): {res['mixed'][engine]['s'] / floor:.2f}   "
                   f"(target <= 1.3 at 8M and 32M)")
-    for engine in [e for e in engines if e != "baseline"]:
+    for engine in [e for e in engines if e != "baseline" and "fresh" in kinds]:
         a, b = results["sizes"][lo]["fresh"][engine]["s"], results["sizes"][sizes[-1]]["fresh"][engine]["s"]
         print(f"  fresh-key inserts, ours ({engine}) at {sizes[-1]:,} / at {lo:,}: {b / a:.2f}   (target <= 1.5)")
     if "distributed" in results:
@@ -347,7 +353,7 @@ def report(results: dict, sizes: list[int], engines: list[str]) -> None:
 
         report_distributed(results["distributed"])
     print(f"peak RSS of this process: {results['peak_rss_mb']:.0f} MiB")
-    equal = all(results["sizes"][n][k]["equal"] for n in sizes for k in KINDS)
+    equal = all(results["sizes"][n][k]["equal"] for n in sizes for k in kinds)
     print(f"every contestant's table equal to the others': {equal}")
 
 

@@ -36,12 +36,14 @@ DEFAULT_INLINE_THRESHOLD = 100  # regions up to which snapshots are stored inlin
 
 @dataclass(frozen=True)
 class MergeConfig:
-    """Budgets of one commit (over all the regions it carries) and of one planning round.
+    """Budgets of one commit and of one planning round.
 
-    max_generations_per_commit / max_bytes_per_commit: generations and generation bytes one commit may
-    apply (always at least one generation). max_commits_per_round: how many commits are planned (and, with
-    a batch dedup, staged) before the index is read again. max_attempts: refused commits of a region
-    before it is reported failed. planning_threads: region manifests read in parallel while planning.
+    max_generations_per_commit: generations of one region one commit may apply (always at least one);
+    max_bytes_per_commit: generation bytes one commit may apply, over all the regions it carries.
+    max_commits_per_round: how many commits are planned (and, with a batch dedup, staged) before the index
+    is read again. max_attempts: refused commits of a region before it is reported failed.
+    planning_threads: region manifests read, and (in process) a commit's region batches deduplicated, in
+    parallel.
     apply: how a commit reaches the base table: "passes" (a delete pass and an upsert pass, Lance
     merge-insert), "fragments" (`memwal.merge_apply`: rows located, fragments rewritten in tasks, one
     Update then the marker) or "auto" (`memwal.merge_apply.choose_apply`).

@@ -96,6 +96,10 @@ class MergeInput:
     # holds the others, often none): the scan path's tasks read them there, the other paths on the driver
     staged_deleted: tuple[str, ...] = ()
     staged_deleted_rows: int = 0
+    # per region: the lowest generation holding a winning upsert and a winning tombstone (None: none); it
+    # tells which pass may carry the batch's first marker step (`merge_commit.plan_passes`); a region it
+    # lacks is taken as unknown (the default order)
+    winners: dict[str, tuple[int | None, int | None]] = field(default_factory=dict)
 
     @property
     def deleted_rows(self) -> int:
@@ -215,32 +219,41 @@ def plan_commits(
 ) -> list[list[list[GenerationRef]]]:
     """Commits (each a list of region batches) for the pending generations of several regions.
 
-    Each region is cut into batches exactly as if it were merged alone (`plan_batch`); the batches are then
-    packed into commits in order (regions in the given order, each region's batches ascending): a batch
-    joins the current commit while the commit stays within the generation and byte budgets and does not
-    yet carry that region, else it starts the next commit. At most max_commits_per_round commits.
+    Each region is cut into batches exactly as if it were merged alone (`plan_batch`: the generation count
+    and the byte budget per batch); the batches are then packed into commits wave by wave (every region's
+    first batch, in the given region order, then every region's second batch, ...): a batch joins the
+    current commit while the commit stays within the byte budget (what the commit holds) and does not yet
+    carry that region, else it starts the next commit. The generation count is per region batch, not
+    summed over the commit: a commit's Lance commits follow its longest batch (one marker step per
+    generation, memwal.merge_commit), not its region count, so 64 regions of 2 small generations are one
+    commit, not 16 (issue 44). At most max_commits_per_round commits.
     """
-    commits: list[list[list[GenerationRef]]] = []
-    current: list[list[GenerationRef]] = []
-    gens = nbytes = 0
-    limit = regions_per_commit or 1 << 30
+    waves: list[list[list[GenerationRef]]] = []
     for refs in pending:
         rest = list(refs)
+        k = 0
         while rest:
             batch = plan_batch(rest, config)
             rest = rest[len(batch):]
-            size = sum(r.nbytes for r in batch)
-            fits = (gens + len(batch) <= config.max_generations_per_commit
-                    and nbytes + size <= config.max_bytes_per_commit and len(current) < limit
-                    and all(b[0].region_id != batch[0].region_id for b in current))
-            if current and not fits:
-                commits.append(current)
-                current, gens, nbytes = [], 0, 0
-                if len(commits) >= config.max_commits_per_round:
-                    return commits
-            current.append(batch)
-            gens += len(batch)
-            nbytes += size
+            if k == len(waves):
+                waves.append([])
+            waves[k].append(batch)
+            k += 1
+    commits: list[list[list[GenerationRef]]] = []
+    current: list[list[GenerationRef]] = []
+    nbytes = 0
+    limit = regions_per_commit or 1 << 30
+    for batch in (b for wave in waves for b in wave):
+        size = sum(r.nbytes for r in batch)
+        fits = (nbytes + size <= config.max_bytes_per_commit and len(current) < limit
+                and all(b[0].region_id != batch[0].region_id for b in current))
+        if current and not fits:
+            commits.append(current)
+            current, nbytes = [], 0
+            if len(commits) >= config.max_commits_per_round:
+                return commits
+        current.append(batch)
+        nbytes += size
     if current:
         commits.append(current)
     return commits[: config.max_commits_per_round]
@@ -263,17 +276,33 @@ def split_winners(winners: pa.Table, pk: list[str], schema: pa.Schema) -> tuple[
     return upserts, deletes
 
 
+def lowest_winners(winners: pa.Table) -> tuple[int | None, int | None]:
+    """The lowest generation holding a winning upsert and a winning tombstone (None: there is none), from
+    the newest version of each key (`MergeInput.winners`)."""
+    tomb, gen = winners.column(naming.TOMBSTONE_COLUMN), winners.column(GEN_COLUMN)
+    up, down = pc.min(pc.filter(gen, pc.invert(tomb))).as_py(), pc.min(pc.filter(gen, tomb)).as_py()
+    return up, down
+
+
+def dedup_batch(tables: Sequence[pa.Table], pk: list[str],
+                schema: pa.Schema) -> tuple[pa.Table, pa.Table, int, tuple[int | None, int | None]]:
+    """`dedup_generations`, and the batch's `lowest_winners`."""
+    rows = pa.concat_tables(tables, promote_options="permissive")
+    winners = newest_per_key(rows, pk)
+    upserts, deletes = split_winners(winners, pk, schema)
+    return (upserts, deletes.cast(pa.schema([schema.field(c) for c in pk])), rows.num_rows,
+            lowest_winners(winners))
+
+
 def dedup_generations(tables: Sequence[pa.Table], pk: list[str], schema: pa.Schema) -> tuple[pa.Table, pa.Table, int]:
     """(upserts, deleted keys, rows read) of one region batch's generation tables (from read_generation)."""
-    rows = pa.concat_tables(tables, promote_options="permissive")
-    upserts, deletes = split_winners(newest_per_key(rows, pk), pk, schema)
-    return upserts, deletes.cast(pa.schema([schema.field(c) for c in pk])), rows.num_rows
+    return dedup_batch(tables, pk, schema)[:3]
 
 
 def local_dedup(refs: Sequence[GenerationRef], pk: list[str], schema: pa.Schema, store: ObjectStore) -> MergeInput:
     """In-process dedup with pyarrow (the library path; the Spark job supplies its own)."""
-    upserts, deletes, n = dedup_generations([read_generation(r, store) for r in refs], pk, schema)
-    return MergeInput(lambda: upserts, deletes, n)
+    upserts, deletes, n, lowest = dedup_batch([read_generation(r, store) for r in refs], pk, schema)
+    return MergeInput(lambda: upserts, deletes, n, winners={refs[0].region_id: lowest})
 
 
 def _is_stale_marker(exc: BaseException) -> bool:
@@ -337,7 +366,8 @@ class _Combined:
                                 else schema.empty_table().select(pk), sum(p.rows_read for p in self.parts),
                                 staged=files, staged_rows=sum(self.upserted) if staged else 0,
                                 staged_deleted=tuple(f for p in self.parts for f in p.staged_deleted),
-                                staged_deleted_rows=sum(p.staged_deleted_rows for p in self.parts))
+                                staged_deleted_rows=sum(p.staged_deleted_rows for p in self.parts),
+                                winners={r: w for p in self.parts for r, w in p.winners.items()})
 
     def open(self) -> pa.Table:
         opened = [p.open_upserts() for p in self.parts]
@@ -359,9 +389,9 @@ class _Round:
     commit at a time); every MergeInput made is cleaned up once (after its commit attempt, or at the end)."""
 
     def __init__(self, dedup: Dedup, commits: list[list[list[GenerationRef]]], pk, schema, store: ObjectStore,
-                 timings: dict[str, float]):
+                 timings: dict[str, float], threads: int = 1):
         self.dedup, self.commits, self.pk, self.schema, self.store = dedup, commits, pk, schema, store
-        self.timings = timings
+        self.timings, self.threads = timings, threads
         self.made: list[_Once] = []
         self.ready: dict[tuple[int, int], MergeInput | BaseException] | None = None
 
@@ -389,19 +419,34 @@ class _Round:
                 self.made.append(_Once(result))
             self.ready[key] = result
 
+    def _one(self, refs: Sequence[GenerationRef]) -> MergeInput | BaseException:
+        try:
+            return self.dedup(refs, self.pk, self.schema, self.store)
+        except (MemWalError, MissingGenerationError, OSError) as exc:
+            return exc
+
     def inputs(self, c: int) -> list[MergeInput | BaseException]:
-        """One MergeInput (or the exception of its dedup) per region batch of commit c."""
+        """One MergeInput (or the exception of its dedup) per region batch of commit c. The in-process dedup
+        of a commit's region batches runs in `threads` threads (Lance's reads and pyarrow's kernels release
+        the GIL: 64 regions' generations are read side by side); a hook of the caller's runs one by one."""
         if self.ready is None:
             self._batch_all()
+        batches = self.commits[c]
+        todo = [b for b in range(len(batches)) if (c, b) not in self.ready]
+        threads = min(self.threads, len(todo)) if self.dedup is local_dedup else 1
+        started = time.monotonic()
+        if threads > 1:
+            with ThreadPoolExecutor(threads, thread_name_prefix="memwal-dedup") as pool:
+                done = dict(zip(todo, pool.map(lambda b: self._one(batches[b]), todo), strict=True))
+        else:
+            done = {b: self._one(batches[b]) for b in todo}
+        if todo:
+            self.timings["dedup"] = self.timings.get("dedup", 0.0) + time.monotonic() - started
         out: list[MergeInput | BaseException] = []
-        for b, refs in enumerate(self.commits[c]):
-            result = self.ready.pop((c, b), None)
-            if result is None:
-                try:
-                    result = self._timed(self.dedup, refs, self.pk, self.schema, self.store)
-                    self.made.append(_Once(result))
-                except (MemWalError, MissingGenerationError, OSError) as exc:
-                    result = exc
+        for b in range(len(batches)):
+            result = self.ready.pop((c, b)) if b not in done else done[b]
+            if b in done and isinstance(result, MergeInput):
+                self.made.append(_Once(result))
             out.append(result)
         return out
 
@@ -639,7 +684,8 @@ def _commit_step(run: _MergeRun, rnd: _Round, c: int, later: Sequence[list[list[
 def _merge_round(run: _MergeRun, commits: list[list[list[GenerationRef]]], dedup: Dedup) -> _Outcome:
     """The commits of one round, in order, until one does not land; the round's inputs cleaned up."""
     table = run.table
-    rnd = _Round(dedup, commits, table.primary_key, table.schema, table.store, run.timings)
+    rnd = _Round(dedup, commits, table.primary_key, table.schema, table.store, run.timings,
+                 run.config.planning_threads)
     try:
         for c in range(len(commits)):
             outcome = _commit_step(run, rnd, c, commits[c:])

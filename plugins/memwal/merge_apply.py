@@ -994,8 +994,10 @@ Apply = Callable[[MemWalTable, Sequence[tuple[str, int]], Mapping[str, int], "Me
 
 def passes(table: MemWalTable, markers: Sequence[tuple[str, int]], since: Mapping[str, int],
            data: MergeData) -> CommitPasses:
-    """The two passes (`merge_commit.commit_passes`) on a MergeInput's upserts and deleted keys."""
-    return commit_passes(table, markers, since, data.open_upserts(), data.open_deleted(table.store))
+    """The two passes (`merge_commit.commit_passes`) on a MergeInput's upserts and deleted keys (and, where
+    the dedup told, each region's lowest winning generations: `MergeInput.winners`)."""
+    return commit_passes(table, markers, since, data.open_upserts(), data.open_deleted(table.store),
+                         getattr(data, "winners", None))
 
 
 def choose_apply(mode: str, runner: TaskRunner | None = None, parallelism: int = 1) -> Apply:

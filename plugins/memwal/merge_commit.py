@@ -71,8 +71,8 @@ from lance.mem_wal import CompactedSsTable
 from memwal.faults import fault_point
 from memwal.table import MemWalTable
 
-__all__ = ["CommitPasses", "Overtaken", "advance_markers", "check_progress", "commit_passes", "is_conflict",
-           "marker_steps", "run_pass", "use_index"]
+__all__ = ["CommitPasses", "Overtaken", "PassOrder", "advance_markers", "check_progress", "commit_passes",
+           "is_conflict", "marker_steps", "plan_passes", "run_pass", "use_index"]
 
 log = logging.getLogger(__name__)
 
@@ -234,14 +234,56 @@ def advance_markers(table: MemWalTable, steps: Sequence[Sequence[tuple[str, int]
     return made
 
 
+@dataclass(frozen=True)
+class PassOrder:
+    """Which pass goes first and the marker steps each commit carries (`plan_passes`): `first` rides on the
+    first of two passes (none when the deletes go first), `last` on the last data pass, `rest` are the
+    marker-only commits after it."""
+
+    upserts_first: bool
+    first: list[tuple[str, int]]
+    last: list[tuple[str, int]]
+    rest: list[list[tuple[str, int]]]
+
+
+Winners = Mapping[str, tuple[int | None, int | None]]
+
+
+def plan_passes(markers: Sequence[tuple[str, int]], since: Mapping[str, int], winners: Winners,
+                upserts: bool, deletes: bool) -> PassOrder:
+    """The passes' order and their marker steps. Deletes first (the default: the upsert pass then reads the
+    version before our Lance delete, module docstring) carries every region's first step on the upsert
+    pass. Upserts first is taken only when it saves a marker-only commit and every region of the commit
+    can carry its first step on the upsert pass: the step `since+1` may ride on a pass only if, once it
+    lands, the base holds the newest state of every key whose newest version lies in generation since+1
+    or below; after the upsert pass that fails exactly for a key whose winning tombstone is in since+1.
+    `winners`: per region, the lowest generation holding a winning upsert and a winning tombstone (None:
+    there is none); a region it lacks is unknown, so never first on the upsert pass."""
+    steps = marker_steps(markers, since)
+    if not (upserts and deletes):
+        return PassOrder(False, [], steps[0], steps[1:])
+    default = PassOrder(False, [], steps[0], steps[1:])
+    early = all(r in winners and (winners[r][1] is None or winners[r][1] > since[r] + 1) for r, _ in markers)
+    if not early:
+        return default
+    after = {r: since[r] + 1 for r, _ in markers}
+    second = marker_steps([(r, g) for r, g in markers if g > after[r]], after)
+    if not second or len(second) - 1 >= len(steps) - 1:  # no tombstone left for a last pass, or nothing saved
+        return default
+    return PassOrder(True, steps[0], second[0], second[1:])
+
+
 def commit_passes(table: MemWalTable, markers: Sequence[tuple[str, int]], since: Mapping[str, int],
-                  upserts: pa.Table, deleted_keys: pa.Table) -> CommitPasses:
-    """Apply one commit's deletes, then its upserts with the first marker step of every region, then the
-    other steps (see module docstring), on the table's key. Call under the MemWAL index lock. `since`:
-    merged generation per region the plan started from."""
+                  upserts: pa.Table, deleted_keys: pa.Table, winners: Winners | None = None) -> CommitPasses:
+    """Apply one commit's deletes and upserts in the order `plan_passes` picks, each data pass with its
+    marker steps, then the marker-only steps (see module docstring), on the table's key. Call under the
+    MemWAL index lock. `since`: merged generation per region the plan started from; `winners`: see
+    `plan_passes`."""
+    order = plan_passes(markers, since, winners or {}, upserts.num_rows > 0, deleted_keys.num_rows > 0)
+    if order.upserts_first:
+        return _upserts_first(table, since, upserts, deleted_keys, order)
     out = CommitPasses()
-    first, *rest = marker_steps(markers, since)
-    compacted = [CompactedSsTable(r, g) for r, g in first]
+    compacted = [CompactedSsTable(r, g) for r, g in order.last]
     pk = list(table.primary_key)
     pinned = None
     if deleted_keys.num_rows:
@@ -252,7 +294,7 @@ def commit_passes(table: MemWalTable, markers: Sequence[tuple[str, int]], since:
         out.timings_s["delete_pass"] = time.monotonic() - started
         out.deleted, out.table_commits = stats.get("num_deleted_rows", 0), 1
         if only:
-            out.table_commits += advance_markers(table, rest)
+            out.table_commits += advance_markers(table, order.rest)
             return out
         if len(pk) == 1:
             # a Delete operation, which Lance rebases an upsert onto; the delete moved the handle's dataset
@@ -260,14 +302,41 @@ def commit_passes(table: MemWalTable, markers: Sequence[tuple[str, int]], since:
             pinned = (read, table.version)
         fault_point("merge.between_passes")
 
-    def upsert(ds: lance.LanceDataset) -> dict:
+    started = time.monotonic()
+    _, _, out.upsert_before_delete_pass = run_pass(table, since, _upsert_pass(pk, upserts, compacted), "upsert",
+                                                   pinned)
+    out.timings_s["upsert_pass"] = time.monotonic() - started
+    out.upserted = upserts.num_rows
+    out.table_commits += 1 + advance_markers(table, order.rest)
+    return out
+
+
+def _upsert_pass(pk: list[str], upserts: pa.Table, compacted: list[CompactedSsTable]) -> Pass:
+    def execute(ds: lance.LanceDataset) -> dict:
         return (ds.merge_insert(pk).when_matched_update_all().when_not_matched_insert_all()
                 .mark_sstables_as_compacted(compacted)
                 .use_index(use_index(ds, upserts, pk)).conflict_retries(0).execute(upserts))
 
+    return execute
+
+
+def _upserts_first(table: MemWalTable, since: Mapping[str, int], upserts: pa.Table, deleted_keys: pa.Table,
+                   order: PassOrder) -> CommitPasses:
+    """The upsert pass with every region's first step, then the delete pass (a merge-insert) with the next
+    steps, then the marker-only rest: one commit fewer than deletes first (`plan_passes` says when)."""
+    out = CommitPasses()
+    pk = list(table.primary_key)
     started = time.monotonic()
-    _, _, out.upsert_before_delete_pass = run_pass(table, since, upsert, "upsert", pinned)
+    run_pass(table, since, _upsert_pass(pk, upserts, [CompactedSsTable(r, g) for r, g in order.first]), "upsert")
     out.timings_s["upsert_pass"] = time.monotonic() - started
-    out.upserted = upserts.num_rows
-    out.table_commits += 1 + advance_markers(table, rest)
+    out.upserted, out.table_commits = upserts.num_rows, 1
+    fault_point("merge.between_passes")
+    known = table.version  # our upsert pass: progress there is its first steps
+    started = time.monotonic()
+    stats, _, _ = run_pass(table, {r: g for r, g in order.first},
+                           _delete_pass(pk, deleted_keys, [CompactedSsTable(r, g) for r, g in order.last]),
+                           "delete", known=known)
+    out.timings_s["delete_pass"] = time.monotonic() - started
+    out.deleted = stats.get("num_deleted_rows", 0)
+    out.table_commits += 1 + advance_markers(table, order.rest)
     return out

@@ -14,6 +14,7 @@ from memwal.table import MemWalTable
 from memwal.writer import RegionWriter, WriterConfig
 
 from support.maintenance import merge_region, write_generations
+from support.pass_order import force_deletes_first
 from support.tables import create_base, open_base, rows, sorted_rows
 
 ONE_GEN_PER_FLUSH = WriterConfig(max_memtable_rows=10**9, max_flush_interval_s=None)
@@ -228,8 +229,9 @@ def test_one_commit_carries_the_markers_of_several_regions(local_location):
     v0 = open_base(loc).version
     before = sorted_rows(LsmReader(loc.uri).scan())
     summary = merge_table(loc.uri)
-    assert summary.table_commits == 3 and open_base(loc).version == v0 + 3, (
-        "6 generations fit one commit: its delete pass, its upsert pass and one marker-only step")
+    assert summary.table_commits == 2 and open_base(loc).version == v0 + 2, (
+        "6 generations fit one commit; every tombstone is in generation 2, so the upsert pass (first) carries "
+        "step 1 and the delete pass step 2: no marker-only commit")
     assert _marker_advances(loc, v0) == [dict.fromkeys(regions, 1), dict.fromkeys(regions, 2)], (
         "every region's marker moves in the same commits, one generation per commit")
     assert sorted_rows(open_base(loc).to_table()) == before
@@ -238,17 +240,18 @@ def test_one_commit_carries_the_markers_of_several_regions(local_location):
     assert [r.rows_deleted for r in summary.regions] == [1, 1, 1]
 
 
-def test_commit_budgets_hold_over_all_regions_of_a_commit(local_location):
+def test_commit_budgets_hold_per_region_batch_and_over_all_regions_of_a_commit(local_location):
     loc = local_location
     regions = _regions_table(loc, 3, 3)
     v0 = open_base(loc).version
     before = sorted_rows(LsmReader(loc.uri).scan())
-    summary = merge_table(loc.uri, config=MergeConfig(max_generations_per_commit=4))
+    summary = merge_table(loc.uri, config=MergeConfig(max_generations_per_commit=2))
     advances = _marker_advances(loc, v0)
-    assert summary.table_commits == 4 * len(regions) == 12, (
-        "3 + 3 generations exceed the budget of 4: a commit per region, each a delete pass, an upsert pass "
-        "and two marker-only steps")
-    assert [set(a) for a in advances] == [{r} for r in regions for _ in range(3)]
+    assert summary.table_commits == 4, (
+        "3 generations per region exceed the count of 2: every region's generations 1..2 in one commit (no "
+        "tombstone there: one upsert pass with step 1, a marker-only step 2), then every region's generation "
+        "3 in one more (a delete pass, an upsert pass with step 3)")
+    assert advances == [dict.fromkeys(regions, g) for g in (1, 2, 3)], advances
     summary = merge_table(loc.uri)
     assert summary.table_commits == 0
     assert sorted_rows(open_base(loc).to_table()) == before
@@ -323,11 +326,20 @@ def test_plan_commits_packs_whole_region_batches_in_order():
         return [[(b[0].region_id, b[0].generation, b[-1].generation) for b in c] for c in commits]
 
     assert shape(plan_commits([refs("a", 20), refs("b", 2)], MergeConfig())) == [
-        [("a", 1, 8)], [("a", 9, 16)], [("a", 17, 20), ("b", 1, 2)]]
+        [("a", 1, 8), ("b", 1, 2)], [("a", 9, 16)], [("a", 17, 20)]], "every region's first batch first"
+    # the generation count is per region batch: regions share a commit within the byte budget alone
     assert shape(plan_commits([refs("a", 3), refs("b", 3)], MergeConfig(max_generations_per_commit=4))) == [
-        [("a", 1, 3)], [("b", 1, 3)]]
-    assert shape(plan_commits([refs(x, 2) for x in "abcdef"], MergeConfig(max_commits_per_round=2))) == [
+        [("a", 1, 3), ("b", 1, 3)]]
+    assert shape(plan_commits([refs("a", 5), refs("b", 3)], MergeConfig(max_generations_per_commit=4))) == [
+        [("a", 1, 4), ("b", 1, 3)], [("a", 5, 5)]]
+    assert shape(plan_commits([refs(x, 2) for x in "abcdef"], MergeConfig(max_bytes_per_commit=80,
+                                                                         max_commits_per_round=2))) == [
         [("a", 1, 2), ("b", 1, 2), ("c", 1, 2), ("d", 1, 2)], [("e", 1, 2), ("f", 1, 2)]]
+    assert shape(plan_commits([refs(x, 2) for x in "abcdefghij"], MergeConfig(max_bytes_per_commit=40,
+                                                                             max_commits_per_round=2))) == [
+        [("a", 1, 2), ("b", 1, 2)], [("c", 1, 2), ("d", 1, 2)]]
+    assert len(plan_commits([refs(str(i), 2) for i in range(64)], MergeConfig())) == 1, (
+        "64 regions of 2 small generations: one commit")
     assert shape(plan_commits([refs("a", 2), refs("b", 2)], MergeConfig(max_bytes_per_commit=25))) == [
         [("a", 1, 2)], [("b", 1, 2)]]
     assert shape(plan_commits([refs(x, 1) for x in "abc"], MergeConfig(), regions_per_commit=1)) == [
@@ -392,7 +404,7 @@ def test_a_lock_timeout_keeps_what_was_merged_and_names_the_lock(local_location)
         return local_dedup(refs, pk, schema, store)
 
     try:
-        summary = merge_table(table, config=MergeConfig(max_generations_per_commit=1), dedup=dedup_then_lock)
+        summary = merge_table(table, config=MergeConfig(max_bytes_per_commit=1), dedup=dedup_then_lock)
     finally:
         holder.release()
     first, second = deduped
@@ -463,7 +475,7 @@ def test_a_lost_lease_fails_only_the_regions_not_yet_committed(local_location, m
     first, second = _regions_table(loc, 2, 1)
     lease = _Lease(monkeypatch, loc, on_acquire=lambda n: n == 2)
     try:
-        summary = merge_table(loc.uri, config=MergeConfig(max_generations_per_commit=1))
+        summary = merge_table(loc.uri, config=MergeConfig(max_bytes_per_commit=1))
     finally:
         lease.release()
     assert lease.takers, "the lease was never taken over"
@@ -494,6 +506,7 @@ def test_a_lease_lost_between_marker_steps_reports_the_progress_the_index_record
 
     loc = local_location
     regions = _regions_table(loc, 2, 2)
+    force_deletes_first(monkeypatch)  # so that step 2 is a marker-only commit (not the delete pass)
     lease = _Lease(monkeypatch, loc)
     real = merge_commit.fault_point
 

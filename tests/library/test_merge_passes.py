@@ -20,6 +20,7 @@ from memwal.merge import MergeConfig
 
 from support.maintenance import merge_region, merge_without_our_lock
 from support.merge_passes import exact_everywhere, lsm_view, passes_table
+from support.pass_order import force_deletes_first
 from support.tables import lance_core_scan, open_base, rows, view
 
 ONE = MergeConfig(max_generations_per_commit=1)
@@ -133,6 +134,7 @@ def test_a_merger_without_our_lock_between_our_passes(local_location, monkeypatc
     delete 5 for good.
     """
     loc = local_location
+    force_deletes_first(monkeypatch)
     region = passes_table(loc, [([5], "g1", []), ([20], "g2", [5])])
     model, v0 = lsm_view(loc), open_base(loc).version
     assert 5 not in model
@@ -146,6 +148,62 @@ def test_a_merger_without_our_lock_between_our_passes(local_location, monkeypatc
     _between_passes(monkeypatch, other_merger)
     ours = merge_region(loc.uri, None, region, MergeConfig(max_generations_per_commit=2))
     assert ours.conflicts == 1 and ours.generations == [2] and ours.generations_merged_by_others == 1
+    exact_everywhere(loc, v0, model)
+
+
+def test_upserts_first_a_merger_without_our_lock_between_our_passes(local_location, monkeypatch):
+    """
+    we plan gens 1..2 (gen 1 updates base key 5, gen 2 deletes it and inserts 20): every tombstone lies
+    above gen 1, so the upsert pass goes first and carries marker 1 | it inserts 20 (5 keeps its base row:
+    its newest version is gen 2's tombstone, which still shadows it) | a merger that does not take our lock
+    merges gen 2 (marker 2) | our delete pass, carrying marker 2, sees progress moved and is not run: we
+    plan again and find nothing left. The view is exact at every version.
+    """
+    loc = local_location
+    region = passes_table(loc, [([5], "g1", []), ([20], "g2", [5])])
+    model, v0 = lsm_view(loc), open_base(loc).version
+    seen = []
+
+    def other_merger(n: int) -> None:
+        if n == 1:
+            seen.append((5 in _base_ids(loc), 20 in _base_ids(loc), load_index(loc.uri).merged_generations))
+            merge_without_our_lock(loc.uri, None, region)
+            assert 5 not in _base_ids(loc) and load_index(loc.uri).merged_generations == {region: 2}
+
+    _between_passes(monkeypatch, other_merger)
+    ran = _passes(monkeypatch)
+    ours = merge_region(loc.uri, None, region, MergeConfig(max_generations_per_commit=2))
+    assert seen == [(True, True, {region: 1})], "the upsert pass went first, with marker 1"
+    assert ran[0][0] == "upsert" and ran[0][3] == "ok", ran
+    # the refused commit is reported as a conflict as a whole (its first step counts as merged by others)
+    assert ours.conflicts == 1 and ours.generations == [] and ours.generations_merged_by_others == 2
+    assert load_index(loc.uri).merged_generations == {region: 2}
+    exact_everywhere(loc, v0, model)
+
+
+def test_upserts_first_a_merger_without_our_lock_before_our_upsert_pass(local_location, monkeypatch):
+    """
+    we plan gens 1..2 upserts first and check progress | a merger that does not take our lock merges gen 1
+    (inserting fresh key 20 with gen 1's value) | our upsert pass, which also inserts 20 (gen 2's value),
+    carries marker 1: Lance refuses it as stale (or it conflicts), so 20 is never inserted twice; we plan
+    again from 1 and merge gen 2.
+    """
+    loc = local_location
+    region = passes_table(loc, [([20], "g1", []), ([20, 21], "g2", [3])])
+    model, v0 = lsm_view(loc), open_base(loc).version
+
+    def other_merger(n: int) -> None:
+        if n == 1:  # our upsert pass's check
+            merge_without_our_lock(loc.uri, None, region, up_to_generation=1)
+
+    _after_check(monkeypatch, other_merger)
+    ran = _passes(monkeypatch)
+    ours = merge_region(loc.uri, None, region, MergeConfig(max_generations_per_commit=2))
+    ours_first = [p for p in ran if p[0] == "upsert"]
+    assert ours_first and ours_first[-1][3] == "ok" and any(p[3] != "ok" for p in ran), ran
+    assert ours.conflicts == 1 and ours.generations == [2] and ours.generations_merged_by_others == 1
+    ids = open_base(loc).to_table().column("id").to_pylist()
+    assert sorted(ids) == sorted(set(ids)), "a key inserted twice"
     exact_everywhere(loc, v0, model)
 
 

@@ -27,16 +27,21 @@ from memwal.merge import MergeConfig, merge_table
 from support.apply_runner import use_fragment_apply
 from support.maintenance import merge_region, merge_without_our_lock, write_generations
 from support.merge_passes import exact_everywhere, lsm_view
+from support.pass_order import force_deletes_first
 from support.tables import lance_core_scan, open_base, rows, view
 
 BATCH = 3  # generations per commit: a region's whole backlog in one commit
 
 
-@pytest.fixture(params=["passes", "lookup", "scan"])
+@pytest.fixture(params=["passes", "upserts_first", "lookup", "scan"])
 def path(request, monkeypatch) -> str:
-    """Every test on each apply path: the two passes, the fragment apply through the key lookup, and
-    through the scan (tiny tables would always take one of them by the cost rule)."""
-    if request.param != "passes":
+    """Every test on each apply path: the two passes deletes first (forced) and upserts first (what
+    `merge_commit.plan_passes` picks when every tombstone of the batch lies above its first generation, as
+    in CASES), the fragment apply through the key lookup, and through the scan (tiny tables would always
+    take one of them by the cost rule)."""
+    if request.param == "passes":
+        force_deletes_first(monkeypatch)
+    elif request.param != "upserts_first":
         use_fragment_apply(monkeypatch)
         monkeypatch.setattr(merge_apply, "use_index", lambda ds, keys, pk=(): request.param == "lookup")
     return request.param
@@ -87,11 +92,12 @@ def _before_commit(monkeypatch, nth: int, action) -> list[int]:
 
 
 # the point between our first data commit and the commit that carries the first marker step, per path
-BETWEEN_DATA_AND_MARKER = {"passes": "merge.between_passes", "lookup": "merge.between_update_and_marker",
-                           "scan": "merge.between_update_and_marker"}
-# our commit that carries the first marker step: the upsert pass after the delete pass; the marker commit
-# after the fragment apply's Update
-FIRST_MARKER_COMMIT = {"passes": 2, "lookup": 2, "scan": 2}
+BETWEEN_DATA_AND_MARKER = {"passes": "merge.between_passes", "upserts_first": "merge.between_passes",
+                           "lookup": "merge.between_update_and_marker", "scan": "merge.between_update_and_marker"}
+# our commit that carries the first marker step: the upsert pass after the delete pass; upserts first, the
+# upsert pass itself (our first commit: no data of ours lands before a marker); the marker commit after the
+# fragment apply's Update
+FIRST_MARKER_COMMIT = {"passes": 2, "upserts_first": 1, "lookup": 2, "scan": 2}
 
 
 def _lance_core_merges(loc, region: str, generation: int, upserts) -> None:
@@ -161,7 +167,7 @@ def test_a_merger_between_two_marker_steps_makes_the_next_step_stale(local_locat
         else:
             merge_without_our_lock(loc.uri, None, region, config=MergeConfig(apply="passes"), up_to_generation=2)
 
-    step_two = 2 if path == "passes" else 3  # the upsert pass (step 1), or the Update and the marker commit
+    step_two = 2 if path in ("passes", "upserts_first") else 3  # the upsert pass (step 1), or the Update + marker
     checks = _before_commit(monkeypatch, step_two, other)
     ours = merge_region(loc.uri, None, region, MergeConfig(max_generations_per_commit=BATCH))
     assert len(checks) >= step_two, "our commit of three generations made no marker-only step"
@@ -187,7 +193,7 @@ def test_progress_moves_one_generation_per_commit(local_location, monkeypatch, p
     v1 = open_base(loc).version
     write_generations(loc, region, [([8], "g4", [])])
     merge_region(loc.uri, None, region, MergeConfig(max_generations_per_commit=BATCH))
-    data_commits = 1 if path == "passes" else 2  # one upsert pass; or the Update + the marker commit
+    data_commits = 1 if path in ("passes", "upserts_first") else 2  # one upsert pass; or the Update + the marker commit
     assert open_base(loc).version - v1 == data_commits, "a one-generation batch must cost no extra commit"
 
 

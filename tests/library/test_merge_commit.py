@@ -1,0 +1,68 @@
+"""memwal.merge_commit: which pass goes first and which marker steps each commit carries (issue 44: one
+merge commit at Lance's floor). The races around the passes are in test_merge_passes.py and
+test_merge_window.py."""
+
+import pytest
+
+from memwal.mem_wal_index import read_details_at
+from memwal.merge import MergeConfig
+from memwal.merge_commit import PassOrder, plan_passes
+
+from support.maintenance import merge_region
+from support.merge_passes import exact_everywhere, lsm_view, passes_table
+from support.tables import open_base
+
+TWO = MergeConfig(max_generations_per_commit=2)
+
+
+def test_upserts_go_first_only_when_every_region_can_carry_its_first_step_there():
+    since = {"a": 0, "b": 4}
+    markers = [("a", 2), ("b", 7)]
+    # every tombstone above since+1: the upsert pass carries a1 b5, the delete pass a2 b6, then b7 alone
+    up = plan_passes(markers, since, {"a": (1, 2), "b": (5, None)}, True, True)
+    assert up == PassOrder(True, [("a", 1), ("b", 5)], [("a", 2), ("b", 6)], [[("b", 7)]])
+    # region b has a tombstone in its first generation (5): deletes first, every first step on the upsert pass
+    default = PassOrder(False, [], [("a", 1), ("b", 5)], [[("a", 2), ("b", 6)], [("b", 7)]])
+    assert plan_passes(markers, since, {"a": (1, 2), "b": (5, 5)}, True, True) == default
+    assert plan_passes(markers, since, {"a": (1, 2)}, True, True) == default, "b's winners unknown"
+    assert plan_passes(markers, since, {}, True, True) == default
+    # one generation per region: nothing to save
+    one = [("a", 1), ("b", 5)]
+    assert plan_passes(one, since, {"a": (1, None), "b": (5, None)}, True, True).upserts_first is False
+    # one pass only: it carries the first steps
+    assert plan_passes(markers, since, {"a": (1, 2), "b": (5, 6)}, True, False) == default
+    assert plan_passes(markers, since, {"a": (None, 1), "b": (None, 5)}, False, True) == default
+
+
+def _recorded(loc, region: str, v0: int) -> list[int]:
+    return [read_details_at(loc.store(), v).merged_generations.get(region, 0)
+            for v in range(v0, open_base(loc).version + 1)]
+
+
+def test_a_batch_whose_tombstones_lie_above_its_first_generation_costs_one_commit_less(local_location):
+    """gen 1 updates 5 and inserts 20; gen 2 inserts 21 and deletes 3: the upsert pass carries marker 1,
+    the delete pass marker 2: two Lance commits, not three (no marker-only commit)."""
+    loc = local_location
+    region = passes_table(loc, [([5, 20], "g1", []), ([21], "g2", [3])])
+    model, v0 = lsm_view(loc), open_base(loc).version
+    res = merge_region(loc.uri, None, region, TWO)
+    assert res.generations == [1, 2] and res.rows_deleted == 1
+    assert open_base(loc).version - v0 == 2, "an upsert pass and a delete pass, each with its marker step"
+    assert _recorded(loc, region, v0) == [0, 1, 2]
+    exact_everywhere(loc, v0, model)
+
+
+@pytest.mark.parametrize("gens", [
+    [([20], "g1", [3]), ([21], "g2", [])],  # a tombstone in the first generation
+    [([20], "g1", [3]), ([21], "g2", [4])],
+], ids=["first-only", "both"])
+def test_a_tombstone_in_the_first_generation_keeps_the_deletes_first(local_location, gens):
+    """Marker 1 on the upsert pass would claim gen 1 while its tombstone of 3 is not applied (3 would come
+    back for every reader): the delete pass goes first, the upsert pass carries 1, a marker-only commit 2."""
+    loc = local_location
+    region = passes_table(loc, gens)
+    model, v0 = lsm_view(loc), open_base(loc).version
+    merge_region(loc.uri, None, region, TWO)
+    assert open_base(loc).version - v0 == 3
+    assert _recorded(loc, region, v0) == [0, 0, 1, 2]
+    exact_everywhere(loc, v0, model)
