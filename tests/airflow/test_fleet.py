@@ -203,3 +203,70 @@ def test_a_failing_table_is_reported_and_the_others_planned(local_location, monk
     assert err["table"] == "broken" and "permission denied" in err["error"] and broken.uri in err["error"]
     assert "bad_entry" in answer["config_errors"] and "engine" in answer["config_errors"]["bad_entry"]
     assert f"table {broken.uri}: permission denied" in caplog.text
+
+
+# --- the probe task (the operator, outside a DAG run: the Variable and the task instance faked) -------------
+
+
+class _FakeTi:
+    """What the probe task asks its task instance: the state of maintenance runs, and its XCom pushes."""
+
+    def __init__(self, run_states: dict[str, str]):
+        self.run_states, self.pushed = run_states, {}
+
+    def get_dagrun_state(self, dag_id: str, run_id: str) -> str:
+        if run_id not in self.run_states:
+            raise RuntimeError(f"dag run {run_id} not found")
+        return self.run_states[run_id]
+
+    def xcom_push(self, key: str, value) -> None:
+        self.pushed[key] = value
+
+
+def test_probe_task_triggers_only_when_due_and_never_twice_for_a_table_in_flight(local_location, monkeypatch,
+                                                                                 tmp_path):
+    """Idle fleet: the probe returns its answer and triggers nothing. A due table: it triggers the maintenance
+    DAG with the plan as conf and records the run; while that run is queued or running the table is not planned
+    again (the probe triggers nothing), once it ended the table is planned again if still due."""
+    from airflow.sdk.exceptions import DagRunTriggerException
+
+    from memwal.airflow.operators import fleet as ops
+
+    root = local_location.child("root")
+    os.makedirs(root.uri)
+    build_table(root.child("a.lance"), regions=1, generations=1)
+    tables_file = tmp_path / "tables.yaml"
+    tables_file.write_text(json.dumps({"tables": {"lake": {"root": root.uri, "engine": "in_process"}}}))
+    monkeypatch.setenv("MEMWAL_TABLES_FILE", str(tables_file))
+    monkeypatch.delenv("AIRFLOW_VAR_MEMWAL_TABLES", raising=False)
+    saved: dict[str, str] = {}
+    monkeypatch.setattr(ops, "_load_state", lambda key: FleetState.from_dict(json.loads(saved.get(key, "{}"))))
+    monkeypatch.setattr(ops, "_save_state", lambda key, state: saved.__setitem__(key, json.dumps(state.to_dict())))
+    probe = ops.MemWalFleetProbeOperator(task_id="probe", trigger_dag_id="maintain", max_tables=4)
+
+    ti = _FakeTi({})
+    with pytest.raises(DagRunTriggerException) as raised:
+        probe.execute({"ti": ti, "run_id": "r1"})
+    trigger = raised.value
+    assert trigger.trigger_dag_id == "maintain"
+    [item] = trigger.conf["tables"]
+    assert (item["table"], item["jobs"], item["entry"]) == ("lake.a", ["merge", "snapshot"], "lake")
+    answer = ti.pushed["return_value"]
+    assert answer["run_id"] == trigger.dag_run_id and answer["dispatched"][0]["table"] == "lake.a"
+    assert json.loads(saved["memwal_fleet_state"])["in_flight"] == {trigger.dag_run_id: [item["uri"]]}
+
+    for state in ("queued", "running"):  # its chain is not done: not planned again, nothing triggered
+        answer = probe.execute({"ti": _FakeTi({trigger.dag_run_id: state}), "run_id": "r2"})
+        assert answer["due"] == 1 and answer["dispatched"] == [] and answer["in_flight"] == [item["uri"]]
+    with pytest.raises(DagRunTriggerException):  # that run ended, the table is still due: planned again
+        probe.execute({"ti": _FakeTi({trigger.dag_run_id: "success"}), "run_id": "r3"})
+    assert list(json.loads(saved["memwal_fleet_state"])["in_flight"]) != [trigger.dag_run_id]
+
+    from memwal.merge import merge_table
+    from memwal.snapshot import refresh_snapshot
+
+    merge_table(item["uri"])
+    refresh_snapshot(item["uri"])
+    [run_id] = json.loads(saved["memwal_fleet_state"])["in_flight"]
+    idle = probe.execute({"ti": _FakeTi({run_id: "failed"}), "run_id": "r4"})
+    assert idle["dispatched"] == [] and idle["in_flight"] == [], "nothing due: the probe's answer, no trigger"

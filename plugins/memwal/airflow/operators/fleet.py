@@ -63,23 +63,20 @@ def _storage_options(conn_id: str | None) -> Mapping[str, str] | None:
 
 
 def _save_status(results: Sequence[ProbeResult], root_entries: Mapping[str, str]) -> None:
-    """The per-table rows of the fleet status page (`memwal.airflow.fleet_status`), when that module is here."""
+    """The per-table rows of the fleet status page (`memwal.airflow.fleet_status`), when that module is here.
+    Best effort: the probe's own answer is its XCom, and a failure here is logged, never the probe's."""
     try:
         from memwal.airflow import fleet_status
+        from memwal.airflow.fleet import entry_and_name
+
+        rows = [fleet_status.row_of({"table": entry_and_name(r, root_entries)[1],
+                                     "error": r.error if r.status == "error" else None},
+                                    r.table_uri, probe=fleet_status.probe_answer(r))
+                for r in results if r.status != "not_a_table"]
+        fleet_status.save(fleet_status.FLEET_PROBE, rows, datetime.now(UTC))
     except ImportError:
         return
-    from memwal.airflow.fleet import entry_and_name
-
-    rows = []
-    for r in results:
-        if r.root is not None and r.status in ("not_a_table",):
-            continue
-        name = entry_and_name(r, root_entries)[1]
-        rows.append(fleet_status.row_of({"table": name, "error": r.error if r.status == "error" else None},
-                                        r.table_uri, probe=fleet_status.probe_answer(r)))
-    try:
-        fleet_status.save(fleet_status.FLEET_PROBE, rows, datetime.now(UTC))
-    except Exception as exc:  # the page's copy; the probe's own answer is its XCom
+    except Exception as exc:
         log.warning("fleet: the status rows could not be saved: %s", exc)
 
 
