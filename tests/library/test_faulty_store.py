@@ -499,3 +499,33 @@ def test_a_create_that_hangs_past_the_client_timeout_and_lands_later_is_recognis
     store.put_if_not_exists("m.bin", b"ours")
     with pytest.raises(AlreadyExistsError):
         store.put_if_not_exists("m.bin", b"theirs")
+
+
+def test_compaction_through_lost_answers_keeps_progress_and_the_view(faulty, proxy):
+    """A compaction round takes the lock (its create's answer lost) and commits through Lance (its answer
+    lost): the round commits once, merged_generations and the LSM view are as before."""
+    import lance
+
+    from memwal.compaction import compact_table
+    from memwal.maintenance_config import CompactionConfig
+    from memwal.merge import merge_table
+    from memwal.reader import LsmReader
+    from memwal.table import MemWalTable
+
+    from support.maintenance import write_generations
+
+    lance.write_dataset(rows(range(8), "base"), faulty.uri, max_rows_per_file=2, storage_options=faulty.storage_options)
+    open_base(faulty).initialize_mem_wal(unsharded=True)
+    region = str(uuid.uuid4())
+    write_generations(faulty, region, [([1, 20], "g1", [3]), ([21], "g2", [])])
+    merge_table(MemWalTable(faulty.uri, faulty.storage_options))
+    expected = view(LsmReader(MemWalTable(faulty.uri, faulty.storage_options)).scan())
+    before = _merged(faulty)
+    proxy.plan("lost", method="PUT", key=LOCK, conditional=True)
+    proxy.plan("lost", method="PUT", key=r"^table/_versions/")
+    summary = compact_table(MemWalTable(faulty.uri, faulty.storage_options),
+                            CompactionConfig(force=True, target_rows_per_fragment=100))
+    assert proxy.pending() == 0
+    assert summary.tasks_committed >= 1 and summary.health_after["fragments"] == 1, summary.to_dict()
+    assert _merged(faulty) == before == {region: 2}
+    assert view(LsmReader(MemWalTable(faulty.uri, faulty.storage_options)).scan()) == expected
