@@ -6,26 +6,25 @@ each source asked through its own INVERTED index for the rows holding a query te
 has none); only each key's newest live version in that view counts (a stale or deleted row neither matches nor counts in
 the statistics); the filter is a prefilter on those rows. Scores are Lance's BM25 (k1 1.2, b 0.75, idf
 ln(1 + (N - df + 0.5) / (df + 0.5)), a repeated query term counted per occurrence) with the statistics of the
-whole live view: N = live rows with at least one term, avgdl = their terms / N, df = live rows holding the term.
-Every matching live row is scored, so results are never short and the ranking is exact.
+whole live view: N = live rows with at least one term, avgdl = their terms / N, df = live rows holding the term
+(kept per source and combined per snapshot: memwal.fts_statistics). Every matching live row is scored, so results
+are never short and the ranking is exact.
 """
 
 from __future__ import annotations
 
 import math
-import threading
-from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
-from memwal.dataset_identity import cache_key
 from memwal.errors import BadInputError
-from memwal.fts_tokenizer import TokenizerConfig, analyze, query_terms
+from memwal.fts_statistics import dead_positions, source_terms, view_totals
+from memwal.fts_tokenizer import TokenizerConfig, query_terms
 from memwal.newest_version import member
-from memwal.search_plan import is_inverted_index, live_addresses, plan_sources, source_at
+from memwal.search_plan import is_inverted_index, plan_sources, source_at
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -37,12 +36,7 @@ __all__ = ["K1", "B", "FtsPlan", "full_text_search"]
 K1 = 1.2
 B = 0.75
 SCORE_COLUMN = "_score"
-_ADDR, _ID = "_rowaddr", "_rowid"
-# SourceTerms of immutable datasets (base versions, generations): (cache_key, column, config) -> value.
-_TERMS: OrderedDict[tuple, SourceTerms] = OrderedDict()
-_TERMS_CACHED = 64  # the base, unmerged and gap generations of a few tables
-_TF_CACHED = 64  # per source: term -> frequencies per row
-_LOCK = threading.Lock()  # the caches are shared by the threads of a process
+_ADDR = "_rowaddr"
 
 
 @dataclass
@@ -84,66 +78,6 @@ def _resolve_column(reader: LsmReader, column: str | None) -> tuple[str, Tokeniz
                     None)
     return column, TokenizerConfig.from_index_details(desc.details if desc else None,
                                                       index=desc.name if desc else column)
-
-
-class SourceTerms:
-    """The terms of every row of one source, rows in address order: a forward index kept per snapshot (and
-    per immutable dataset version across snapshots), so a query reads term counts instead of re-analysing
-    text; the source's INVERTED index still says which rows match."""
-
-    def __init__(self, table: pa.Table, column: str, config: TokenizerConfig):
-        addrs = table.column(_ADDR).to_numpy().astype(np.uint64)
-        order = np.argsort(addrs, kind="stable")
-        self.addrs = addrs[order]
-        self.row_ids = table.column(_ID).to_numpy().astype(np.uint64)[order]
-        a = analyze(table.column(column).take(pa.array(order)), config)
-        self.lengths = a.lengths()
-        self.doc = a.doc.astype(np.int32)
-        self.term = a.term.astype(np.int32)
-        self.vocab = {t: i for i, t in enumerate(a.vocab)}
-        self._tf: OrderedDict[str, np.ndarray] = OrderedDict()
-
-    def positions(self, addrs: np.ndarray) -> np.ndarray:
-        """Positions of the given row addresses (rows of this source)."""
-        return np.searchsorted(self.addrs, addrs)
-
-    def tf(self, term: str) -> np.ndarray:
-        """How often `term` occurs in each row."""
-        with _LOCK:
-            tf = self._tf.get(term)
-            if tf is not None:
-                self._tf.move_to_end(term)
-                return tf
-        tid = self.vocab.get(term)
-        tf = np.zeros(len(self.addrs), np.int32) if tid is None else \
-            np.bincount(self.doc[self.term == tid], minlength=len(self.addrs)).astype(np.int32)
-        with _LOCK:
-            self._tf[term] = tf
-            while len(self._tf) > _TF_CACHED:
-                self._tf.popitem(last=False)
-        return tf
-
-
-def _source_terms(source: Source, column: str, config: TokenizerConfig, cache: dict) -> SourceTerms:
-    """The source's SourceTerms, analysed once per dataset version (`dataset_identity.cache_key`: a table
-    recreated at the same URI and version is analysed anew); MemTables once per snapshot."""
-    ds = source.dataset
-    identity = None if ds.uri.startswith("memory://") else cache_key(ds)
-    memory = identity is None  # a MemTable, or a version not told apart from a recreated table's
-    key = (identity or (ds.uri, ds.version), column, config)
-    store: Any = cache if memory else _TERMS
-    with _LOCK:
-        value = store.get(key)
-        if value is not None:
-            if not memory:
-                _TERMS.move_to_end(key)
-            return value
-    value = SourceTerms(ds.to_table(columns=[column], with_row_address=True, with_row_id=True), column, config)
-    with _LOCK:
-        store[key] = value
-        while not memory and len(_TERMS) > _TERMS_CACHED:
-            _TERMS.popitem(last=False)
-    return value
 
 
 def _fts(column: str, query: str) -> dict[str, Any]:
@@ -208,21 +142,14 @@ def full_text_search(reader: LsmReader, query: str, *, column: str | None = None
     # indexed fragments when the gap generations serve the rest, those generations through their own indexes.
     planned = plan_sources(reader, column, is_inverted_index)
     view = planned[0].view if planned else ()
-    live = live_addresses(reader, view)
     unique = sorted(set(terms))
-    total_terms, live_docs = 0, 0
+    totals = []  # per source: its terms and dead rows (memwal.fts_statistics), for the view's statistics
     found = []  # (planned source, addresses, row ids, tf (unique terms x rows), doc lengths)
     for p in planned:
-        i, source, index = p.position, p.source, p.index
-        terms_of = _source_terms(source, column, config, cache)
-        if ("totals", i, column, config) not in cache:
-            live_mask = np.zeros(len(terms_of.addrs), bool)
-            live_mask[terms_of.positions(live[i])] = True
-            alive = terms_of.lengths[live_mask]
-            cache[("totals", i, column, config)] = int(alive.sum()), int((alive > 0).sum()), live_mask
-        source_terms, source_docs, live_mask = cache[("totals", i, column, config)]
-        total_terms += source_terms
-        live_docs += source_docs
+        source, index = p.source, p.index
+        terms_of = source_terms(reader, p.position, column, config)
+        dead = dead_positions(reader, p.position, terms_of, view)
+        totals.append((terms_of, dead))
         tf_all = np.stack([terms_of.tf(t) for t in unique])
         if index is None:
             plan.flat_sources += 1
@@ -233,11 +160,15 @@ def full_text_search(reader: LsmReader, query: str, *, column: str | None = None
             plan.rows_served_flat += p.unindexed_rows
             pos = np.sort(terms_of.positions(_matching(source, column, query, p.fast_search)))
         plan.candidates += len(pos)
-        keep = live_mask[pos]
+        keep = ~member(pos, dead)
         plan.shadowed += int((~keep).sum())
         pos = pos[keep]
         if len(pos):
             found.append((p, terms_of.addrs[pos], terms_of.row_ids[pos], tf_all[:, pos], terms_of.lengths[pos]))
+    if ("fts totals", column, config) not in cache:  # the view's, whatever the query: once per snapshot
+        cache[("fts totals", column, config)] = view_totals(totals)
+    view_stats = cache[("fts totals", column, config)]
+    total_terms, live_docs = view_stats.terms, view_stats.docs
     plan.live_docs = live_docs
     if not found or live_docs == 0:
         return out_schema.empty_table()
