@@ -318,7 +318,9 @@ def commit_manifest(store: ObjectStore, manifest: RegionManifest) -> RegionManif
     generations = [fg.generation for fg in manifest.flushed_generations]
     if len(set(generations)) != len(generations):
         raise MemWalError(f"{store.uri}: region {manifest.region_id} manifest version {manifest.version} would "
-                          f"list a flushed generation twice ({generations}); not committed")
+                          f"list a flushed generation twice ({generations}); not committed. A flush whose "
+                          "earlier commit was left in doubt by the store may have landed: reopen the writer "
+                          "(it replays what the landed version left)")
     data = encode_manifest(manifest, token=uuid.uuid4().bytes)
     store.put_if_not_exists(naming.manifest_path(manifest.region_id, manifest.version), data)
     try:
