@@ -31,9 +31,23 @@ if TYPE_CHECKING:
     from memwal.probe import ProbeResult
     from memwal.table import MemWalTable
 
-__all__ = ["BATCH_FORMAT", "DEFAULT_MAX_BATCH_BYTES", "DEFAULT_MAX_BATCH_TABLES", "RunOne", "TableDue",
-           "batch_from_json", "batch_summary", "batch_to_json", "due_bytes", "from_probe", "in_process",
-           "pack_batches", "run_batch", "run_table"]
+__all__ = [
+    "BATCH_FORMAT",
+    "DEFAULT_MAX_BATCH_BYTES",
+    "DEFAULT_MAX_BATCH_TABLES",
+    "DRIVER_ONLY_JOBS",
+    "RunOne",
+    "TableDue",
+    "batch_from_json",
+    "batch_summary",
+    "batch_to_json",
+    "due_bytes",
+    "from_probe",
+    "in_process",
+    "pack_batches",
+    "run_batch",
+    "run_table",
+]
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +55,9 @@ BATCH_FORMAT = 1  # the batch file's `format`
 # One application's share of work: beyond these the batch is split (a large table gets an application alone).
 DEFAULT_MAX_BATCH_BYTES = 1024 * 1024 * 1024
 DEFAULT_MAX_BATCH_TABLES = 50
+
+# Jobs whose work is the driver's alone on every engine (memwal.engines): a table with only these due needs no Spark.
+DRIVER_ONLY_JOBS = ("retention", "gc")
 
 # The due figures that are bytes the job reads or removes (memwal.due_rules): merge's unmerged generations,
 # GC's collectable files. The other jobs' figures are not bytes; they count as nothing here.
@@ -69,6 +86,11 @@ class TableDue:
         object.__setattr__(self, "jobs", tuple(sorted(self.jobs, key=JOB_ORDER.index)))  # the safe order
         if isinstance(self.bytes, bool) or not isinstance(self.bytes, int) or self.bytes < 0:
             raise BadInputError(f"table {self.uri}: bytes {self.bytes!r} is not a non-negative integer")
+
+    @property
+    def needs_spark(self) -> bool:
+        """Whether some due job has executor work to give Spark (not only GC and retention, driver-only)."""
+        return any(j not in DRIVER_ONLY_JOBS for j in self.jobs)
 
     @property
     def what(self) -> str:

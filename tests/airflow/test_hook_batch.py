@@ -81,7 +81,7 @@ def test_spark_batch_is_one_submit_with_the_secret_in_a_file_only(tmp_path, monk
 def test_a_batch_the_driver_refused_fails_the_task_without_retry(tmp_path, monkeypatch):
     _fake_spark(tmp_path, monkeypatch, exit_code=2)
     with pytest.raises(AirflowFailException, match="bad batch file"):
-        MemWalHook(memwal_conn_id=None).run_batch([TableDue("/t/x", ("gc",))], engine="spark",
+        MemWalHook(memwal_conn_id=None).run_batch([TableDue("/t/x", ("merge",))], engine="spark",
                                                   spark_conn_id="spark_fleet")
 
 
@@ -90,3 +90,21 @@ def test_a_bad_engine_is_named_and_an_empty_batch_starts_nothing():
         MemWalHook(memwal_conn_id=None).run_batch([TableDue("/t/x", ("gc",))], engine="auto")
     assert MemWalHook(memwal_conn_id=None).run_batch([], engine="spark", spark_conn_id="nowhere") == []
     assert issubclass(MemWalTaskError, Exception)
+
+
+def test_tables_with_only_driver_only_jobs_due_start_no_spark(tmp_path, monkeypatch):
+    from tests.conftest import Location
+
+    record = _fake_spark(tmp_path, monkeypatch)
+    loc = Location("local", str(tmp_path / "t"), None)
+    build_table(loc, regions=1, generations=1)
+    gc_only = TableDue(loc.uri, ("gc", "retention"))
+    hook = MemWalHook(memwal_conn_id=None)
+    (alone,) = hook.run_batch([gc_only], engine="spark", spark_conn_id="spark_fleet")
+    assert alone["status"] == "ok" and alone["ran"] == ["retention", "gc"]
+    assert not record.exists(), "GC and retention are the driver's work: no spark-submit for them"
+    mixed = [TableDue("s3://b/t1", ("merge",)), gc_only, TableDue("s3://b/t2", ("snapshot", "gc"))]
+    results = hook.run_batch(mixed, engine="spark", spark_conn_id="spark_fleet")
+    assert [r["table_uri"] for r in results] == [e.uri for e in mixed], "one result per table, in order"
+    (seen,) = [json.loads(line) for line in record.read_text().splitlines()]
+    assert [t["uri"] for t in seen["batch"]["tables"]] == ["s3://b/t1", "s3://b/t2"]

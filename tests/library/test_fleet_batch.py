@@ -179,3 +179,8 @@ def test_every_key_of_a_table_result_is_documented():
                "spark_session_s": 1.0}  # the Spark keys spark_jobs/fleet.py adds
     assert _undocumented(summary, doc[None]) == []
     assert json.loads(json.dumps(result)) == result
+
+
+def test_only_gc_and_retention_due_needs_no_spark():
+    assert not TableDue("/t/x", ("gc", "retention")).needs_spark
+    assert TableDue("/t/x", ("snapshot", "gc")).needs_spark and TableDue("/t/x", ("merge",)).needs_spark

@@ -441,10 +441,11 @@ class MemWalHook(BaseHook):
         """Every table's due jobs (`memwal.fleet_batch.TableDue`, e.g. `from_probe(probe result)`, packed by
         `pack_batches`) in ONE application: `spark` submits `spark_jobs/fleet.py` once through SparkSubmitHook
         (this connection's storage options in a private file, never on argv), `spark_connect` runs the batch on
-        one session from this process, `in_process` here. Returns one result per table in the given order
-        (`memwal.fleet_batch.run_table`: `table_uri`, `status` ok / partial / failed, `failed_job`, `error`,
-        `ran`, `skipped`, `summaries`): a table's failure is its result, the others run. Raises a one-line task
-        error only when the batch as a whole did not run (Spark unreachable, no result)."""
+        one session from this process, `in_process` here; a table with only GC or retention due (driver-only
+        work) runs here whatever the engine, so a batch of such tables starts no Spark. Returns one result per
+        table in the given order (`memwal.fleet_batch.run_table`: `table_uri`, `status` ok / partial / failed,
+        `failed_job`, `error`, `ran`, `skipped`, `summaries`): a table's failure is its result, the others run.
+        Raises a one-line task error only when the batch as a whole did not run (Spark unreachable, no result)."""
         from memwal.fleet_batch import in_process, run_batch
 
         if engine not in self.BATCH_ENGINES:
@@ -454,21 +455,29 @@ class MemWalHook(BaseHook):
             return []
         what = f"memwal batch of {len(entries)} table(s)"
         started = time.monotonic()
-        if engine == "in_process":
-            results = run_batch(entries, in_process, open_table=self.table)
-        elif engine == "spark_connect":
+        # A table with only driver-only jobs (GC, retention) due runs here: it needs no Spark.
+        here = [e for e in entries if engine == "in_process" or not e.needs_spark]
+        on_spark = [e for e in entries if e not in here]
+        done: dict[int, dict[str, Any]] = {}
+        if here:
+            for e, r in zip(here, run_batch(here, in_process, open_table=self.table), strict=True):
+                done[id(e)] = r
+        if on_spark and engine == "spark_connect":
             from spark_jobs.connect import ConnectServerError
             from spark_jobs.fleet_runners import run_fleet_connect
 
             url = self.spark_connect_url(spark_connect_conn_id, what)
             try:
-                results = run_fleet_connect(entries, url, storage_options=self.storage_options,
-                                            conn_id=spark_connect_conn_id)["tables"]
+                tables = run_fleet_connect(on_spark, url, storage_options=self.storage_options,
+                                           conn_id=spark_connect_conn_id)["tables"]
             except ConnectServerError as exc:
                 raise MemWalTaskError(f"{what}: {exc}") from None
-        else:
-            results = self._run_batch_spark(entries, what=what, spark_conn_id=spark_conn_id,
-                                            spark_conf=spark_conf or {}, on_spark_hook=on_spark_hook)
+        elif on_spark:
+            tables = self._run_batch_spark(on_spark, what=what, spark_conn_id=spark_conn_id,
+                                           spark_conf=spark_conf or {}, on_spark_hook=on_spark_hook)
+        if on_spark:
+            done.update({id(e): r for e, r in zip(on_spark, tables, strict=True)})
+        results = [done[id(e)] for e in entries]
         failed = [r for r in results if r.get("status") != "ok"]
         log.info("%s on %s: %d done, %d failed in %.1fs", what, engine, len(results) - len(failed), len(failed),
                  time.monotonic() - started)
