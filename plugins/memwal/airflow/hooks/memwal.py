@@ -456,28 +456,29 @@ class MemWalHook(BaseHook):
         what = f"memwal batch of {len(entries)} table(s)"
         started = time.monotonic()
         # A table with only driver-only jobs (GC, retention) due runs here: it needs no Spark.
-        here = [e for e in entries if engine == "in_process" or not e.needs_spark]
-        on_spark = [e for e in entries if e not in here]
+        here = [i for i, e in enumerate(entries) if engine == "in_process" or not e.needs_spark]
+        on_spark = [i for i in range(len(entries)) if i not in set(here)]
         done: dict[int, dict[str, Any]] = {}
         if here:
-            for e, r in zip(here, run_batch(here, in_process, open_table=self.table), strict=True):
-                done[id(e)] = r
-        if on_spark and engine == "spark_connect":
-            from spark_jobs.connect import ConnectServerError
-            from spark_jobs.fleet_runners import run_fleet_connect
-
-            url = self.spark_connect_url(spark_connect_conn_id, what)
-            try:
-                tables = run_fleet_connect(on_spark, url, storage_options=self.storage_options,
-                                           conn_id=spark_connect_conn_id)["tables"]
-            except ConnectServerError as exc:
-                raise MemWalTaskError(f"{what}: {exc}") from None
-        elif on_spark:
-            tables = self._run_batch_spark(on_spark, what=what, spark_conn_id=spark_conn_id,
-                                           spark_conf=spark_conf or {}, on_spark_hook=on_spark_hook)
+            done.update(zip(here, run_batch([entries[i] for i in here], in_process, open_table=self.table),
+                            strict=True))
         if on_spark:
-            done.update({id(e): r for e, r in zip(on_spark, tables, strict=True)})
-        results = [done[id(e)] for e in entries]
+            batch = [entries[i] for i in on_spark]
+            if engine == "spark_connect":
+                from spark_jobs.connect import ConnectServerError
+                from spark_jobs.fleet_runners import run_fleet_connect
+
+                url = self.spark_connect_url(spark_connect_conn_id, what)
+                try:
+                    tables = run_fleet_connect(batch, url, storage_options=self.storage_options,
+                                               conn_id=spark_connect_conn_id)["tables"]
+                except ConnectServerError as exc:
+                    raise MemWalTaskError(f"{what}: {exc}") from None
+            else:
+                tables = self._run_batch_spark(batch, what=what, spark_conn_id=spark_conn_id,
+                                               spark_conf=spark_conf or {}, on_spark_hook=on_spark_hook)
+            done.update(zip(on_spark, tables, strict=True))
+        results = [done[i] for i in range(len(entries))]
         failed = [r for r in results if r.get("status") != "ok"]
         log.info("%s on %s: %d done, %d failed in %.1fs", what, engine, len(results) - len(failed), len(failed),
                  time.monotonic() - started)
