@@ -7,11 +7,12 @@ cycle the LSM view must equal a dict model, with no generation lost or merged tw
     .venv/bin/python scripts/fault_soak.py --cycles 5 --rates 503=0.05,500=0.02,reset=0.01,lost=0.01,stall=0.01
 
 Starts its own moto server on 127.0.0.1 (the tests' atomic one). Each cycle, per region: a writer claims the
-region, puts and deletes a few keys, flushes one generation; then one merge of every region; then a scan and
-point reads. A step that fails (the store kept failing after the client's retries, or a Lance commit gave
-up) is counted and rerun: puts and deletes are idempotent upserts, so the model does not depend on whether a
-failed step landed. Prints faults injected per kind, steps failed and rerun, rows lost. Exit 1 on a
-divergence. tests/scripts/test_fault_soak.py runs it small.
+region, puts and deletes a few keys, flushes one generation; then one merge of every region (with
+--maintenance also a snapshot refresh and a GC run); then a scan and point reads. A step that fails (the
+store kept failing after the client's retries, or a Lance commit gave up) is counted and rerun: puts and
+deletes are idempotent upserts, so the model does not depend on whether a failed step landed. Prints faults
+injected per kind, steps failed and rerun, rows lost. Exit 1 on a divergence. tests/scripts/test_fault_soak.py
+runs it small; figures in bench/README.md.
 """
 
 from __future__ import annotations
@@ -35,10 +36,12 @@ for extra in (REPO / "plugins", REPO / "tests", REPO / "scripts"):
 
 import pyarrow as pa  # noqa: E402
 
+from memwal.gc import GcConfig, gc_table  # noqa: E402
 from memwal.mem_wal_index import load_index  # noqa: E402
 from memwal.merge import merge_table  # noqa: E402
 from memwal.reader import LsmReader  # noqa: E402
 from memwal.region_manifest import load_latest_manifest  # noqa: E402
+from memwal.snapshot import refresh_snapshot  # noqa: E402
 from memwal.storage import ObjectStore  # noqa: E402
 from memwal.table import MemWalTable  # noqa: E402
 from memwal.writer import RegionWriter, WriterConfig  # noqa: E402
@@ -139,9 +142,11 @@ FORCED = (
 
 
 def run(upstream: str, *, cycles: int = 3, regions: int = 2, seed: int = 0,
-        rates: dict[str, float] | None = None, stall_s: float = 0.05, forced: bool = True) -> SoakReport:
+        rates: dict[str, float] | None = None, stall_s: float = 0.05, forced: bool = True,
+        maintenance: bool = False) -> SoakReport:
     """The soak against the S3 endpoint `upstream` (moto), through a fault proxy at `rates` (plus the FORCED
-    faults in every cycle unless `forced` is False)."""
+    faults in every cycle unless `forced` is False); with `maintenance`, a snapshot refresh and a GC run
+    follow each merge."""
     import boto3
     import lance
 
@@ -174,6 +179,9 @@ def run(upstream: str, *, cycles: int = 3, regions: int = 2, seed: int = 0,
                 for k in gone:
                     model.pop(k, None)
             _rerun(report, "merge", lambda: _merge(uri, options))
+            if maintenance:
+                _rerun(report, "snapshot", lambda: refresh_snapshot(MemWalTable(uri, options)))
+                _rerun(report, "gc", lambda: _gc(uri, options))
             before = dict(merged)
             merged = _rerun(report, "search", lambda b=before: _check(report, uri, options, region_ids, model, b))
             if proxy.pending():
@@ -210,6 +218,13 @@ def _merge(uri: str, options: dict[str, str]) -> None:
         raise RuntimeError(f"merge failed for {len(failed)} region(s): {failed[0].error}")
 
 
+def _gc(uri: str, options: dict[str, str]) -> None:
+    summary = gc_table(MemWalTable(uri, options), config=GcConfig(keep_manifest_versions=2))
+    failed = [r for r in summary.regions if r.error]
+    if failed:
+        raise RuntimeError(f"gc failed for {len(failed)} region(s): {failed[0].error}")
+
+
 def _parse_rates(text: str) -> dict[str, float]:
     out = {}
     for part in filter(None, text.split(",")):
@@ -226,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--regions", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-forced", action="store_true", help="only the rates (no FORCED faults per cycle)")
+    parser.add_argument("--maintenance", action="store_true", help="a snapshot refresh and a GC after each merge")
     parser.add_argument("--rates", default=",".join(f"{k}={v}" for k, v in DEFAULT_RATES.items()),
                         help="fault shares per request, e.g. 503=0.05,500=0.02,reset=0.01,lost=0.01,stall=0.01")
     args = parser.parse_args(argv)
@@ -237,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     proc, endpoint = atomic_moto.start(free_port())
     try:
         report = run(endpoint, cycles=args.cycles, regions=args.regions, seed=args.seed,
-                     rates=_parse_rates(args.rates), forced=not args.no_forced)
+                     rates=_parse_rates(args.rates), forced=not args.no_forced, maintenance=args.maintenance)
     finally:
         proc.terminate()
         proc.wait(timeout=10)
