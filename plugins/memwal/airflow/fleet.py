@@ -140,6 +140,8 @@ def plan_cycle(results: Sequence[ProbeResult], state: FleetState, now: float, ma
     the due tables left for a later cycle, keeping their place). Updates `state`'s `due_since` and
     `last_dispatched`; the caller records the run in `state.in_flight` once it has a run id."""
     busy = {u for uris in state.in_flight.values() for u in uris}
+    seen = {r.table_uri for r in results}
+    state.last_dispatched = {u: t for u, t in state.last_dispatched.items() if u in seen}  # removed tables go
     due = due_entries(results, state, now, busy)
     ordered = order_due(state.due_since, due)
     chosen, left = ordered[:max_tables], ordered[max_tables:]
