@@ -3,6 +3,7 @@ changing under a live writer, composite keys. Each generation flushed here is al
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 
 import lance
@@ -36,6 +37,26 @@ def _not_null_rows(ids, tag="v") -> pa.Table:
 
 def _ids(table: pa.Table) -> list[int]:
     return sorted(table.column("id").to_pylist())
+
+
+def _not_null_table(loc) -> str:
+    """A base of ids [1] with NOT NULL columns, the MemWAL initialised; a new region's id."""
+    lance.write_dataset(_not_null_rows([1], "base"), loc.uri)
+    initialize_mem_wal(loc.uri, None, None)
+    return str(uuid.uuid4())
+
+
+@contextlib.contextmanager
+def _failing_bloom_filter(monkeypatch, message: str):
+    """A context in which a flush fails after writing part of its generation (the bloom filter's write)."""
+    from memwal import generation
+
+    def broken(*args, **kwargs):
+        raise OSError(f"injected: {message}")
+
+    with monkeypatch.context() as m:
+        m.setattr(generation, "write_bloom_filter", broken)
+        yield
 
 
 def test_delete_on_a_not_null_table_flushes_merges_and_reads_everywhere(local_location):
@@ -167,22 +188,13 @@ def test_an_index_lance_cannot_build_is_skipped_with_a_warning_and_leaves_no_orp
 def test_a_failed_flush_removes_its_directory(local_location, monkeypatch):
     """A flush that fails after writing part of its generation (here: the bloom filter's write) removes the
     directory; the MemTable keeps the rows and the next flush commits them."""
-    from memwal import generation
-
     loc = local_location
-    lance.write_dataset(_not_null_rows([1], "base"), loc.uri)
-    initialize_mem_wal(loc.uri, None, None)
-    region = str(uuid.uuid4())
-
-    def broken(*args, **kwargs):
-        raise OSError("injected: the store refused the bloom filter")
-
+    region = _not_null_table(loc)
     with RegionWriter(loc.uri, region, config=NEVER) as w:
         w.put(_not_null_rows([5]))
-        with monkeypatch.context() as m:
-            m.setattr(generation, "write_bloom_filter", broken)
-            with pytest.raises(OSError, match="injected"):
-                w.flush()
+        with _failing_bloom_filter(monkeypatch, "the store refused the bloom filter"), \
+                pytest.raises(OSError, match="injected"):
+            w.flush()
         assert not [d for d in loc.store().list_dirs(naming.region_dir(region) + "/") if "_gen_" in d]
         assert w.memtable.rows == 1
     assert _ids(LsmReader(MemWalTable(loc.uri)).scan()) == [1, 5]
@@ -376,23 +388,15 @@ def test_a_region_that_cannot_flush_says_why_in_status_alerts_and_the_page(local
     """A flush that keeps failing leaves the rows in the MemTable and WAL and records why: `memwal status`
     gives the region's flush_failure (error, attempts, rows held), the lag check raises a `flush_failing`
     breach, the page's row shows it, and the next flush that commits clears it."""
-    from memwal import generation
     from memwal.airflow.ui.regions import region_rows
     from memwal.lag import breaches
     from memwal.status import table_status
 
     loc = local_location
-    lance.write_dataset(_not_null_rows([1], "base"), loc.uri)
-    initialize_mem_wal(loc.uri, None, None)
-    region = str(uuid.uuid4())
-
-    def broken(*args, **kwargs):
-        raise OSError("injected: index build exploded")
-
+    region = _not_null_table(loc)
     with RegionWriter(loc.uri, region, config=NEVER) as w:
         w.put(_not_null_rows([5, 6]))
-        with monkeypatch.context() as m:
-            m.setattr(generation, "write_bloom_filter", broken)
+        with _failing_bloom_filter(monkeypatch, "index build exploded"):
             for _ in range(2):
                 with pytest.raises(OSError):
                     w.flush()
