@@ -109,3 +109,19 @@ def test_the_batchs_storage_secrets_reach_the_driver_in_a_private_file_only(tmp_
     assert seen["modes"] == [0o600, 0o600, 0o700], "the options and batch files, and their directory, are private"
     batch_file = Path(seen["argv"][seen["argv"].index("--storage-options-json") - 1])
     assert not batch_file.parent.exists(), "the private directory is removed when spark-submit ends"
+
+
+def test_a_bad_batch_file_exits_2_before_any_spark_starts(tmp_path, monkeypatch, capfd):
+    bad = tmp_path / "batch.json"
+    bad.write_text(json.dumps({"format": 1, "tables": [{"uri": "/t/x", "jobs": [{"job": "vacuum"}]}]}))
+    result = tmp_path / "result.json"
+    monkeypatch.setenv("MEMWAL_RESULT_FILE", str(result))
+
+    def no_spark(*args, **kwargs):
+        raise AssertionError("a Spark session was started for a bad batch file")
+
+    monkeypatch.setattr(fleet.common, "build_spark", no_spark)
+    assert fleet.main([str(bad)]) == 2
+    assert "memwal-fleet: error: batch file: table /t/x: bad job entry" in capfd.readouterr().err
+    assert json.loads(result.read_text())["exit"] == 2
+    assert fleet.main([str(tmp_path / "missing.json")]) == 2
