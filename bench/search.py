@@ -11,6 +11,10 @@ catch-up (no gap, the same unmerged generations). Copy C: A fully merged and cau
 alone serves the same view). Copy D: C with its vector index trained afresh (catch-up's optimize_indices
 leaves a one-partition IVF_PQ, so C's base ANN is not what a fresh index gives); printed beside C.
 Truth: exact L2 top-k over the view's newest rows. Latency: p50 over `--repeat` rounds of the queries, warm.
+`--equal-recall`: then, per recall target, the cheapest settings of ours (A) and of the base ANN alone (C) that
+reach it and their p50 ratio (bench/search_equal_recall.py); `--equal-recall-only` skips D, the peers and the
+fixed-settings table, keeping the gap ratio (A / B at `--nprobes` / `--refine`, timed interleaved).
+`--dir` holding a.lance, b.lance and c.lance from an earlier run: reused, not rebuilt.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pyarrow as pa
+from search_equal_recall import recall
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "plugins"))
@@ -94,8 +99,42 @@ def p50(fn, queries: np.ndarray, repeat: int) -> tuple[list, float]:
     return results, statistics.median(times) * 1000
 
 
-def recall(results: list, truth: list, k: int) -> float:
-    return float(np.mean([len(set(r) & set(t)) / k for r, t in zip(results, truth, strict=True)]))
+def equal_recall_table(args: argparse.Namespace, reader_a, base_c, queries: np.ndarray, truth: list) -> None:
+    """The equal-recall comparison: ours on A against the base ANN alone on C (caught up)."""
+    from search_equal_recall import equal_recall
+
+    from memwal.search_plan import index_partitions, source_index
+
+    def ours(q, nprobes, refine):
+        return reader_a.search(q, k=args.k, columns=["id"], nprobes=nprobes, refine_factor=refine
+                               ).column("id").to_pylist()
+
+    def base(q, nprobes, refine):
+        return base_c.to_table(columns=["id"], nearest={"column": "vec", "q": q, "k": args.k, "nprobes": nprobes,
+                                                        "refine_factor": refine},
+                               disable_scoring_autoprojection=True).column("id").to_pylist()
+
+    index = source_index(reader_a, 0, "vec", lambda d, col: d.name == "vec_idx")
+    partitions = index_partitions(reader_a, 0, index)
+    equal_recall({"ours (A)": ours, "base ANN alone (C)": base}, queries, truth, args.k, partitions, args.repeat)
+
+
+def equal_recall_only(args: argparse.Namespace, reader_a, reader_b, base_c, queries: np.ndarray, truth: list
+                      ) -> None:
+    """The gap ratio (A / B, same settings, timed interleaved) and the equal-recall comparison."""
+    from search_equal_recall import timed
+
+    def ours(reader):
+        return lambda q: reader.search(q, k=args.k, columns=["id"], nprobes=args.nprobes,
+                                       refine_factor=args.refine).column("id").to_pylist()
+
+    print(f"base {args.base_rows} rows; {args.queries} queries, k={args.k}")
+    got_a, got_b = [ours(reader_a)(q) for q in queries], [ours(reader_b)(q) for q in queries]
+    ms_a, ms_b = timed([ours(reader_a), ours(reader_b)], queries, args.repeat)
+    print(f"ours nprobes {args.nprobes} refine {args.refine}: A recall {recall(got_a, truth, args.k):.3f} "
+          f"p50 {ms_a:.2f} ms; B (no gap) recall {recall(got_b, truth, args.k):.3f} p50 {ms_b:.2f} ms; "
+          f"A / B {ms_a / ms_b:.2f} (target <= 1.1)")
+    equal_recall_table(args, reader_a, base_c, queries, truth)
 
 
 def retrain(uri: str, index: str) -> None:
@@ -132,6 +171,8 @@ def main() -> None:
     p.add_argument("--refine", type=int, default=10)
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--dir", default=None, help="work directory (default: a new temporary one, removed after)")
+    p.add_argument("--equal-recall", action="store_true", help="also the equal-recall comparison")
+    p.add_argument("--equal-recall-only", action="store_true", help="only the gap ratio and the equal-recall one")
     args = p.parse_args()
 
     import lance
@@ -148,17 +189,21 @@ def main() -> None:
     centers = rng.standard_normal((256, args.dim)) * 3
     # `<name>.lance` in one directory: LanceDB opens them as tables "a", "b", "c" of that database.
     a, b, c = (os.path.join(root, f"{x}.lance") for x in ("a", "b", "c"))
-    build(a, args, rng, centers)
-    shutil.copytree(a, b)
-    shutil.copytree(a, c)
-    catchup_table(b)
-    merge_table(c)
-    catchup_table(c)
-    log("copies B (caught up) and C (merged and caught up) ready")
+    if all(os.path.isdir(x) for x in (a, b, c)):
+        log(f"reusing A, B and C in {root}")
+    else:
+        build(a, args, rng, centers)
+        shutil.copytree(a, b)
+        shutil.copytree(a, c)
+        catchup_table(b)
+        merge_table(c)
+        catchup_table(c)
+        log("copies B (caught up) and C (merged and caught up) ready")
     d = os.path.join(root, "d.lance")
-    shutil.copytree(c, d)
-    retrain(d, "vec_idx")
-    log("copy D (C with its vector index retrained) ready")
+    if not args.equal_recall_only and not os.path.isdir(d):
+        shutil.copytree(c, d)
+        retrain(d, "vec_idx")
+        log("copy D (C with its vector index retrained) ready")
 
     view = LsmReader(a).scan(columns=["id", "vec"])
     ids = view.column("id").to_numpy()
@@ -171,6 +216,11 @@ def main() -> None:
 
     k, tuned = args.k, {"nprobes": args.nprobes, "refine_factor": args.refine}
     reader_a, reader_b = LsmReader(a), LsmReader(b)
+    if args.equal_recall_only:
+        equal_recall_only(args, reader_a, reader_b, lance.dataset(c), queries, truth)
+        if not args.dir:
+            shutil.rmtree(root, ignore_errors=True)
+        return
     base_c, base_d = lance.dataset(c), lance.dataset(d)
     ds_a = lance.dataset(a)
     gap_fragments = unindexed_fragments(ds_a, "vec_idx")
@@ -258,6 +308,8 @@ def main() -> None:
                   f"{plan.rows_served_flat} rows served flat")
     lancedb_a.close()
     print_ratios(figures, names, k)
+    if args.equal_recall:
+        equal_recall_table(args, reader_a, base_c, queries, truth)
     if not args.dir:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memwal import naming
-from memwal.bloom_filter import BloomFilter, key_hashes, read_bloom_filter, trusted_key_type
+from memwal.bloom_filter import BloomFilter, _positions, key_hashes, read_bloom_filter, trusted_key_type
 from memwal.dataset_identity import cache_key
 from memwal.dedup import ROWADDR_COLUMN as _ADDR
 from memwal.dedup import SOURCE_COLUMN as _SRC
@@ -140,6 +140,43 @@ def _bloom(reader: LsmReader, position: int, source: Source) -> BloomFilter | No
     return cache[key]
 
 
+def _bloom_stack(reader: LsmReader, upper: Upper, key: object) -> np.ndarray | None:
+    """The view's bloom filters as one (sources, blocks, 8) array, so a search's candidates are probed in all
+    of them at once; None when a source has none (every candidate is then looked up) or their sizes differ
+    (probed one by one). Built once per snapshot and view."""
+    cache = reader.search_cache
+    if ("bloom stack", key) not in cache:
+        blooms = [_bloom(reader, position, source) for position, source in upper]
+        stack = None
+        if all(b is not None for b in blooms) and len({b.num_blocks for b in blooms}) == 1:
+            stack = np.stack([np.frombuffer(b.to_bytes(), "<u4").reshape(b.num_blocks, -1) for b in blooms])
+        cache["bloom stack", key] = stack
+    return cache["bloom stack", key]
+
+
+def _maybe_held(reader: LsmReader, upper: Upper, key: object, hashes: np.ndarray, check: NewerCheck | None
+                ) -> np.ndarray:
+    """Per hashed key: whether some bloom filter of the view may hold it (a source without one: maybe)."""
+    n = len(hashes)
+    stack = _bloom_stack(reader, upper, key)
+    if stack is not None:
+        block, masks = _positions(hashes, stack.shape[1])
+        might = ((stack[:, block, :] & masks) == masks).all(axis=2)  # (sources, keys)
+        if check is not None:
+            check.bloom_skips += int((~might).sum())
+        return might.any(axis=0)
+    maybe = np.zeros(n, bool)
+    for position, source in upper:
+        bloom = _bloom(reader, position, source)
+        if bloom is None:
+            return np.ones(n, bool)
+        might = bloom.might_contain_hashes(hashes)
+        if check is not None:
+            check.bloom_skips += int((~might).sum())
+        maybe |= might
+    return maybe
+
+
 def _key_values(keys: pa.Table, pk: list[str]) -> list:
     """The rows of `keys` as Python keys: values (one key column) or tuples."""
     cols = [keys.column(c).to_pylist() for c in pk]
@@ -158,25 +195,18 @@ def _held_keys(reader: LsmReader, upper: Upper, key: object) -> frozenset:
 def newer_versions(reader: LsmReader, keys: pa.Table, upper: Upper, key: object, check: NewerCheck | None = None
                    ) -> np.ndarray:
     """Per row of `keys` (base candidates' key columns): whether a source above the base (the view `key`)
-    holds that key. Each generation's bloom filter first; only the candidates some filter may hold (or a
-    source without one) are looked up in the keys above the base."""
+    holds that key. Every generation's bloom filter first, all probed at once; only the candidates some filter
+    may hold (or a source without one) are looked up in the keys above the base."""
     n = keys.num_rows
     found = np.zeros(n, bool)
     if n == 0 or not upper:
         return found
     pk = list(reader.pk)
     columns = [keys.column(c) for c in pk]
-    hashes = key_hashes(*columns) if trusted_key_type(*(c.type for c in columns)) else None
-    maybe = np.zeros(n, bool)
-    for position, source in upper:
-        bloom = _bloom(reader, position, source) if hashes is not None else None
-        if bloom is None:
-            maybe[:] = True
-            continue
-        might = bloom.might_contain_hashes(hashes)
-        if check is not None:
-            check.bloom_skips += int((~might).sum())
-        maybe |= might
+    if trusted_key_type(*(c.type for c in columns)):
+        maybe = _maybe_held(reader, upper, key, key_hashes(*columns), check)
+    else:
+        maybe = np.ones(n, bool)
     if maybe.any():
         held = _held_keys(reader, upper, key)
         values = _key_values(keys, pk)

@@ -12,21 +12,22 @@ never a result, as in Lance.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
 from memwal.errors import BadInputError
+from memwal.flat_block import distances, flat_block, flat_top, has_vector, matrix, passing, small_rows
 from memwal.newest_version import NewerCheck
 from memwal.search_plan import (
+    PlannedSource,
     View,
     index_partitions,
     is_live,
     is_vector_index,
     plan_sources,
-    source_at,
     source_rows,
     upper_positions,
 )
@@ -103,111 +104,9 @@ def _resolve(reader: LsmReader, column: str | None) -> tuple[str, str]:
     return column, _metric(desc)
 
 
-def _distances(vectors: np.ndarray, q: np.ndarray, metric: str) -> np.ndarray:
-    """Lance's distances: squared L2, 1 - cosine similarity, or 1 - dot product."""
-    v = vectors.astype(np.float64)
-    q64 = q.astype(np.float64)
-    if metric == "cosine":
-        norms = np.linalg.norm(v, axis=1) * np.linalg.norm(q64)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return 1.0 - (v @ q64) / norms
-    if metric == "dot":
-        return 1.0 - v @ q64
-    return ((v - q64) ** 2).sum(axis=1)
-
-
-def _has_vector(column: pa.ChunkedArray) -> np.ndarray:
-    """Which rows of a vector column hold a vector (not a null entry). flatten() drops the null entries, so
-    those rows must go, with their addresses, before a column is turned into a matrix (_matrix)."""
-    return column.is_valid().to_numpy(zero_copy_only=False)
-
-
-def _matrix(column: pa.ChunkedArray, dim: int) -> np.ndarray:
-    """The (rows, dim) float32 matrix of a vector column without null entries (_has_vector)."""
-    return np.asarray(column.combine_chunks().flatten(), np.float32).reshape(-1, dim)
-
-
-@dataclass(frozen=True)
-class _FlatBlock:
-    """The live newest rows of every small source of a plan, one row per entry: source position, generation,
-    row address, vector (float32) and norm (float64). Built once per snapshot, view and column, so an
-    unfiltered flat search of all of them is one matrix-vector product."""
-
-    positions: np.ndarray
-    gens: np.ndarray
-    addrs: np.ndarray
-    vecs: np.ndarray
-    norms: np.ndarray
-
-
-def _flat_block(reader: LsmReader, positions: tuple[int, ...], column: str, dim: int, view: View) -> _FlatBlock:
-    key = ("flat block", positions, column, view)
-    cache = reader.search_cache
-    if key not in cache:
-        parts = []
-        for position in positions:
-            source = source_at(reader, position)
-            t = source.dataset.to_table(columns=[column], with_row_address=True)
-            t = t.filter(pa.array(is_live(reader, position, t, view) & _has_vector(t.column(column))))
-            vecs = _matrix(t.column(column), dim)
-            parts.append((np.full(len(vecs), position), np.full(len(vecs), source.generation),
-                          t.column("_rowaddr").to_numpy(), vecs))
-        if parts:
-            pos, gens, addrs, vecs = (np.concatenate(c) for c in zip(*parts, strict=True))
-        else:
-            pos, gens, addrs, vecs = np.zeros(0, int), np.zeros(0, int), np.zeros(0, np.uint64), np.zeros((0, dim))
-        vecs = np.ascontiguousarray(vecs, np.float32)
-        cache[key] = _FlatBlock(pos, gens, addrs.astype(np.uint64), vecs,
-                                np.sqrt((vecs.astype(np.float64) ** 2).sum(axis=1)))
-    return cache[key]
-
-
-def _flat_top(block: _FlatBlock, q: np.ndarray, k: int, metric: str) -> tuple[np.ndarray, np.ndarray]:
-    """Entries of the block and exact distances of its k nearest rows. A float32 matrix-vector product ranks
-    the rows; every row within its rounding bound of the k-th is re-ranked with exact float64 distances, so
-    the top k is the exact one."""
-    vecs, norms = block.vecs, block.norms
-    if len(norms) == 0:
-        return np.zeros(0, int), np.zeros(0)
-    # einsum, not `@`: a matrix-vector product through multi-threaded BLAS took 11 ms instead of 0.25 on a
-    # loaded 2-core machine (its threads spin against the other work).
-    dots = np.einsum("ij,j->i", vecs, q).astype(np.float64)
-    qn = float(np.linalg.norm(q.astype(np.float64)))
-    # |float32 dot - exact dot| <= dim * eps32 * |v| |q| (a generous bound, doubled for the other operand).
-    slack = 4 * q.shape[0] * float(np.finfo(np.float32).eps)
-    if metric == "cosine":
-        with np.errstate(divide="ignore", invalid="ignore"):
-            approx = 1.0 - dots / (norms * qn)
-        bound = slack
-    else:
-        approx = norms ** 2 - 2 * dots + qn ** 2 if metric == "l2" else 1.0 - dots
-        bound = (2 if metric == "l2" else 1) * slack * float(norms.max()) * qn
-    approx = np.nan_to_num(approx, nan=np.inf)
-    kth = np.partition(approx, k - 1)[k - 1] if len(approx) > k else approx.max()
-    near = np.nonzero(approx <= kth + 2 * bound)[0]
-    dist = _distances(vecs[near], q, metric)
-    near, dist = near[np.isfinite(dist)], dist[np.isfinite(dist)]  # a zero vector under cosine: no distance
-    order = np.argsort(dist, kind="stable")[:k]
-    return near[order], dist[order]
-
-
-def _small_source_table(reader: LsmReader, position: int, columns: tuple[str, ...], schema: pa.Schema
-                 ) -> tuple[np.ndarray, pa.Table]:
-    """A small source's rows (the given columns, in the result's types) with their sorted row addresses,
-    read once per snapshot: a result row of it is then a slice, not a take."""
-    key = ("flat rows", position, columns)
-    cache = reader.search_cache
-    if key not in cache:
-        t = source_at(reader, position).dataset.to_table(columns=list(columns), with_row_address=True)
-        addrs = t.column("_rowaddr").to_numpy().astype(np.uint64)
-        order = np.argsort(addrs, kind="stable")
-        cache[key] = addrs[order], t.select(list(columns)).take(pa.array(order)).cast(schema)
-    return cache[key]
-
-
 def _rows(reader: LsmReader, parts: list, picked: np.ndarray, columns: list[str], schema: pa.Schema) -> pa.Table:
-    """The picked candidates' rows, in order: sliced from an indexed source's query result, or from the small
-    source's rows read once per snapshot (_small_source_table)."""
+    """The picked candidates' rows, in order: taken from an indexed source's query result, or sliced from the
+    small source's rows read once per snapshot (flat_block.small_rows)."""
     out, cast = [], {}
     for j, i in picked:
         table, _, _, addrs, positions = parts[j]
@@ -216,7 +115,7 @@ def _rows(reader: LsmReader, parts: list, picked: np.ndarray, columns: list[str]
                 cast[j] = table.select(columns).cast(schema)
             out.append(cast[j].slice(int(i), 1))
             continue
-        sorted_addrs, rows = _small_source_table(reader, int(positions[i]), tuple(columns), schema)
+        sorted_addrs, rows = small_rows(reader, int(positions[i]), tuple(columns), schema)
         out.append(rows.slice(int(np.searchsorted(sorted_addrs, addrs[i])), 1))
     return pa.concat_tables(out).combine_chunks()
 
@@ -251,6 +150,71 @@ def _check_int(table: str, name: str, value: Any, optional: bool) -> None:
         raise BadInputError(f"table {table}: search {name} must be a positive integer, not {value!r}")
 
 
+@dataclass(frozen=True)
+class _Layout:
+    """What a search with no filter asks, fixed per snapshot, column and k (cached): the sources asked through
+    Lance (with their row counts, whether flat, and the first ask), the small sources searched as one block,
+    and the plan's counts."""
+
+    asked: list[tuple[PlannedSource, int, bool, int]]
+    small: tuple[int, ...]
+    view: View
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+def _layout(reader: LsmReader, column: str, k: int, filter: Filter) -> _Layout:
+    key = ("vector layout", column, k, FLAT_ROWS)
+    cache = reader.search_cache
+    if filter is None and key in cache:
+        return cache[key]
+    asked, small, view = [], [], ()
+    counts = {"indexed_sources": 0, "flat_sources": 0, "rows_served_flat": 0}
+    for p in plan_sources(reader, column, is_vector_index, filter):
+        view = p.view  # one plan, one view
+        rows = source_rows(reader, p.position)
+        is_small = p.source.generation > 0 and rows <= FLAT_ROWS
+        flat = p.index is None or is_small
+        counts["flat_sources" if flat else "indexed_sources"] += 1
+        counts["rows_served_flat"] += rows if flat else p.unindexed_rows
+        if is_small:
+            small.append(p.position)
+        else:
+            asked.append((p, rows, flat, k if flat else first_ask(k, rows, _upper_rows(reader, p.position, p.view))))
+    layout = _Layout(asked, tuple(small), view, counts)
+    if filter is None:
+        cache[key] = layout
+    return layout
+
+
+def _ask(reader: LsmReader, p: PlannedSource, rows: int, flat: bool, ask: int, q: np.ndarray, k: int,
+         read: list[str], filter: Filter, nprobes: int | None, refine_factor: int, metric: str, plan: VectorPlan,
+         check: NewerCheck) -> tuple[pa.Table, np.ndarray]:
+    """A source asked through Lance until k of its candidates are live or it is exhausted (never short): its
+    live candidates with a vector, and their exact distances."""
+    column = plan.column
+    while True:
+        nearest: dict[str, Any] = {"column": column, "q": q, "k": ask, "metric": metric, "use_index": not flat}
+        if not flat:
+            # The partitions always probed; Lance probes more (its maximum_nprobes left open) while those
+            # hold fewer than `ask` rows passing the filter, so fewer rows than asked means exhausted.
+            nearest["minimum_nprobes"] = nprobes or default_nprobes(index_partitions(reader, p.position, p.index))
+            nearest["refine_factor"] = refine_factor
+        got = p.source.dataset.to_table(columns=read, nearest=nearest, filter=filter, prefilter=True,
+                                        fast_search=p.fast_search, with_row_address=True,
+                                        disable_scoring_autoprojection=True)
+        live = is_live(reader, p.position, got, p.view, check)
+        if int(live.sum()) >= k or got.num_rows < ask or ask >= rows:
+            break
+        plan.extra_rounds += 1
+        ask = min(rows, 2 * ask + int((~live).sum()))
+    plan.candidates += got.num_rows
+    plan.shadowed += int((~live).sum())
+    got = got.filter(pa.array(live & has_vector(got.column(column))))
+    dist = distances(matrix(got.column(column), len(q)), q, metric)
+    finite = np.isfinite(dist)
+    return (got, dist) if finite.all() else (got.filter(pa.array(finite)), dist[finite])
+
+
 def vector_search(reader: LsmReader, vector: Any, *, column: str | None = None, k: int = 10,
                   filter: Filter = None, columns: Sequence[str] | None = None, nprobes: int | None = None,
                   refine_factor: int | None = None) -> pa.Table:
@@ -277,66 +241,39 @@ def vector_search(reader: LsmReader, vector: Any, *, column: str | None = None, 
     if missing:
         raise BadInputError(f"table {table}: search columns {missing} are not in the table")
     out_schema = reader.output_schema(columns)
-    plan = VectorPlan(column, metric)
+    layout = _layout(reader, column, k, filter)
+    plan = VectorPlan(column, metric, **layout.counts)
     reader.last_vector_plan = plan
     read = list(dict.fromkeys([*columns, column, *reader.pk]))  # keys: the newest-version check
     refine_factor = DEFAULT_REFINE_FACTOR if refine_factor is None else refine_factor
     check = NewerCheck()
     parts = []  # per source asked: its result table (None: the flat block), distances, generations, addresses,
-    small = []  # positions                                                          and source positions
-    for p in plan_sources(reader, column, is_vector_index, filter):
-        ds = p.source.dataset
-        rows = source_rows(reader, p.position)
-        is_small = p.source.generation > 0 and rows <= FLAT_ROWS
-        flat = p.index is None or is_small
-        if flat:
-            plan.flat_sources += 1
-            plan.rows_served_flat += rows
-        else:
-            plan.indexed_sources += 1
-            plan.rows_served_flat += p.unindexed_rows
-        if is_small and filter is None:
-            small.append(p)
-            continue
-        ask = k if flat else first_ask(k, rows, _upper_rows(reader, p.position, p.view))
-        while True:
-            nearest: dict[str, Any] = {"column": column, "q": q, "k": ask, "metric": metric, "use_index": not flat}
-            if not flat:
-                # The partitions always probed; Lance probes more (its maximum_nprobes left open) while those
-                # hold fewer than `ask` rows passing the filter, so fewer rows than asked means exhausted.
-                nearest["minimum_nprobes"] = nprobes or default_nprobes(index_partitions(reader, p.position, p.index))
-                nearest["refine_factor"] = refine_factor
-            got = ds.to_table(columns=read, nearest=nearest, filter=filter, prefilter=True, fast_search=p.fast_search,
-                              with_row_address=True, disable_scoring_autoprojection=True)
-            live = is_live(reader, p.position, got, p.view, check)
-            if int(live.sum()) >= k or got.num_rows < ask or ask >= rows:
-                break
-            plan.extra_rounds += 1
-            ask = min(rows, 2 * ask + int((~live).sum()))
-        plan.candidates += got.num_rows
-        plan.shadowed += int((~live).sum())
-        got = got.filter(pa.array(live & _has_vector(got.column(column))))
-        dist = _distances(_matrix(got.column(column), dim), q, metric)
-        got, dist = got.filter(pa.array(np.isfinite(dist))), dist[np.isfinite(dist)]
+    #             source positions
+    for p, rows, flat, ask in layout.asked:
+        got, dist = _ask(reader, p, rows, flat, ask, q, k, read, filter, nprobes, refine_factor, metric, plan, check)
         if got.num_rows:
             n = got.num_rows
             parts.append((got, dist, np.full(n, p.source.generation),
                           got.column("_rowaddr").to_numpy().astype(np.uint64), np.full(n, p.position)))
     plan.bloom_skips, plan.key_probes = check.bloom_skips, check.key_probes
-    if small:
-        view = small[0].view  # one plan, one view
-        block = _flat_block(reader, tuple(p.position for p in small), column, dim, view)
-        top, dist = _flat_top(block, q, k, metric)
+    if layout.small:
+        block = flat_block(reader, layout.small, column, dim, layout.view, metric)
+        rows = None if filter is None else passing(reader, block, layout.small, filter)
+        top, dist = flat_top(block, q, k, metric, rows)
         plan.candidates += len(top)
         if len(top):
             parts.append((None, dist, block.gens[top], block.addrs[top], block.positions[top]))
     if not parts:
         return out_schema.append(pa.field(DISTANCE_COLUMN, pa.float32())).empty_table()
-    dist = np.concatenate([part[1] for part in parts])
-    gens = np.concatenate([part[2] for part in parts])
-    addrs = np.concatenate([part[3] for part in parts])
-    which = np.concatenate([np.stack([np.full(len(part[1]), j), np.arange(len(part[1]))], axis=1)
-                            for j, part in enumerate(parts)])
+    if len(parts) == 1:
+        dist, gens, addrs = parts[0][1], parts[0][2], parts[0][3]
+        which = np.stack([np.zeros(len(dist), int), np.arange(len(dist))], axis=1)
+    else:
+        dist = np.concatenate([part[1] for part in parts])
+        gens = np.concatenate([part[2] for part in parts])
+        addrs = np.concatenate([part[3] for part in parts])
+        which = np.concatenate([np.stack([np.full(len(part[1]), j), np.arange(len(part[1]))], axis=1)
+                                for j, part in enumerate(parts)])
     order = np.lexsort((addrs, -gens, dist))[:k]  # nearest first; ties: newer generation, then row address
     result = _rows(reader, parts, which[order], columns, out_schema)
     return result.append_column(pa.field(DISTANCE_COLUMN, pa.float32()), pa.array(dist[order], pa.float32()))

@@ -1,0 +1,168 @@
+"""The small sources of a vector search (generations and MemTables of at most FLAT_ROWS rows) as one block:
+their live newest rows' vectors in one matrix, built once per snapshot, view and column, so a search of all
+of them, filtered or not, is one matrix-vector product and one exact re-rank instead of one search per source.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+
+from memwal.newest_version import member
+from memwal.search_plan import View, is_live, source_at
+
+if TYPE_CHECKING:
+    from memwal.reader import Filter, LsmReader
+
+__all__ = ["FlatBlock", "distances", "flat_block", "flat_top", "has_vector", "matrix", "passing", "small_rows"]
+
+# Filters whose passing block rows are kept per reader (a filter string repeated across queries reads the
+# small sources once); an expression filter is evaluated per search.
+_FILTERS_KEPT = 16
+
+
+def distances(vectors: np.ndarray, q: np.ndarray, metric: str) -> np.ndarray:
+    """Lance's distances: squared L2, 1 - cosine similarity, or 1 - dot product."""
+    v = vectors.astype(np.float64)
+    q64 = q.astype(np.float64)
+    if metric == "cosine":
+        norms = np.linalg.norm(v, axis=1) * np.linalg.norm(q64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return 1.0 - (v @ q64) / norms
+    if metric == "dot":
+        return 1.0 - v @ q64
+    return ((v - q64) ** 2).sum(axis=1)
+
+
+def has_vector(column: pa.ChunkedArray) -> np.ndarray:
+    """Which rows of a vector column hold a vector (not a null entry). flatten() drops the null entries, so
+    those rows must go, with their addresses, before a column is turned into a matrix (matrix)."""
+    return column.is_valid().to_numpy(zero_copy_only=False)
+
+
+def matrix(column: pa.ChunkedArray, dim: int) -> np.ndarray:
+    """The (rows, dim) float32 matrix of a vector column without null entries (has_vector)."""
+    return np.asarray(column.combine_chunks().flatten(), np.float32).reshape(-1, dim)
+
+
+@dataclass(frozen=True)
+class FlatBlock:
+    """The live newest rows of the small sources of a plan whose distance is defined (a vector, finite, and
+    not zero under cosine; the others are never a result), one row per entry: source position, generation,
+    row address, vector (float32); and per row the ranking terms of flat_top (squared norm; minus the inverse
+    norm under cosine) and the largest norm, all float64."""
+
+    positions: np.ndarray
+    gens: np.ndarray
+    addrs: np.ndarray
+    vecs: np.ndarray
+    sq: np.ndarray
+    neg_inv: np.ndarray
+    max_norm: float
+
+
+def flat_block(reader: LsmReader, positions: tuple[int, ...], column: str, dim: int, view: View, metric: str
+               ) -> FlatBlock:
+    """The FlatBlock of the small sources at `positions`, cached per snapshot."""
+    key = ("flat block", positions, column, view, metric)
+    cache = reader.search_cache
+    if key not in cache:
+        parts = []
+        for position in positions:
+            source = source_at(reader, position)
+            t = source.dataset.to_table(columns=[column], with_row_address=True)
+            t = t.filter(pa.array(is_live(reader, position, t, view) & has_vector(t.column(column))))
+            vecs = matrix(t.column(column), dim)
+            parts.append((np.full(len(vecs), position), np.full(len(vecs), source.generation),
+                          t.column("_rowaddr").to_numpy(), vecs))
+        if parts:
+            pos, gens, addrs, vecs = (np.concatenate(c) for c in zip(*parts, strict=True))
+        else:
+            pos, gens, addrs, vecs = np.zeros(0, int), np.zeros(0, int), np.zeros(0, np.uint64), np.zeros((0, dim))
+        v64 = vecs.astype(np.float64)
+        sq = (v64 ** 2).sum(axis=1)
+        keep = np.isfinite(v64).all(axis=1) & np.isfinite(sq) & ((sq > 0) if metric == "cosine" else True)
+        sq = sq[keep]
+        norms = np.sqrt(sq)
+        with np.errstate(divide="ignore"):
+            neg_inv = -1.0 / norms if metric == "cosine" else np.zeros(0)
+        cache[key] = FlatBlock(pos[keep], gens[keep], addrs[keep].astype(np.uint64),
+                               np.ascontiguousarray(vecs[keep], np.float32), sq, neg_inv,
+                               float(norms.max()) if len(norms) else 0.0)
+    return cache[key]
+
+
+def passing(reader: LsmReader, block: FlatBlock, positions: tuple[int, ...], filter: Filter) -> np.ndarray:
+    """The block rows passing `filter` (sorted indices), read once per snapshot for a filter string (the last
+    _FILTERS_KEPT kept): each small source's row addresses passing it, matched to the block's rows."""
+    cached = isinstance(filter, str)
+    kept = reader.search_cache.setdefault(("flat filters", positions, id(block)), OrderedDict())
+    if cached and filter in kept:
+        kept.move_to_end(filter)
+        return kept[filter]
+    mask = np.zeros(len(block.addrs), bool)
+    for position in positions:
+        rows = np.flatnonzero(block.positions == position)
+        if len(rows) == 0:
+            continue
+        t = source_at(reader, position).dataset.to_table(columns=[], filter=filter, with_row_address=True)
+        mask[rows] = member(block.addrs[rows], np.sort(t.column("_rowaddr").to_numpy().astype(np.uint64)))
+    found = np.flatnonzero(mask)
+    if cached:
+        kept[filter] = found
+        while len(kept) > _FILTERS_KEPT:
+            kept.popitem(last=False)
+    return found
+
+
+def flat_top(block: FlatBlock, q: np.ndarray, k: int, metric: str, rows: np.ndarray | None = None
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """Entries of the block (among `rows`, default all) and exact distances of its k nearest rows. A float32
+    matrix-vector product ranks the rows; every row within its rounding bound of the k-th is re-ranked with
+    exact float64 distances, so the top k is the exact one. The ranking drops each metric's per-query constant
+    terms (|q|^2, 1, the 1/|q| of cosine), which move every row alike: no pass is spent on them."""
+    vecs = block.vecs if rows is None else block.vecs[rows]
+    if len(vecs) == 0:
+        return np.zeros(0, int), np.zeros(0)
+    # einsum, not `@`: a matrix-vector product through multi-threaded BLAS took 11 ms instead of 0.25 on a
+    # loaded 2-core machine (its threads spin against the other work).
+    dots = np.einsum("ij,j->i", vecs, q)
+    qn = float(np.linalg.norm(q.astype(np.float64)))
+    # |float32 dot - exact dot| <= dim * eps32 * |v| |q| (a generous bound, doubled for the other operand).
+    slack = 4 * q.shape[0] * float(np.finfo(np.float32).eps)
+    if metric == "cosine":  # (1 - cosine - 1) |q| = -dot / |v|
+        approx = dots * (block.neg_inv if rows is None else block.neg_inv[rows])
+        bound = slack * qn
+    elif metric == "l2":  # squared L2 - |q|^2
+        approx = (block.sq if rows is None else block.sq[rows]) - 2.0 * dots
+        bound = 2 * slack * block.max_norm * qn
+    else:  # 1 - dot - 1
+        approx = -dots
+        bound = slack * block.max_norm * qn
+    if len(approx) > k:
+        near = np.flatnonzero(approx <= np.partition(approx, k - 1)[k - 1] + 2 * bound)
+    else:
+        near = np.arange(len(approx))
+    dist = distances(vecs[near], q, metric)
+    near, dist = near[np.isfinite(dist)], dist[np.isfinite(dist)]
+    order = np.argsort(dist, kind="stable")[:k]
+    picked = near[order]
+    return (picked if rows is None else rows[picked]), dist[order]
+
+
+def small_rows(reader: LsmReader, position: int, columns: tuple[str, ...], schema: pa.Schema
+               ) -> tuple[np.ndarray, pa.Table]:
+    """A small source's rows (the given columns, in the result's types) with their sorted row addresses,
+    read once per snapshot: a result row of it is then a slice, not a take."""
+    key = ("flat rows", position, columns)
+    cache = reader.search_cache
+    if key not in cache:
+        t = source_at(reader, position).dataset.to_table(columns=list(columns), with_row_address=True)
+        addrs = t.column("_rowaddr").to_numpy().astype(np.uint64)
+        order = np.argsort(addrs, kind="stable")
+        cache[key] = addrs[order], t.select(list(columns)).take(pa.array(order)).cast(schema)
+    return cache[key]
