@@ -3,9 +3,11 @@
 - `memwal_fleet`, on $MEMWAL_FLEET_SCHEDULE (default every 5 minutes; "none": triggered only): one task,
   `probe`, probes every `fleet: true` table and every root's tables, and triggers `memwal_fleet_maintain` only
   when something is due. An idle cycle is that one task instance.
-- `memwal_fleet_maintain`, triggered by the probe: `due_tables` reads the plan from the run's conf, and
-  `maintain` (mapped, one instance per due table, longest-waiting first, at most $MEMWAL_FLEET_CONCURRENCY at
-  once, default 8) runs each table's due jobs in the safe order.
+- `memwal_fleet_maintain`, triggered by the probe: `due_work` reads the plan from the run's conf; `maintain`
+  (mapped, longest-waiting first, at most $MEMWAL_FLEET_CONCURRENCY at once, default 8) runs one unit each:
+  a table on engine in_process / auto (its due jobs in the safe order), or a batch of tables on engines
+  spark / spark_connect (at most $MEMWAL_FLEET_BATCH_TABLES tables, default 50, and
+  $MEMWAL_FLEET_BATCH_BYTES due bytes, default 1 GiB) whose due jobs run in one application.
 
 This file imports no table code and reads no tables file: the task runner parses it for every fleet task.
 """
@@ -17,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 
 from airflow.sdk import DAG, task
 
-from memwal.airflow.operators.fleet import MemWalDueChainOperator, MemWalFleetProbeOperator
+from memwal.airflow.operators.fleet import MemWalDueWorkOperator, MemWalFleetProbeOperator
 
 FLEET_DAG_ID = "memwal_fleet"
 MAINTAIN_DAG_ID = "memwal_fleet_maintain"
@@ -48,7 +50,9 @@ with DAG(
 ):
     MemWalFleetProbeOperator(task_id="probe", trigger_dag_id=MAINTAIN_DAG_ID,
                              max_tables=_env_int("MEMWAL_FLEET_MAX_TABLES", 64),
-                             max_workers=_env_int("MEMWAL_FLEET_PROBE_WORKERS", 16))
+                             max_workers=_env_int("MEMWAL_FLEET_PROBE_WORKERS", 16),
+                             max_batch_tables=_env_int("MEMWAL_FLEET_BATCH_TABLES", 50),
+                             max_batch_bytes=_env_int("MEMWAL_FLEET_BATCH_BYTES", 1024**3))
 
 with DAG(
     dag_id=MAINTAIN_DAG_ID,
@@ -65,11 +69,13 @@ with DAG(
 ):
 
     @task
-    def due_tables(dag_run=None) -> list[dict]:
-        """The plan the probe put in this run's conf: due tables, longest-waiting first."""
-        return list((dag_run.conf or {}).get("tables") or [])
+    def due_work() -> list:
+        """The plan the probe put in this run's conf: tables and batches, longest-waiting first."""
+        from airflow.sdk import get_current_context
 
-    MemWalDueChainOperator.partial(
+        return list((get_current_context()["dag_run"].conf or {}).get("work") or [])
+
+    MemWalDueWorkOperator.partial(
         task_id="maintain", map_index_template="{{ memwal_table }}",
         max_active_tis_per_dag=_env_int("MEMWAL_FLEET_CONCURRENCY", 8), **({"pool": _pool} if _pool else {}),
-    ).expand(item=due_tables())
+    ).expand(item=due_work())

@@ -249,7 +249,7 @@ def test_probe_task_triggers_only_when_due_and_never_twice_for_a_table_in_flight
         probe.execute({"ti": ti, "run_id": "r1"})
     trigger = raised.value
     assert trigger.trigger_dag_id == "maintain"
-    [item] = trigger.conf["tables"]
+    [item] = trigger.conf["work"]
     assert (item["table"], item["jobs"], item["entry"]) == ("lake.a", ["merge", "snapshot"], "lake")
     answer = ti.pushed["return_value"]
     assert answer["run_id"] == trigger.dag_run_id and answer["dispatched"][0]["table"] == "lake.a"
@@ -270,3 +270,57 @@ def test_probe_task_triggers_only_when_due_and_never_twice_for_a_table_in_flight
     [run_id] = json.loads(saved["memwal_fleet_state"])["in_flight"]
     idle = probe.execute({"ti": _FakeTi({run_id: "failed"}), "run_id": "r4"})
     assert idle["dispatched"] == [] and idle["in_flight"] == [], "nothing due: the probe's answer, no trigger"
+
+
+# --- Spark tables share one application per batch ------------------------------------------------------------
+
+
+def test_split_batches_groups_spark_tables_and_keeps_the_longest_waiting_order():
+    """in_process / auto tables run alone; spark and spark_connect tables are packed into batches within a group
+    (engine, connections, Spark properties) by bytes; batches run in the order of their longest-waiting table."""
+    from memwal.airflow.fleet import batch_group, split_batches
+
+    _, roots, _ = parse_fleet({"tables": {
+        "s": {"root": "/s", "engine": "spark"}, "s2": {"root": "/s2", "engine": "spark", "spark_conn_id": "other"},
+        "c": {"root": "/c", "engine": "spark_connect"}, "p": {"root": "/p", "engine": "in_process"},
+        "a": {"root": "/a", "engine": "auto"}}}, "t.yaml")
+    order = ["/p/1", "/s/1", "/c/1", "/s2/1", "/s/2", "/a/1", "/s/3"]
+    cfgs = {u: roots[u.split("/")[1]].table(u) for u in order}
+    plan = [{"uri": u, "table": cfgs[u].name, "jobs": ["merge"]} for u in order]
+    sizes = {"/s/1": 10, "/s/2": 500, "/s/3": 20}
+    alone, batches = split_batches(plan, cfgs, sizes, max_tables=2, max_bytes=10**6)
+    assert [p["uri"] for p in alone] == ["/p/1", "/a/1"]
+    # packed largest first (/s/2 then /s/3 fill one batch of 2), then ordered by each batch's longest-waiting table
+    assert [[i["uri"] for i in b] for b in batches] == [["/s/1"], ["/c/1"], ["/s2/1"], ["/s/2", "/s/3"]]
+    assert batches[3][0]["bytes"] == 500
+    assert batch_group(cfgs["/s/1"]) != batch_group(cfgs["/s2/1"]) and batch_group(cfgs["/p/1"]) is None
+
+
+def test_batch_operator_runs_the_batch_in_one_call_and_fails_naming_a_failed_table(monkeypatch, tmp_path):
+    from memwal.airflow.hooks.memwal import MemWalHook, MemWalTaskError
+    from memwal.airflow.operators.fleet import MemWalDueWorkOperator
+
+    tables_file = tmp_path / "tables.yaml"
+    tables_file.write_text(json.dumps({"tables": {"lake": {"root": "/lake", "engine": "spark",
+                                                           "max_generations_per_commit": 3}}}))
+    monkeypatch.setenv("MEMWAL_TABLES_FILE", str(tables_file))
+    monkeypatch.delenv("AIRFLOW_VAR_MEMWAL_TABLES", raising=False)
+    calls = []
+
+    def run_batch(self, entries, **kwargs):
+        calls.append((list(entries), kwargs))
+        return [{"table_uri": e.uri, "status": "failed" if e.uri.endswith("b.lance") else "ok",
+                 "error": f"table {e.uri}: merge failed" if e.uri.endswith("b.lance") else None} for e in entries]
+
+    monkeypatch.setattr(MemWalHook, "run_batch", run_batch)
+    items = [{"table": f"lake.{n}", "uri": f"/lake/{n}.lance", "entry": "lake", "root": "/lake",
+              "jobs": ["snapshot", "merge"], "bytes": 7} for n in ("a", "b")]
+    ti = _FakeTi({})
+    with pytest.raises(MemWalTaskError, match=r"1 of 2 table\(s\) failed: lake.b: table /lake/b.lance: merge"):
+        MemWalDueWorkOperator(task_id="b", item=items).execute({"ti": ti})
+    [(entries, kwargs)] = calls
+    assert [(e.uri, e.jobs, e.bytes, e.name) for e in entries] == [
+        ("/lake/a.lance", ("merge", "snapshot"), 7, "lake.a"), ("/lake/b.lance", ("merge", "snapshot"), 7, "lake.b")]
+    assert entries[0].options.merge.max_generations_per_commit == 3, "the root's settings reach the batch"
+    assert kwargs["engine"] == "spark"
+    assert [t["status"] for t in ti.pushed["return_value"]["tables"]] == ["ok", "failed"]

@@ -16,6 +16,7 @@ table URIs, listing keys, figures):
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -24,9 +25,13 @@ if TYPE_CHECKING:
     from memwal.airflow.config import RootConfig, TableConfig, TableConfigError
     from memwal.probe import ProbeEntry, ProbeResult, ProbeState
 
-__all__ = ["FleetState", "due_entries", "entry_and_name", "order_due", "plan_cycle", "probe_entries", "resolve_table"]
+__all__ = ["BATCH_ENGINES", "FleetState", "batch_group", "due_entries", "entry_and_name", "order_due", "plan_cycle",
+           "probe_entries", "report", "resolve_table", "split_batches"]
 
 STATE_VARIABLE = "memwal_fleet_state"
+# Engines whose tables share one application per batch (`memwal.fleet_batch`, `MemWalHook.run_batch`): a Spark
+# application's start-up (13-18 s) is paid once per batch, not per table.
+BATCH_ENGINES = ("spark", "spark_connect")
 
 
 @dataclass
@@ -179,3 +184,30 @@ def report(results: Sequence[ProbeResult], plan: Sequence[Mapping[str, Any]], le
         "config_errors": {name: str(exc) for name, exc in config_errors.items()},
         "tables": tables,
     }
+
+
+def batch_group(cfg: TableConfig) -> str | None:
+    """Tables that may share an application: the same engine, storage connection, Spark connections and Spark
+    properties (a batch has one of each). None: the table's chain runs alone (engines in_process and auto)."""
+    if cfg.engine not in BATCH_ENGINES:
+        return None
+    return json.dumps([cfg.engine, cfg.conn_id, cfg.spark_conn_id, cfg.spark_connect_conn_id,
+                       sorted(cfg.spark_conf.items())])
+
+
+def split_batches(plan: Sequence[Mapping[str, Any]], cfgs: Mapping[str, TableConfig], due_bytes: Mapping[str, int],
+                  *, max_tables: int, max_bytes: int) -> tuple[list[dict[str, Any]], list[list[dict[str, Any]]]]:
+    """(the plan's tables whose chain runs alone, the batches of the others: one application each, packed by
+    `memwal.fleet_batch.pack_batches` by bytes within a `batch_group`). Both in the plan's order (longest-waiting
+    first): batches by the place of their longest-waiting table, tables inside a batch by theirs."""
+    from memwal.fleet_batch import TableDue, pack_batches
+
+    place = {p["uri"]: i for i, p in enumerate(plan)}
+    alone = [dict(p) for p in plan if batch_group(cfgs[p["uri"]]) is None]
+    dues = [TableDue(p["uri"], tuple(p["jobs"]), int(due_bytes.get(p["uri"], 0)), name=p["table"],
+                     group=batch_group(cfgs[p["uri"]])) for p in plan if batch_group(cfgs[p["uri"]]) is not None]
+    packed = [sorted((d.uri for d in batch), key=place.__getitem__)
+              for batch in pack_batches(dues, max_bytes=max_bytes, max_tables=max_tables)]
+    packed.sort(key=lambda uris: place[uris[0]])
+    items = {p["uri"]: p for p in plan}
+    return alone, [[{**items[u], "bytes": int(due_bytes.get(u, 0))} for u in uris] for uris in packed]

@@ -5,8 +5,11 @@
   at most `max_tables`) and, only when something is due, triggers one run of the maintenance DAG with the plan
   as its conf. An idle cycle triggers nothing: it is this one task instance. Its XCom is the probe's report
   (`memwal.airflow.fleet.report`): every table's status, due jobs and error.
-- `MemWalDueChainOperator`: mapped over the plan, one task instance per due table: runs that table's due jobs
-  in the safe order through `MemWalHook.run_job` on the table's engine, as the per-table operators do.
+- `MemWalDueWorkOperator`: mapped over the plan's work units, longest-waiting first: a table on engine
+  in_process or auto runs its due jobs in the safe order through `MemWalHook.run_job`, as the per-table
+  operators do; a batch of tables on engines spark / spark_connect (packed by
+  `memwal.fleet_batch.pack_batches`) runs every table's due jobs in one application (`MemWalHook.run_batch`),
+  so the application's start-up is paid once per batch, not per table.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ if TYPE_CHECKING:
     from memwal.airflow.fleet import FleetState
     from memwal.probe import ProbeResult
 
-__all__ = ["MemWalDueChainOperator", "MemWalFleetProbeOperator"]
+__all__ = ["MemWalDueWorkOperator", "MemWalFleetProbeOperator"]
 
 log = logging.getLogger(__name__)
 
@@ -84,15 +87,19 @@ class MemWalFleetProbeOperator(TriggerDagRunOperator):
     """Probe the fleet; trigger `trigger_dag_id` (the maintenance DAG) with the plan only when something is due.
 
     max_tables: tables one maintenance run takes at most (the rest wait, keeping their place in line);
-    max_workers: tables probed at once; state_variable: the Variable the cycle's state is kept in."""
+    max_workers: tables probed at once; state_variable: the Variable the cycle's state is kept in;
+    max_batch_tables / max_batch_bytes: a batch's bounds (one Spark application, `memwal.fleet_batch`)."""
 
     ui_color = "#fff4e0"
 
     def __init__(self, *, trigger_dag_id: str, max_tables: int = 64, max_workers: int = 16,
-                 state_variable: str = "memwal_fleet_state", **kwargs: Any) -> None:
+                 state_variable: str = "memwal_fleet_state", max_batch_tables: int = 50,
+                 max_batch_bytes: int = 1024**3, **kwargs: Any) -> None:
         kwargs.setdefault("conf", None)
         super().__init__(trigger_dag_id=trigger_dag_id, **kwargs)
         self.max_tables = max_tables
+        self.max_batch_tables = max_batch_tables
+        self.max_batch_bytes = max_batch_bytes
         self.max_workers = max_workers
         self.state_variable = state_variable
 
@@ -110,7 +117,8 @@ class MemWalFleetProbeOperator(TriggerDagRunOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from memwal.airflow.config import config_errors_fail, load_fleet
-        from memwal.airflow.fleet import plan_cycle, probe_entries, report
+        from memwal.airflow.fleet import plan_cycle, probe_entries, report, resolve_table, split_batches
+        from memwal.fleet_batch import due_bytes
         from memwal.probe import next_states, probe_tables
         from memwal.storage import ObjectStore
 
@@ -152,51 +160,94 @@ class MemWalFleetProbeOperator(TriggerDagRunOperator):
         _save_state(self.state_variable, state)  # before the trigger: a probe that dies next keeps them in flight
         answer["run_id"] = run_id
         ti.xcom_push(key="return_value", value=answer)
-        self.conf, self.trigger_run_id = {"tables": plan}, run_id
+        cfgs = {p["uri"]: resolve_table(p, tables, roots, errors) for p in plan}
+        place = {p["uri"]: i for i, p in enumerate(plan)}
+        alone, batches = split_batches(plan, cfgs, {r.table_uri: due_bytes(r.due) for r in results},
+                                       max_tables=self.max_batch_tables, max_bytes=self.max_batch_bytes)
+        work = sorted([*alone, *batches], key=lambda u: place[(u if isinstance(u, Mapping) else u[0])["uri"]])
+        self.conf, self.trigger_run_id = {"work": work}, run_id
         super().execute(context)  # raises the trigger request the task runner carries out
         return answer
 
 
-class MemWalDueChainOperator(BaseOperator):
+def _chain(op: BaseOperator, item: Mapping[str, Any], context: Context) -> dict[str, Any]:
     """One planned table's due jobs, in the safe order, through `MemWalHook.run_job` on the table's engine.
-    `item`: a plan entry (`memwal.airflow.fleet.plan_cycle`: table, uri, entry, root, jobs). The first job that
-    fails (exit 3 pushes its summary first) fails the task; its retry runs the chain again (every job resumes
-    from what the table records, and a job no longer due does nothing)."""
+    The first job that fails (exit 3 pushes its summary first) fails the task."""
+    from memwal.airflow.config import config_errors_fail, load_fleet
+    from memwal.airflow.fleet import resolve_table
+    from memwal.airflow.hooks.memwal import MemWalHook, MemWalTaskError
+    from memwal.probe import JOB_ORDER
+
+    context["memwal_table"] = item["table"]  # type: ignore[typeddict-unknown-key]  # the mapped label
+    with config_errors_fail():
+        tables, roots, errors = load_fleet()
+        cfg = resolve_table(item, tables, roots, errors)
+    hook = MemWalHook.for_table(cfg)
+    jobs = [j for j in JOB_ORDER if j in set(item["jobs"])]
+    out: dict[str, Any] = {"table": cfg.name, "uri": cfg.uri, "jobs": jobs, "summaries": {}}
+    for job in jobs:
+        op.log.info("table %s: %s (%s)", cfg.name, job, (item.get("reasons") or {}).get(job, "due"))
+        run = hook.run_job(job, cfg, options=cfg.job_options(), engine=cfg.engine,
+                           spark_conn_id=cfg.spark_conn_id, spark_conf=cfg.spark_conf,
+                           spark_connect_conn_id=cfg.spark_connect_conn_id, auto_spark_engine=cfg.auto_spark_engine)
+        out["summaries"][job] = {**run.summary, "table": cfg.name}
+        if run.returncode != 0:
+            context["ti"].xcom_push(key="return_value", value=out)
+            raise MemWalTaskError(f"memwal {job} on table {cfg.name!r} ({cfg.uri}): "
+                                  f"{run.reason or f'exit {run.returncode}'} (the chain stops here; the retry "
+                                  "runs it again)")
+    return out
+
+
+def _batch(op: BaseOperator, items: Sequence[Mapping[str, Any]], context: Context) -> dict[str, Any]:
+    """A batch of planned tables (one group: engine, connections, Spark properties) in ONE application
+    (`MemWalHook.run_batch`): each table's due jobs in the safe order, each table's failure its own result;
+    the task fails (after pushing every table's result) when a table failed."""
+    from memwal.airflow.config import config_errors_fail, load_fleet
+    from memwal.airflow.fleet import resolve_table
+    from memwal.airflow.hooks.memwal import MemWalHook, MemWalTaskError
+    from memwal.fleet_batch import TableDue
+
+    names = [str(i["table"]) for i in items]
+    label = f"{names[0]} +{len(names) - 1}" if len(names) > 1 else names[0]
+    context["memwal_table"] = label  # type: ignore[typeddict-unknown-key]
+    with config_errors_fail():
+        tables, roots, errors = load_fleet()
+        cfgs = [resolve_table(i, tables, roots, errors) for i in items]
+    first = cfgs[0]
+    entries = [TableDue(c.uri, tuple(i["jobs"]), int(i.get("bytes") or 0), c.job_options(), name=c.name)
+               for c, i in zip(cfgs, items, strict=True)]
+    op.log.info("batch of %d table(s) on %s: %s", len(entries), first.engine,
+                ", ".join(f"{e.name} ({', '.join(e.jobs)})" for e in entries))
+    results = MemWalHook.for_table(first).run_batch(
+        entries, engine=first.engine, spark_conn_id=first.spark_conn_id, spark_conf=first.spark_conf,
+        spark_connect_conn_id=first.spark_connect_conn_id)
+    out = {"tables": [{**r, "table": c.name} for c, r in zip(cfgs, results, strict=True)]}
+    failed = [t for t in out["tables"] if t.get("status") != "ok"]
+    if failed:
+        context["ti"].xcom_push(key="return_value", value=out)
+        which = "; ".join(f"{t['table']}: {t.get('error') or t.get('status')}" for t in failed)
+        raise MemWalTaskError(f"memwal batch: {len(failed)} of {len(entries)} table(s) failed: {which} "
+                              "(the retry runs the batch again)")
+    return out
+
+
+class MemWalDueWorkOperator(BaseOperator):
+    """One unit of a fleet maintenance run (mapped over the plan's `work`, longest-waiting first): a table (a
+    mapping: its due jobs in the safe order through `MemWalHook.run_job`, as the per-table operators run them)
+    or a batch (a list: tables on engines spark / spark_connect whose due jobs run in ONE application,
+    `MemWalHook.run_batch`). A failure fails the task; its retry runs the unit again (every job resumes from what
+    the table records, and a job no longer due does nothing)."""
 
     template_fields: Sequence[str] = ("item",)
     ui_color = "#e8f0fe"
 
-    def __init__(self, *, item: Mapping[str, Any] | str, **kwargs: Any) -> None:
+    def __init__(self, *, item: Mapping[str, Any] | Sequence[Mapping[str, Any]] | str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.item = item
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from memwal.airflow.config import config_errors_fail, load_fleet
-        from memwal.airflow.fleet import resolve_table
-        from memwal.airflow.hooks.memwal import MemWalHook, MemWalTaskError
-        from memwal.probe import JOB_ORDER
-
-        item = json.loads(self.item) if isinstance(self.item, str) else dict(self.item)
-        context["memwal_table"] = item["table"]  # type: ignore[typeddict-unknown-key]  # the mapped label
-        with config_errors_fail():
-            tables, roots, errors = load_fleet()
-            cfg = resolve_table(item, tables, roots, errors)
-        hook = MemWalHook.for_table(cfg)
-        jobs = [j for j in JOB_ORDER if j in set(item["jobs"])]
-        out: dict[str, Any] = {"table": cfg.name, "uri": cfg.uri, "jobs": jobs, "summaries": {}}
-        for job in jobs:
-            self.log.info("table %s: %s (%s)", cfg.name, job, (item.get("reasons") or {}).get(job, "due"))
-            run = hook.run_job(job, cfg, options=cfg.job_options(), engine=cfg.engine,
-                               spark_conn_id=cfg.spark_conn_id, spark_conf=cfg.spark_conf,
-                               spark_connect_conn_id=cfg.spark_connect_conn_id,
-                               auto_spark_engine=cfg.auto_spark_engine)
-            out["summaries"][job] = {**run.summary, "table": cfg.name}
-            if run.returncode != 0:
-                context["ti"].xcom_push(key="return_value", value=out)
-                raise MemWalTaskError(f"memwal {job} on table {cfg.name!r} ({cfg.uri}): "
-                                      f"{run.reason or f'exit {run.returncode}'} (the chain stops here; the retry "
-                                      "runs it again)")
-        return out
-
-    def on_kill(self) -> None:
-        pass
+        item = json.loads(self.item) if isinstance(self.item, str) else self.item
+        if isinstance(item, Mapping):
+            return _chain(self, dict(item), context)
+        return _batch(self, [dict(i) for i in item], context)
