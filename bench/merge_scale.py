@@ -189,6 +189,17 @@ def lookup_floor(path: str, version: int, keys: pa.Array, upserts: pa.Table) -> 
     return out
 
 
+def floor_once(path: str, version: int, keys: pa.Array, upserts: pa.Table) -> float:
+    """Lance's floor once, on a restore of `version`: the `when_matched_delete` of the touched keys through
+    the key's index, then the append of the upserts (as `lookup_floor`); seconds."""
+    restore(path, version)
+    b = lance.dataset(path).merge_insert("id").when_matched_delete().use_index(True)
+    t = time.perf_counter()
+    b.execute(pa.table({"id": keys}))
+    lance.write_dataset(upserts, path, mode="append", max_rows_per_file=FRAGMENT_ROWS)
+    return time.perf_counter() - t
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--sizes", default="1000000,8000000,32000000",
@@ -206,6 +217,9 @@ def main() -> None:
     p.add_argument("--kinds", default=",".join(KINDS), help="backlogs to run, of: " + ", ".join(KINDS))
     p.add_argument("--floor-only", action="store_true",
                    help="of the extra figures, only Lance's floor (no upsert-cost probes, no small-fragment base)")
+    p.add_argument("--paired-floor", action="store_true",
+                   help="before each run of ours (with deletes), measure Lance's floor on the same restore: "
+                        "the ratio per pair, on a loaded machine the fairer figure")
     p.add_argument("--dir", default=None)
     p.add_argument("--out", default=None)
     args = p.parse_args()
@@ -233,6 +247,7 @@ def main() -> None:
                 f"({len(lance.dataset(path).get_fragments())} fragments)")
             res: dict = {}
             sums: dict = {}
+            touched = pa.array(np.concatenate([info["keys"][:UPDATES], info["keys"][UPDATES + INSERTS:]]))
             for kind in kinds:
                 region = info["regions"]["mixed" if kind == "after_merge" else kind]
                 for engine in engines:
@@ -242,19 +257,26 @@ def main() -> None:
                         if kind == "after_merge":  # not timed: leaves deletion files in every fragment
                             memwal_merge.merge_table(path, regions=[info["regions"]["upserts"]])
                         log(f"{n} rows, {kind}: {engine}")
+                        paired = None
+                        if args.paired_floor and kind == "mixed" and engine != "baseline":
+                            paired = floor_once(path, info["version"], touched, info["upserts"])
+                            restore(path, info["version"])
                         runs.append(baseline(path, region) if engine == "baseline"
                                     else ours(path, region, dedups.get(engine, memwal_merge.local_dedup),
                                               APPLY[engine]))
+                        if paired is not None:
+                            runs[-1]["floor_s"] = paired
+                    pairs = [(r["s"], r["floor_s"]) for r in runs if "floor_s" in r]
                     runs.sort(key=lambda r: r["s"])
-                    res.setdefault(kind, {})[engine] = {**runs[len(runs) // 2], "all_s": [r["s"] for r in runs]}
+                    res.setdefault(kind, {})[engine] = {**runs[len(runs) // 2], "all_s": [r["s"] for r in runs],
+                                                        "pairs": pairs}
                     sums.setdefault(kind, {})[engine] = checksum(path, info["keys"])
                 first = next(iter(sums[kind].values()))
                 res[kind]["equal"] = all(s == first for s in sums[kind].values())
             if not args.floor_only:
                 log(f"{n} rows: where the upsert cost goes")
                 res["upsert_cost"] = where_upsert_cost_goes(path, info["version"], n)
-            touched = np.concatenate([info["keys"][:UPDATES], info["keys"][UPDATES + INSERTS:]])
-            res["floor"] = lookup_floor(path, info["version"], pa.array(touched), info["upserts"])
+            res["floor"] = lookup_floor(path, info["version"], touched, info["upserts"])
             res["fragments"] = len(lance.dataset(path).get_fragments())
             if n == sizes[min(1, len(sizes) - 1)] and args.small_fragments and not args.floor_only:
                 small = os.path.join(work, f"small-{n}")
@@ -345,6 +367,11 @@ def report(results: dict, sizes: list[int], engines: list[str], kinds: list[str]
             print(f"  {n:>11,} rows: ours ({engine}) / Lance's floor (a delete of the touched keys through the "
                   f"index + an append of the new rows, {floor:.3f} s): {res['mixed'][engine]['s'] / floor:.2f}   "
                   f"(target <= 1.3 at 8M and 32M)")
+            pairs = [(r, f) for r, f in res["mixed"][engine].get("pairs", [])]
+            if pairs:
+                ratios = sorted(r / f for r, f in pairs)
+                print(f"  {n:>11,} rows: ours ({engine}) / the floor measured right before it, per pair: median "
+                      f"{ratios[len(ratios) // 2]:.2f} (pairs {', '.join(f'{r:.3f}/{f:.3f}' for r, f in pairs)})")
     for engine in [e for e in engines if e != "baseline" and "fresh" in kinds]:
         a, b = results["sizes"][lo]["fresh"][engine]["s"], results["sizes"][sizes[-1]]["fresh"][engine]["s"]
         print(f"  fresh-key inserts, ours ({engine}) at {sizes[-1]:,} / at {lo:,}: {b / a:.2f}   (target <= 1.5)")

@@ -21,7 +21,7 @@ from memwal import naming
 from memwal.dedup import GEN_COLUMN, ROWADDR_COLUMN
 from memwal.errors import MemWalError
 from memwal.generation import open_generation
-from memwal.merge import GenerationRef, MergeInput, split_winners
+from memwal.merge import GenerationRef, MergeInput, lowest_winners, split_winners
 from memwal.staged_files import StagedFiles, delete_staging, open_staged
 from memwal.storage import ObjectStore
 from spark_jobs.common import set_job_description, spark_error_line
@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 FILE = "__memwal_file"
 ROWS = "__memwal_rows"
 IS_DELETED = "__memwal_is_deleted"  # a staged file holds deleted keys (else upserts)
+_LOWEST = "__memwal_lowest"  # the lowest generation among its task's winners of the file's kind
 _RANK = "__memwal_rank"
 
 
@@ -81,17 +82,23 @@ def _writer(store: ObjectStore, prefix: str, schema: pa.Schema, pk: list[str], o
         staged = StagedFiles(here, prefix, schema, file_bytes, tag)
         key_schema = pa.schema([schema.field(c) for c in pk])
         deleted = StagedFiles(here, prefix, key_schema, file_bytes, f"deleted-{tag}")
+        low: list[int | None] = [None, None]  # of the upserts, of the deleted keys (lowest_winners)
         for batch in batches:
-            upserts, deletes = split_winners(pa.Table.from_batches([batch]), pk, schema)
+            winners = pa.Table.from_batches([batch])
+            low = [min((g for g in (a, b) if g is not None), default=None)
+                   for a, b in zip(low, lowest_winners(winners), strict=True)]
+            upserts, deletes = split_winners(winners, pk, schema)
             staged.write(upserts)
             deleted.write(deletes.select(pk).cast(key_schema))
         staged.finish()
         deleted.finish()
-        files = [(p, n, False) for p, n in staged.written] + [(p, n, True) for p, n in deleted.written]
+        files = ([(p, n, False, low[0]) for p, n in staged.written]
+                 + [(p, n, True, low[1]) for p, n in deleted.written])
         if files:
-            paths, counts, kinds = zip(*files, strict=True)
+            paths, counts, kinds, lows = zip(*files, strict=True)
             yield pa.RecordBatch.from_arrays([pa.array(paths, pa.string()), pa.array(counts, pa.int64()),
-                                              pa.array(kinds, pa.bool_())], schema=out)
+                                              pa.array(kinds, pa.bool_()), pa.array(lows, pa.int64())],
+                                             schema=out)
 
     return write
 
@@ -129,7 +136,8 @@ def dedup_shuffle(spark, refs: Sequence[GenerationRef], pk: list[str], schema: p
 
     spark_rows = rows_struct(schema)
     rows_arrow = arrow_schema(spark, spark_rows)
-    out_struct = struct([(FILE, StringType()), (ROWS, LongType()), (IS_DELETED, BooleanType())])
+    out_struct = struct([(FILE, StringType()), (ROWS, LongType()), (IS_DELETED, BooleanType()),
+                         (_LOWEST, LongType())])
     out_arrow = arrow_schema(spark, out_struct)
     prefix = f"{naming.STAGING_DIR}/merge-{uuid.uuid4()}"
 
@@ -146,6 +154,9 @@ def dedup_shuffle(spark, refs: Sequence[GenerationRef], pk: list[str], schema: p
                             result.column(IS_DELETED).to_pylist(), strict=True))
         files = [(p, n) for p, n, gone in listed if not gone]
         deleted_files = [(p, n) for p, n, gone in listed if gone]
+        lows = list(zip(result.column(IS_DELETED).to_pylist(), result.column(_LOWEST).to_pylist(), strict=True))
+        lowest = tuple(min((g for gone, g in lows if gone == kind and g is not None), default=None)
+                       for kind in (False, True))
     except BaseException as exc:
         delete_staging(store, prefix)
         if not isinstance(exc, Exception):
@@ -173,4 +184,5 @@ def dedup_shuffle(spark, refs: Sequence[GenerationRef], pk: list[str], schema: p
         staged_rows=sum(n for _, n in files),
         staged_deleted=tuple(p for p, _ in deleted_files),
         staged_deleted_rows=deletes,
+        winners={region: lowest},
     )

@@ -39,6 +39,8 @@ _DELETED = "__memwal_deleted"
 _DELETED_ROWS = "__memwal_deleted_rows"  # deleted keys a staged batch staged (its files' rows add up to it)
 _UPSERTS = "__memwal_upserts"
 _ERROR = "__memwal_error"
+_LOWEST = ("__memwal_lowest_upsert", "__memwal_lowest_delete")  # StagedBatch.lowest (null: none)
+_LOWEST_KNOWN = "__memwal_lowest_known"
 
 
 def units_struct():
@@ -47,7 +49,8 @@ def units_struct():
 
     return struct([(_UNIT, LongType()), (FILE, StringType()), (ROWS, LongType()), (_READ, LongType()),
                    (IS_DELETED, BooleanType()), (_DELETED, BinaryType()), (_DELETED_ROWS, LongType()),
-                   (_UPSERTS, BinaryType()), (_ERROR, StringType())]
+                   (_UPSERTS, BinaryType()), (_ERROR, StringType()), (_LOWEST[0], LongType()),
+                   (_LOWEST[1], LongType()), (_LOWEST_KNOWN, BooleanType())]
                   + [(t, DoubleType()) for t in TIMES])
 
 
@@ -55,12 +58,14 @@ def _summary_row(unit: int, result: StagedBatch | None = None, error: str | None
     r = result or StagedBatch()
     return {_UNIT: unit, FILE: None, ROWS: r.upserts, _READ: r.rows_read, IS_DELETED: False,
             _DELETED: r.inline_deleted, _DELETED_ROWS: r.deleted, _UPSERTS: r.inline_upserts, _ERROR: error,
+            **dict(zip(_LOWEST, r.lowest or (None, None), strict=True)), _LOWEST_KNOWN: r.lowest is not None,
             **dict(zip(TIMES, r.times, strict=True))}
 
 
 def _file_row(unit: int, path: str, rows: int, is_deleted: bool) -> dict:
     return {_UNIT: unit, FILE: path, ROWS: rows, _READ: 0, IS_DELETED: is_deleted, _DELETED: None,
-            _DELETED_ROWS: 0, _UPSERTS: None, _ERROR: None, **dict.fromkeys(TIMES, 0.0)}
+            _DELETED_ROWS: 0, _UPSERTS: None, _ERROR: None, **dict.fromkeys(_LOWEST), _LOWEST_KNOWN: False,
+            **dict.fromkeys(TIMES, 0.0)}
 
 
 def _unit_runner(units: list[list[GenerationRef]], bins: list[list[int]], inline: list[bool], store: ObjectStore,
@@ -108,7 +113,8 @@ def _staged_batches(result: pa.Table, inline: list[bool], stats: dict) -> dict[i
             stats[f"task_{t}"] = stats.get(f"task_{t}", 0.0) + (r[t] or 0.0)
         out[u] = r[_ERROR] if r[_ERROR] is not None else StagedBatch(
             inline=inline[u], upserts=r[ROWS], deleted=r[_DELETED_ROWS], rows_read=r[_READ],
-            inline_upserts=r[_UPSERTS], inline_deleted=r[_DELETED])
+            inline_upserts=r[_UPSERTS], inline_deleted=r[_DELETED],
+            lowest=(r[_LOWEST[0]], r[_LOWEST[1]]) if r[_LOWEST_KNOWN] else None)
     for u, batch in out.items():
         if isinstance(batch, StagedBatch):
             batch.files, batch.deleted_files = files.get(u, []), deleted_files.get(u, [])

@@ -6,7 +6,7 @@ later row. One commit may carry the batches of several regions (primary keys bel
 their rows never meet). A commit is a delete pass and an upsert pass that carries every region's
 merged_generations marker (`mark_sstables_as_compacted`, one marker per region), so progress can never
 claim data that is not there; why two passes and why they are safe: memwal.merge_commit.
-Each commit stays within a generation count and a byte budget (`MergeConfig`). When a racing
+Each region batch stays within a generation count and each commit within a byte budget (`MergeConfig`). When a racing
 merger got there first, Lance refuses the whole commit (a stale marker of any of its regions); we reload
 the MemWAL index and plan again from what is really merged (memwal-spec.txt, Appendix 2), so the other
 regions of that commit are neither lost nor applied twice.

@@ -12,6 +12,15 @@ key, and a hand-combined transaction cannot carry the marker (pylance's `Transac
    deletes only puts the marker on its delete pass, always a merge-insert). Progress still moves in the same
    commit as the last data it covers, and a stale marker is still refused.
 
+**Upserts first** (`plan_passes`, issue 44): when every region's winning tombstones lie above its first
+generation (a batch whose first generation holds no delete that survives, as an upsert stream followed by
+deletes), the upsert pass goes first and carries every region's step since+1, and the delete pass (a
+merge-insert `when_matched_delete`, which can carry a marker) follows with step since+2: a two-generation
+batch then costs two Lance commits, not three. Step since+1 on the upsert pass is exact because, once it
+lands, the base holds the newest state of every key whose newest version lies in generation since+1 (its
+upserts are in; it has no winning tombstone), and every key still to delete has its tombstone in a
+generation above the marker, which shadows the key for every reader until the delete pass lands.
+
 Cost: each pass joins its source to the table on the key, through the key's scalar index when the source
 is small against the table, else by scanning the key column alone (`ROWS_PER_INDEXED_KEY`, set from
 measurement); never the full outer join over every row and column that a by-source delete plans. The
@@ -53,7 +62,11 @@ as stale and the merge replans from G', re-applying every generation above G' (w
 again). Between steps the base holds rows as new as or newer than merged_generations claims, and the
 generations above it still shadow them with the same newest rows: every reader's view stays exact; a crash
 between steps leaves that state and the rerun converges. A batch of one generation per region (the
-streaming case) costs no extra commit; each extra generation costs one marker-only commit.
+streaming case) costs no extra commit; each extra generation costs one marker-only commit, except the
+second one of an upserts-first commit, which rides on its delete pass. Upserts first, every data pass
+carries a marker for every region of the commit (an unmarked upsert pass could insert a fresh key that a
+merger not holding our lock inserts too, and nothing would refuse it), so it is taken only when every region
+can carry its first step there.
 """
 
 from __future__ import annotations

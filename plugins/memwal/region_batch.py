@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from memwal.errors import MemWalError
-from memwal.merge import GenerationRef, MergeInput, dedup_generations, read_generation
+from memwal.merge import GenerationRef, MergeInput, dedup_batch, read_generation
 from memwal.staged_files import RoundStaging, StagedFiles, ipc_bytes, open_staged, read_ipc_bytes
 from memwal.storage import ObjectStore
 
@@ -39,6 +39,9 @@ class StagedBatch:
     inline_upserts: bytes | None = None  # Arrow IPC stream (`staged_files.ipc_bytes`), when inline
     inline_deleted: bytes | None = None
     times: tuple[float, float, float] = (0.0, 0.0, 0.0)  # TIMES
+    # the lowest generation holding a winning upsert and a winning tombstone (`memwal.merge.lowest_winners`),
+    # or None when not known: which pass may carry the first marker step (`MergeInput.winners`)
+    lowest: tuple[int | None, int | None] | None = None
 
 
 def stage_region_batch(store: ObjectStore, refs: Sequence[GenerationRef], pk: list[str], schema: pa.Schema, *,
@@ -48,10 +51,10 @@ def stage_region_batch(store: ObjectStore, refs: Sequence[GenerationRef], pk: li
     t0 = time.perf_counter()
     tables = [read_generation(r, store) for r in refs]
     t1 = time.perf_counter()
-    upserts, deletes, n = dedup_generations(tables, pk, schema)
+    upserts, deletes, n, lowest = dedup_batch(tables, pk, schema)
     del tables
     t2 = time.perf_counter()
-    out = StagedBatch(inline=inline, upserts=upserts.num_rows, rows_read=n)
+    out = StagedBatch(inline=inline, upserts=upserts.num_rows, rows_read=n, lowest=lowest)
     if inline:
         out.inline_upserts = ipc_bytes(upserts) if upserts.num_rows else None
         out.inline_deleted = ipc_bytes(deletes) if deletes.num_rows else None
@@ -74,6 +77,7 @@ def batch_input(store: ObjectStore, refs: Sequence[GenerationRef], result: Stage
     deletes its files), or its error (`result` a message: the worker failed; or staged files that do not
     add up to the worker's counts). A failed or inline batch's files are deleted here."""
     region, gens = refs[0].region_id, [r.generation for r in refs]
+    winners = {region: result.lowest} if isinstance(result, StagedBatch) and result.lowest is not None else {}
     key_schema = pa.schema([schema.field(c) for c in pk])
     if isinstance(result, str):
         staging.done(unit)
@@ -82,7 +86,8 @@ def batch_input(store: ObjectStore, refs: Sequence[GenerationRef], result: Stage
         staging.done(unit, staged=False)
         upserts = read_ipc_bytes(result.inline_upserts, schema)
         deleted = read_ipc_bytes(result.inline_deleted, key_schema)
-        return MergeInput(open_upserts=(lambda: upserts), deleted_keys=deleted, rows_read=result.rows_read)
+        return MergeInput(open_upserts=(lambda: upserts), deleted_keys=deleted, rows_read=result.rows_read,
+                          winners=winners)
     staged, staged_deleted = sum(n for _, n in result.files), sum(n for _, n in result.deleted_files)
     if staged != result.upserts or staged_deleted != result.deleted:
         staging.done(unit)
@@ -98,4 +103,5 @@ def batch_input(store: ObjectStore, refs: Sequence[GenerationRef], result: Stage
         staged_rows=result.upserts,
         staged_deleted=tuple(p for p, _ in sorted(result.deleted_files)),
         staged_deleted_rows=staged_deleted,
+        winners=winners,
     )

@@ -47,6 +47,9 @@ def test_a_staged_batch_gives_what_the_in_process_dedup_gives(local_location):
     assert _as_dict(data.open_upserts()) == _as_dict(expected.open_upserts()) == {1: "g11", 2: "g22"}
     assert sorted(data.open_deleted(store).column("id").to_pylist()) == [3, 9], "deleted keys read from files"
     assert data.rows_read == expected.rows_read == 6, "3 + 1 puts and 2 tombstones"
+    region = refs[0].region_id
+    assert data.winners == expected.winners == {region: (1, 2)}, (
+        "the lowest generation of a winning upsert (1 in gen 1) and of a winning tombstone (3, 9 in gen 2)")
     data.cleanup()
     assert not list(store.list(prefix)), "the last unit's cleanup deletes the job's staging prefix"
 
@@ -60,6 +63,7 @@ def test_an_inline_batch_stages_nothing(local_location):
     data = batch_input(store, refs, done, table.schema, table.primary_key, RoundStaging(store, "x", 1), 0)
     assert _as_dict(data.open_upserts()) == {1: "g11", 2: "g22"} and data.staged == ()
     assert sorted(data.deleted_keys.column("id").to_pylist()) == [3, 9]
+    assert data.winners == {refs[0].region_id: (1, 2)}
 
 
 def test_staged_files_that_do_not_add_up_fail_the_batch(local_location):
