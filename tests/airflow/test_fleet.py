@@ -324,3 +324,34 @@ def test_batch_operator_runs_the_batch_in_one_call_and_fails_naming_a_failed_tab
     assert entries[0].options.merge.max_generations_per_commit == 3, "the root's settings reach the batch"
     assert kwargs["engine"] == "spark"
     assert [t["status"] for t in ti.pushed["return_value"]["tables"]] == ["ok", "failed"]
+
+
+def test_an_entry_whose_connection_cannot_be_read_is_reported_and_the_others_probed(local_location, monkeypatch,
+                                                                                     tmp_path):
+    """A root whose `conn_id` names no connection: the probe task reports it under config_errors, naming the
+    entry and the connection, and still plans the other root's due table."""
+    from airflow.sdk.exceptions import AirflowFailException, DagRunTriggerException
+
+    from memwal.airflow.operators import fleet as ops
+
+    good = local_location.child("good")
+    os.makedirs(good.uri)
+    build_table(good.child("a.lance"), regions=1, generations=1)
+    tables_file = tmp_path / "tables.yaml"
+    tables_file.write_text(json.dumps({"tables": {
+        "good": {"root": good.uri, "engine": "in_process"},
+        "lake": {"root": "s3://lake/db", "conn_id": "nope", "engine": "in_process"}}}))
+    monkeypatch.setenv("MEMWAL_TABLES_FILE", str(tables_file))
+    monkeypatch.delenv("AIRFLOW_VAR_MEMWAL_TABLES", raising=False)
+
+    def options(conn_id):
+        raise AirflowFailException(f"connection {conn_id!r} (a table's conn_id) is not defined")
+
+    monkeypatch.setattr(ops, "_storage_options", options)
+    monkeypatch.setattr(ops, "_load_state", lambda key: FleetState())
+    monkeypatch.setattr(ops, "_save_state", lambda key, state: None)
+    ti = _FakeTi({})
+    with pytest.raises(DagRunTriggerException) as raised:
+        ops.MemWalFleetProbeOperator(task_id="probe", trigger_dag_id="m").execute({"ti": ti, "run_id": "r"})
+    assert [w["table"] for w in raised.value.conf["work"]] == ["good.a"]
+    assert "connection 'nope'" in ti.pushed["return_value"]["config_errors"]["lake"]

@@ -60,22 +60,34 @@ class FleetState:
 
 
 def probe_entries(tables: Mapping[str, TableConfig], roots: Mapping[str, RootConfig],
-                  storage_options: Callable[[str | None], Mapping[str, str] | None]) -> list[ProbeEntry]:
+                  storage_options: Callable[[str | None], Mapping[str, str] | None],
+                  errors: dict[str, Exception] | None = None) -> list[ProbeEntry]:
     """The probe's entries: each fleet table (kind table) and each root (kind root), with the policy its
-    settings give; `storage_options(conn_id)` reads a connection (once per conn_id)."""
+    settings give; `storage_options(conn_id)` reads a connection (once per conn_id). An entry whose connection
+    cannot be read (missing, malformed) is left out and its error put in `errors` under its name: the others
+    are probed."""
     from memwal.probe import ProbeEntry, ProbePolicy
 
-    cache: dict[str | None, Mapping[str, str] | None] = {}
+    cache: dict[str | None, Mapping[str, str] | Exception | None] = {}
 
-    def opts(conn_id: str | None) -> Mapping[str, str] | None:
-        if conn_id not in cache:
-            cache[conn_id] = storage_options(conn_id) if conn_id else None
-        return cache[conn_id]
+    def add(out: list[ProbeEntry], name: str, cfg: TableConfig, uri: str, kind: str) -> None:
+        if cfg.conn_id not in cache:
+            try:
+                cache[cfg.conn_id] = storage_options(cfg.conn_id) if cfg.conn_id else None
+            except Exception as exc:
+                cache[cfg.conn_id] = exc
+        opts = cache[cfg.conn_id]
+        if isinstance(opts, Exception):
+            if errors is not None:
+                errors[name] = opts
+            return
+        out.append(ProbeEntry(uri, opts, ProbePolicy(options=cfg.job_options()), name, kind=kind))
 
-    out = [ProbeEntry(cfg.uri, opts(cfg.conn_id), ProbePolicy(options=cfg.job_options()), name, kind="table")
-           for name, cfg in tables.items()]
-    out += [ProbeEntry(r.root, opts(r.template.conn_id), ProbePolicy(options=r.template.job_options()), name,
-                       kind="root") for name, r in roots.items()]
+    out: list[ProbeEntry] = []
+    for name, cfg in tables.items():
+        add(out, name, cfg, cfg.uri, "table")
+    for name, r in roots.items():
+        add(out, name, r.template, r.root, "root")
     return out
 
 

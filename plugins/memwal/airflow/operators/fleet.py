@@ -125,12 +125,13 @@ class MemWalFleetProbeOperator(TriggerDagRunOperator):
         ti = context["ti"]
         now = time.time()
         with config_errors_fail():
-            tables, roots, errors = load_fleet()
-        for name, exc in errors.items():
-            log.error("fleet: entry %s of the tables file is invalid and not probed: %s", name, exc)
+            tables, roots, bad = load_fleet()
+        errors: dict[str, Exception] = dict(bad)
         state = _load_state(self.state_variable)
         busy = self._in_flight(ti, state)
-        entries = probe_entries(tables, roots, _storage_options)
+        entries = probe_entries(tables, roots, _storage_options, errors)
+        for name, exc in errors.items():
+            log.error("fleet: entry %s is not probed: %s", name, exc)
         results = probe_tables(entries, state.probe_states, self.max_workers, now=now)
         state.probe_states = next_states(results)  # a table no longer found is no longer kept
         root_entries = {}
@@ -160,7 +161,7 @@ class MemWalFleetProbeOperator(TriggerDagRunOperator):
         _save_state(self.state_variable, state)  # before the trigger: a probe that dies next keeps them in flight
         answer["run_id"] = run_id
         ti.xcom_push(key="return_value", value=answer)
-        cfgs = {p["uri"]: resolve_table(p, tables, roots, errors) for p in plan}
+        cfgs = {p["uri"]: resolve_table(p, tables, roots, bad) for p in plan}
         place = {p["uri"]: i for i, p in enumerate(plan)}
         alone, batches = split_batches(plan, cfgs, {r.table_uri: due_bytes(r.due) for r in results},
                                        max_tables=self.max_batch_tables, max_bytes=self.max_batch_bytes)
