@@ -48,6 +48,7 @@ class _Planned:
     times: int
     conditional: bool | None  # only create-if-absent PUTs (If-None-Match: *) when True
     action: Callable[[], None] | None  # run at the fault, before the request goes on (what happens meanwhile)
+    until: Callable[[], bool] | None = None  # the plan ends (no fault) once this is true: the store recovers
 
 
 class FaultProxy:
@@ -103,16 +104,19 @@ class FaultProxy:
         self._thread = threading.Thread(target=self.server.serve_forever, name="fault proxy", daemon=True)
 
     def plan(self, kind: str, *, method: str | None = None, key: str | None = None, times: int = 1,
-             conditional: bool | None = None, action: Callable[[], None] | None = None) -> None:
+             conditional: bool | None = None, action: Callable[[], None] | None = None,
+             until: Callable[[], bool] | None = None) -> None:
         """The next `times` requests of `method` whose object key matches the regex `key` get fault `kind`
         (`conditional=True`: only create-if-absent PUTs). Plans are consumed in the order they were made.
         `action` runs at each planned fault before the request goes on: what others do while a request
-        stalls (e.g. the lease expires and another job takes the lock), decided by the test, not a clock."""
+        stalls (e.g. the lease expires and another job takes the lock), decided by the test, not a clock.
+        `until`, checked at each matching request, ends the plan once true: a store that keeps failing
+        (`times` large) until something happens, e.g. another process (an Airflow task) writes a flag file."""
         if kind not in KINDS:
             raise ValueError(f"unknown fault kind {kind!r}; known: {KINDS}")
         with self._lock:
             self._planned.append(_Planned(kind, method, re.compile(key) if key else None, times, conditional,
-                                          action))
+                                          action, until))
 
     def pending(self) -> int:
         """How many planned faults have not been injected yet."""
@@ -123,9 +127,12 @@ class FaultProxy:
         with self._lock:
             self.requests[kind] += 1
             fault, action = "", None
-            for p in self._planned:
+            for p in list(self._planned):
                 if ((p.method is None or p.method == kind) and (p.key is None or p.key.search(key))
                         and (p.conditional is None or p.conditional == conditional)):
+                    if p.until is not None and p.until():
+                        self._planned.remove(p)
+                        continue
                     fault, action = p.kind, p.action
                     p.times -= 1
                     if p.times == 0:
