@@ -132,8 +132,9 @@ def _root_entries(roots: dict[str, RootConfig]) -> dict[str, str]:
 
 
 def test_probe_plan_for_due_idle_and_not_memwal_tables_under_a_root(local_location, tmp_path):
-    """A root with a due table, an idle one (merged, caught up, snapshotted, collected) and a plain directory:
-    the plan holds the due table only, with its due jobs in the safe order; the plain directory is reported;
+    """A root (a LanceDB database) with a due table, an idle one (merged, snapshotted, collected), a table LanceDB
+    made without MemWAL and a plain directory: the plan holds the due table only, with its due jobs in the safe
+    order; the other two are reported, not failed;
     a table copied under the root is planned on the next cycle, a removed one is no longer probed."""
     from memwal.gc import gc_table
     from memwal.merge import merge_table
@@ -148,6 +149,10 @@ def test_probe_plan_for_due_idle_and_not_memwal_tables_under_a_root(local_locati
     refresh_snapshot(idle_loc.uri)
     gc_table(idle_loc.uri)
     os.mkdir(f"{root.uri}/plain")
+    import lancedb
+    import pyarrow as pa
+
+    lancedb.connect(root.uri).create_table("nowal", pa.table({"id": [1, 2]}))  # LanceDB's: no MemWAL index
     tables, roots, bad = parse_fleet({"tables": {"lake": {"root": root.uri, "engine": "in_process",
                                                           "gc": {"grace_period_s": 0}}}}, "t.yaml")
     entries = probe_entries(tables, roots, lambda conn: None)
@@ -159,8 +164,9 @@ def test_probe_plan_for_due_idle_and_not_memwal_tables_under_a_root(local_locati
     assert [(p["table"], p["jobs"]) for p in plan] == [("lake.due", ["merge", "snapshot"])]
     assert plan[0]["entry"] == "lake" and plan[0]["root"] == root.uri and left == []
     answer = report(results, plan, left, [], bad, _root_entries(roots))
-    assert answer["probed"] == 2 and answer["due"] == 1 and answer["errors"] == []
-    assert [(t["uri"], t["status"]) for t in answer["not_maintained"]] == [(f"{root.uri}/plain", "not_a_table")]
+    assert answer["probed"] == 3 and answer["due"] == 1 and answer["errors"] == [], "three Lance tables probed"
+    assert sorted((t["uri"], t["status"]) for t in answer["not_maintained"]) == [
+        (f"{root.uri}/nowal.lance", "not_memwal"), (f"{root.uri}/plain", "not_a_table")]
     json.dumps(answer)  # the XCom is JSON
 
     # next cycle: the due table's chain is in flight; a table copied under the root is found and planned
