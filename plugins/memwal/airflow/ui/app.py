@@ -1,9 +1,15 @@
 """The MemWAL page: a FastAPI app mounted in Airflow's API server by the plugin (`/memwal`).
 
 Routes (all require a signed-in Airflow user; Airflow does not protect plugin apps by itself):
-  GET  /                         the page: per table, the region rows, the indexes, what a search pays now,
-                                 the lag chart, the last runs
-  GET  /api/tables[/{table}]     the same data as JSON (region rows as `memwal status --json` + marks)
+  GET  /                         the fleet overview: every table, worst lag first, paged (page, per_page,
+                                 sort=lag|due|name, q), with the lag monitor's last figures and the probe's
+                                 answer (what is due and why, or the error), read from the last cycle's rows
+                                 (`memwal.airflow.fleet_status`): no table is opened
+  GET  /?table=NAME              one table: the region rows, the indexes, what a search pays now, the lag
+                                 chart, the last runs (read from the table now)
+  GET  /api/fleet                the overview's page as JSON (same parameters)
+  GET  /api/tables[/{table}]     the per-table data as JSON (region rows as `memwal status --json` + marks;
+                                 /api/tables opens every table: for a few tables, not a fleet)
   GET  /api/runs/{dag_id}/{run}  state of one memwal run (the page polls it after "Merge now")
   POST /api/tables/{table}/merge "Merge now" (body {"regions": [...]} or none for the whole table):
                                  triggers memwal_merge as the caller; needs permission to trigger it
@@ -11,14 +17,17 @@ Routes (all require a signed-in Airflow user; Airflow does not protect plugin ap
 
 from __future__ import annotations
 
+import logging
 import re
+import time
 from concurrent.futures import ThreadPoolExecutor
 from html import escape
 from pathlib import Path
+from threading import Lock
 from typing import Annotated, Any
 from urllib.parse import quote
 
-from fastapi import Body, Depends, FastAPI, HTTPException, Request, status
+from fastapi import Body, Depends, FastAPI, HTTPException, Query, Request, status
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -37,10 +46,12 @@ from memwal.airflow.ui.auth import (
 from memwal.airflow.ui.chart import lag_chart_svg
 from memwal.airflow.ui.formatting import fmt, fmt_bytes, fmt_limit, fmt_time
 from memwal.airflow.ui.merge_now import MergeRequestError, trigger_merge
+from memwal.airflow.ui.overview import DEFAULT_PER_PAGE, MAX_PER_PAGE, SORTS, FleetPage, fleet_page
 from memwal.airflow.ui.regions import COLUMNS, INDEX_COLUMNS, SEARCH_COLUMNS, TableView
 
 __all__ = ["URL_PREFIX", "create_app"]
 
+log = logging.getLogger(__name__)
 _HERE = Path(__file__).parent
 _STATIC = {"memwal.js": "text/javascript", "memwal.css": "text/css"}
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
@@ -51,14 +62,33 @@ def _load_tables() -> dict[str, Any]:
     return _load_tables_and_errors()[0]
 
 
+#: How long a parsed tables file is reused while the file is unchanged (the `memwal_tables` Variable is read
+#: again after it): parsing 1,000 entries takes about a second, too long for every page view.
+CONFIG_TTL_S = 30.0
+_config_cache: dict[str, Any] = {}
+_config_lock = Lock()
+
+
 def _load_tables_and_errors() -> tuple[dict[str, Any], dict[str, Exception]]:
-    """Configured tables and the error of each bad entry (a bad entry never hides the good ones)."""
-    from memwal.airflow.config import TableConfigError, load_tables_and_errors
+    """Configured tables and the error of each bad entry (a bad entry never hides the good ones); the last
+    parse is reused for CONFIG_TTL_S while the tables file's size and time are unchanged."""
+    from memwal.airflow.config import TableConfigError, load_tables_and_errors, tables_file
 
     try:
-        return load_tables_and_errors()
-    except TableConfigError as exc:
-        raise HTTPException(status.HTTP_500_INTERNAL_SERVER_ERROR, f"tables configuration: {exc}") from exc
+        stat = tables_file().stat()
+        key: Any = (str(tables_file()), stat.st_mtime_ns, stat.st_size)
+    except OSError:
+        key = None  # no file: load_tables_and_errors says so
+    with _config_lock:
+        cached = _config_cache.get("entry")
+        if key is not None and cached and cached[0] == key and time.monotonic() - cached[1] < CONFIG_TTL_S:
+            return cached[2]
+        try:
+            loaded = load_tables_and_errors()
+        except TableConfigError as exc:
+            raise HTTPException(status.HTTP_500_INTERNAL_SERVER_ERROR, f"tables configuration: {exc}") from exc
+        _config_cache["entry"] = (key, time.monotonic(), loaded)
+        return loaded
 
 
 def _table_config(name: str) -> Any:
@@ -95,6 +125,23 @@ def _view_json(view: TableView) -> dict:
     })
 
 
+def _fleet_page(page: int, per_page: int, sort: str, q: str) -> FleetPage:
+    """The overview's page from the tables file and the last cycle's rows (no table opened)."""
+    from memwal.airflow import fleet_status
+
+    if sort not in SORTS:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"sort must be one of {', '.join(SORTS)}, "
+                                                                  f"not {sort!r}")
+    tables, bad = _load_tables_and_errors()
+    try:
+        stored, measured_at = fleet_status.load_rows()
+    except Exception as exc:  # the DB or a garbled Variable: the overview still lists the tables
+        log.warning("fleet status not read: %s", exc)
+        stored, measured_at = {}, None
+    return fleet_page(tables, {k: str(v) for k, v in bad.items()}, stored, measured_at, page=page,
+                      per_page=per_page, sort=sort, query=q)
+
+
 def create_app() -> FastAPI:
     """The MemWAL FastAPI app; every route depends on a signed-in Airflow user."""
     app = FastAPI(title="MemWAL", docs_url=None, redoc_url=None, openapi_url=None,
@@ -112,10 +159,18 @@ def create_app() -> FastAPI:
         return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
 
     @app.get("/", response_class=HTMLResponse)
-    def page(request: Request, user: SignedInUser, table: str | None = None) -> HTMLResponse:
+    def page(request: Request, user: SignedInUser, table: str | None = None,
+             page: Annotated[int, Query(ge=1)] = 1,
+             per_page: Annotated[int, Query(ge=1, le=MAX_PER_PAGE)] = DEFAULT_PER_PAGE,
+             sort: str = "lag", q: str = "") -> HTMLResponse:
+        base = request.scope.get("root_path", "").rstrip("/")
+        if not table:
+            html = env.get_template("overview.html").render(
+                fp=_fleet_page(page, per_page, sort, q), sorts=SORTS, user=user.get_name(), base=base,
+                csrf_header=CSRF_HEADER)
+            return HTMLResponse(html, headers={"Cache-Control": "no-store"})
         tables, bad = _load_tables_and_errors()
-        names = [table] if table else sorted(tables)
-        views = _table_views([_table_config(n) for n in names], user)
+        views = _table_views([_table_config(table)], user)
         for v in views:
             v.chart = lag_chart_svg(v.history, sources.HISTORY_SERIES, _SERIES_LABELS)
         from airflow.api_fastapi.app import get_auth_manager
@@ -127,7 +182,7 @@ def create_app() -> FastAPI:
             merge_paused=can_merge and _is_paused(MERGE_DAG_ID),
             views=views, columns=COLUMNS, index_columns=INDEX_COLUMNS, search_columns=SEARCH_COLUMNS,
             can_merge=can_merge, user=user.get_name(),
-            base=request.scope.get("root_path", "").rstrip("/"), csrf_header=CSRF_HEADER,
+            base=base, csrf_header=CSRF_HEADER,
             all_tables=sorted(tables), selected=table, bad_tables={k: str(v) for k, v in bad.items()},
         )
         return HTMLResponse(html, headers={"Cache-Control": "no-store"})
@@ -137,6 +192,14 @@ def create_app() -> FastAPI:
         if name not in _STATIC:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no static file {name!r}")
         return Response((_HERE / "static" / name).read_bytes(), media_type=_STATIC[name])
+
+    @app.get("/api/fleet")
+    def fleet_json(user: SignedInUser, page: Annotated[int, Query(ge=1)] = 1,
+                   per_page: Annotated[int, Query(ge=1, le=MAX_PER_PAGE)] = DEFAULT_PER_PAGE,
+                   sort: str = "lag", q: str = "") -> dict:
+        fp = _fleet_page(page, per_page, sort, q)
+        return jsonable_encoder({k: getattr(fp, k) for k in ("rows", "total", "page", "pages", "per_page", "sort",
+                                                             "query", "measured_at", "counts")})
 
     @app.get("/api/tables")
     def tables_json(user: SignedInUser) -> list[dict]:
