@@ -18,7 +18,8 @@ from memwal.search_plan import View, is_live, source_at
 if TYPE_CHECKING:
     from memwal.reader import Filter, LsmReader
 
-__all__ = ["FlatBlock", "distances", "flat_block", "flat_top", "has_vector", "matrix", "passing", "small_rows"]
+__all__ = ["FlatBlock", "block_of", "distances", "flat_block", "flat_top", "has_vector", "matrix", "passing",
+           "small_rows"]
 
 # Filters whose passing block rows are kept per reader (a filter string repeated across queries reads the
 # small sources once); an expression filter is evaluated per search.
@@ -65,6 +66,20 @@ class FlatBlock:
     max_norm: float
 
 
+def block_of(positions: np.ndarray, gens: np.ndarray, addrs: np.ndarray, vecs: np.ndarray, metric: str
+             ) -> FlatBlock:
+    """The FlatBlock of these rows (one entry each), without the rows whose distance is undefined."""
+    v64 = vecs.astype(np.float64)
+    sq = (v64 ** 2).sum(axis=1)
+    keep = np.isfinite(v64).all(axis=1) & np.isfinite(sq) & ((sq > 0) if metric == "cosine" else True)
+    sq = sq[keep]
+    norms = np.sqrt(sq)
+    neg_inv = -1.0 / norms if metric == "cosine" else np.zeros(0)
+    return FlatBlock(positions[keep], gens[keep], addrs[keep].astype(np.uint64),
+                     np.ascontiguousarray(vecs[keep], np.float32), sq, neg_inv,
+                     float(norms.max()) if len(norms) else 0.0)
+
+
 def flat_block(reader: LsmReader, positions: tuple[int, ...], column: str, dim: int, view: View, metric: str
                ) -> FlatBlock:
     """The FlatBlock of the small sources at `positions`, cached per snapshot."""
@@ -83,16 +98,7 @@ def flat_block(reader: LsmReader, positions: tuple[int, ...], column: str, dim: 
             pos, gens, addrs, vecs = (np.concatenate(c) for c in zip(*parts, strict=True))
         else:
             pos, gens, addrs, vecs = np.zeros(0, int), np.zeros(0, int), np.zeros(0, np.uint64), np.zeros((0, dim))
-        v64 = vecs.astype(np.float64)
-        sq = (v64 ** 2).sum(axis=1)
-        keep = np.isfinite(v64).all(axis=1) & np.isfinite(sq) & ((sq > 0) if metric == "cosine" else True)
-        sq = sq[keep]
-        norms = np.sqrt(sq)
-        with np.errstate(divide="ignore"):
-            neg_inv = -1.0 / norms if metric == "cosine" else np.zeros(0)
-        cache[key] = FlatBlock(pos[keep], gens[keep], addrs[keep].astype(np.uint64),
-                               np.ascontiguousarray(vecs[keep], np.float32), sq, neg_inv,
-                               float(norms.max()) if len(norms) else 0.0)
+        cache[key] = block_of(pos, gens, addrs, vecs, metric)
     return cache[key]
 
 

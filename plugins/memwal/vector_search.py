@@ -1,17 +1,20 @@
 """Vector search over the LSM view (base table, flushed generations, MemTables): the k nearest live newest rows.
 
 Every source of the read plan (memwal.search_plan) is asked through its own vector index, with the filter as a
-prefilter; a source without one, or a generation or MemTable small enough (FLAT_ROWS), is searched flat, so
-a generation's index type never makes the result less exact than the base table's own search. A candidate
-counts only if it is its key's newest live version; a source whose candidates were shadowed is asked for more
-until k live rows are found or it is exhausted (never short). Candidates are re-ranked by exact distances
-computed from their vectors. A row whose distance is undefined (a null vector; a zero vector under cosine) is
-never a result, as in Lance.
+prefilter; a source without one is searched flat by Lance, and the generations and MemTables small enough
+(FLAT_ROWS) are searched flat as one block (memwal.flat_block), filtered or not, so a generation's index type
+never makes the result less exact than the base table's own search. What an unfiltered search asks is worked
+out once per snapshot (_layout). A candidate counts only if it is its key's newest live version; a source
+whose candidates were shadowed is asked for more until k live rows are found or it is exhausted (never
+short). Candidates are re-ranked by exact distances computed from their vectors. A row whose distance is
+undefined (a null vector; a zero vector under cosine) is never a result, as in Lance.
 """
 
 from __future__ import annotations
 
 import math
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +52,10 @@ MIN_NPROBES = 80
 NPROBES_FRACTION = 0.1
 DEFAULT_REFINE_FACTOR = 10
 _METRICS = ("l2", "cosine", "dot")
+# Search the small sources' block in a thread while Lance searches the base (bench/README.md: what it gains).
+CONCURRENT = False
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
 
 
 @dataclass
@@ -105,19 +112,24 @@ def _resolve(reader: LsmReader, column: str | None) -> tuple[str, str]:
 
 
 def _rows(reader: LsmReader, parts: list, picked: np.ndarray, columns: list[str], schema: pa.Schema) -> pa.Table:
-    """The picked candidates' rows, in order: taken from an indexed source's query result, or sliced from the
-    small source's rows read once per snapshot (flat_block.small_rows)."""
-    out, cast = [], {}
-    for j, i in picked:
+    """The picked (part, index) candidates' rows, in order: one take per part from an indexed source's query
+    result, or per small source from its rows read once per snapshot (flat_block.small_rows)."""
+    pieces, slots = [], []
+    for j in np.unique(picked[:, 0]):
+        mine = np.flatnonzero(picked[:, 0] == j)
+        at = picked[mine, 1]
         table, _, _, addrs, positions = parts[j]
         if table is not None:
-            if j not in cast:
-                cast[j] = table.select(columns).cast(schema)
-            out.append(cast[j].slice(int(i), 1))
+            pieces.append(table.select(columns).take(pa.array(at)).cast(schema))
+            slots.append(mine)
             continue
-        sorted_addrs, rows = small_rows(reader, int(positions[i]), tuple(columns), schema)
-        out.append(rows.slice(int(np.searchsorted(sorted_addrs, addrs[i])), 1))
-    return pa.concat_tables(out).combine_chunks()
+        for position in np.unique(positions[at]):
+            same = positions[at] == position
+            sorted_addrs, rows = small_rows(reader, int(position), tuple(columns), schema)
+            pieces.append(rows.take(pa.array(np.searchsorted(sorted_addrs, addrs[at[same]]))))
+            slots.append(mine[same])
+    order = np.argsort(np.concatenate(slots), kind="stable")
+    return pa.concat_tables(pieces).take(pa.array(order)).combine_chunks()
 
 
 def first_ask(k: int, rows: int, newer_rows: int) -> int:
@@ -141,6 +153,15 @@ def default_nprobes(partitions: int) -> int:
     """nprobes when the caller gives none: NPROBES_FRACTION of the index's IVF partitions, at least
     MIN_NPROBES, at most all of them (recall@10 >= 0.95 on bench/search.py's data, bench/README.md)."""
     return max(1, min(partitions, max(MIN_NPROBES, math.ceil(NPROBES_FRACTION * partitions))))
+
+
+def _pool() -> ThreadPoolExecutor:
+    """The threads the small sources' block is searched in while Lance searches the base (both release the GIL)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memwal-flat-search")
+        return _POOL
 
 
 def _check_int(table: str, name: str, value: Any, optional: bool) -> None:
@@ -249,6 +270,12 @@ def vector_search(reader: LsmReader, vector: Any, *, column: str | None = None, 
     check = NewerCheck()
     parts = []  # per source asked: its result table (None: the flat block), distances, generations, addresses,
     #             source positions
+    pending = None
+    if layout.small:
+        block = flat_block(reader, layout.small, column, dim, layout.view, metric)
+        passing_rows = None if filter is None else passing(reader, block, layout.small, filter)
+        if layout.asked and CONCURRENT:
+            pending = _pool().submit(flat_top, block, q, k, metric, passing_rows)
     for p, rows, flat, ask in layout.asked:
         got, dist = _ask(reader, p, rows, flat, ask, q, k, read, filter, nprobes, refine_factor, metric, plan, check)
         if got.num_rows:
@@ -257,9 +284,7 @@ def vector_search(reader: LsmReader, vector: Any, *, column: str | None = None, 
                           got.column("_rowaddr").to_numpy().astype(np.uint64), np.full(n, p.position)))
     plan.bloom_skips, plan.key_probes = check.bloom_skips, check.key_probes
     if layout.small:
-        block = flat_block(reader, layout.small, column, dim, layout.view, metric)
-        rows = None if filter is None else passing(reader, block, layout.small, filter)
-        top, dist = flat_top(block, q, k, metric, rows)
+        top, dist = pending.result() if pending is not None else flat_top(block, q, k, metric, passing_rows)
         plan.candidates += len(top)
         if len(top):
             parts.append((None, dist, block.gens[top], block.addrs[top], block.positions[top]))

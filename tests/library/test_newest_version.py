@@ -86,6 +86,18 @@ def test_base_candidates_are_checked_by_bloom_filters_then_keys(table):
     assert sum(p.shadowed for p in plans) <= probes < sum(p.bloom_skips + p.key_probes for p in plans)
 
 
+def test_the_bloom_filters_of_a_view_are_probed_at_once(table, monkeypatch):
+    """A search's base candidates are probed in every generation's bloom filter in one step (one array of the
+    view's filters, built once per snapshot), not filter by filter; the filters still rule candidates out."""
+    loc, _, model = table
+    one_by_one = []
+    real = BloomFilter.might_contain_hashes
+    monkeypatch.setattr(BloomFilter, "might_contain_hashes", lambda self, h: one_by_one.append(1) or real(self, h))
+    plans = _search_stale(LsmReader(loc.uri), model)
+    assert sum(p.bloom_skips for p in plans) > 0, "no generation was ruled out by its bloom filter"
+    assert one_by_one == [], f"{len(one_by_one)} probes of one filter in {len(plans)} searches"
+
+
 def test_a_generation_without_a_bloom_filter_is_checked_by_its_keys(table):
     loc, region, model = table
     for path in _bloom_files(loc, region):

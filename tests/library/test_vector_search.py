@@ -205,3 +205,53 @@ def test_the_first_ask_of_an_indexed_source_grows_with_what_may_shadow_it():
     assert vs.first_ask(10, 1_000_000, 60_000) == 14
     assert vs.first_ask(10, 100_000, 60_000) == 20
     assert all(10 < vs.first_ask(10, 10**6, n) <= 20 for n in (0, 10, 10**3, 10**5, 10**7))
+
+
+def _lance_reads(monkeypatch) -> list[tuple[str, bool]]:
+    """Every Lance read from now on: (dataset URI, whether it was a KNN)."""
+    reads: list[tuple[str, bool]] = []
+    real = lance.LanceDataset.to_table
+
+    def to_table(self, *args, **kwargs):
+        reads.append((self.uri, kwargs.get("nearest") is not None))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(lance.LanceDataset, "to_table", to_table)
+    return reads
+
+
+def test_a_filtered_search_reads_the_small_sources_as_one_block(lsm, monkeypatch):
+    """With a filter too, the small generations and the MemTable are searched as one block (no Lance search of
+    each), exactly; once a filter string has been searched, searching it again reads none of them."""
+    reader, model = lsm
+    kept = {i: n for i, n in model.items() if i % 3 == 1}
+    _exact(reader, model, QUERIES[0], 10, filter="grp = 1")
+    reads = _lance_reads(monkeypatch)
+    for qi, q in enumerate(QUERIES):
+        got = _exact(reader, model, q, 10, filter="grp = 1")
+        _assert_newest(got, model, f"filter grp = 1, query {qi}")
+        assert_top_k(_pairs(got), kept, q, 10, f"filter grp = 1, query {qi}")
+    assert reads == [(reader.base.uri, True)] * len(QUERIES), "a small source was read or searched on its own"
+
+
+def test_an_unfiltered_search_plans_once_per_snapshot(lsm, monkeypatch):
+    """The sources, their indexes and first asks of an unfiltered search are worked out once per reader."""
+    reader, _ = lsm
+    planned = []
+    real = vs.plan_sources
+    monkeypatch.setattr(vs, "plan_sources", lambda *a, **kw: planned.append(a) or real(*a, **kw))
+    for q in QUERIES:
+        reader.search(q, k=5)
+    assert len(planned) == 1, f"planned {len(planned)} times for {len(QUERIES)} searches"
+
+
+def test_the_block_searched_beside_the_base_in_a_thread_is_as_exact(lsm, monkeypatch):
+    """vector_search.CONCURRENT: the small sources' block searched in a thread while Lance searches the base
+    gives the same exact newest-wins answer."""
+    reader, model = lsm
+    monkeypatch.setattr(vs, "CONCURRENT", True)
+    for qi, q in enumerate(QUERIES):
+        for k in (1, 10):
+            got = _exact(reader, model, q, k)
+            _assert_newest(got, model, f"concurrent, query {qi}, k={k}")
+            assert_top_k(_pairs(got), model, q, k, f"concurrent, query {qi}, k={k}")
