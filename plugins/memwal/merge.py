@@ -220,43 +220,36 @@ def plan_commits(
     """Commits (each a list of region batches) for the pending generations of several regions.
 
     Each region is cut into batches exactly as if it were merged alone (`plan_batch`: the generation count
-    and the byte budget per batch); the batches are then packed into commits wave by wave (every region's
-    first batch, in the given region order, then every region's second batch, ...): a batch joins the
-    current commit while the commit stays within the byte budget (what the commit holds) and does not yet
-    carry that region, else it starts the next commit. The generation count is per region batch, not
-    summed over the commit: a commit's Lance commits follow its longest batch (one marker step per
-    generation, memwal.merge_commit), not its region count, so 64 regions of 2 small generations are one
-    commit, not 16 (issue 44). At most max_commits_per_round commits.
+    and the byte budget per batch). Regions in the given order, each region's batches ascending, every batch
+    joins the first commit after its region's previous batch that stays within the byte budget (what the
+    commit holds; a commit's first batch always fits) and the regions_per_commit limit, else a new commit.
+    The generation count is per region batch, not summed over the commit: a commit's Lance commits follow
+    its longest batch (one marker step per generation, memwal.merge_commit), not its region count, so 64
+    regions of 2 small generations are one commit, not 16, and 3 regions of 2 generations at a count of 1
+    are two commits, each carrying every region (issue 44). At most max_commits_per_round commits (a
+    region's batches beyond them wait for the next round).
     """
-    waves: list[list[list[GenerationRef]]] = []
+    commits: list[list[list[GenerationRef]]] = []
+    loads: list[int] = []
+    limit = regions_per_commit or 1 << 30
     for refs in pending:
-        rest = list(refs)
-        k = 0
+        rest, after = list(refs), 0
         while rest:
             batch = plan_batch(rest, config)
             rest = rest[len(batch):]
-            if k == len(waves):
-                waves.append([])
-            waves[k].append(batch)
-            k += 1
-    commits: list[list[list[GenerationRef]]] = []
-    current: list[list[GenerationRef]] = []
-    nbytes = 0
-    limit = regions_per_commit or 1 << 30
-    for batch in (b for wave in waves for b in wave):
-        size = sum(r.nbytes for r in batch)
-        fits = (nbytes + size <= config.max_bytes_per_commit and len(current) < limit
-                and all(b[0].region_id != batch[0].region_id for b in current))
-        if current and not fits:
-            commits.append(current)
-            current, nbytes = [], 0
-            if len(commits) >= config.max_commits_per_round:
-                return commits
-        current.append(batch)
-        nbytes += size
-    if current:
-        commits.append(current)
-    return commits[: config.max_commits_per_round]
+            size = sum(r.nbytes for r in batch)
+            c = after  # commits before `after` hold this region's earlier batches (or precede them)
+            while c < len(commits) and (loads[c] + size > config.max_bytes_per_commit or len(commits[c]) >= limit):
+                c += 1
+            if c == len(commits):
+                if len(commits) >= config.max_commits_per_round:
+                    break
+                commits.append([])
+                loads.append(0)
+            commits[c].append(batch)
+            loads[c] += size
+            after = c + 1
+    return commits
 
 
 def read_generation(ref: GenerationRef, store: ObjectStore) -> pa.Table:

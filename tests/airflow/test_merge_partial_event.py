@@ -24,7 +24,7 @@ def test_the_retry_event_announces_what_the_failed_attempt_merged(airflow_home, 
     env = {"AIRFLOW__CORE__DAGS_FOLDER": str(dags), "MEMWAL_TEST_FAULT_DIR": str(faults),
            "MEMWAL_TABLES_FILE": str(tables_file(tmp_path / "tables.yaml", {"t1": {
                "uri": local_location.uri, "engine": "in_process", "schedule": None,
-               "max_generations_per_commit": 1}}))}
+               "max_generations_per_commit": 1, "max_bytes_per_commit": 1}}))}  # a commit per region batch
     probe, report = run_dags(airflow_home, [("probe_failed_task_event", None), ("memwal_partial_merge", None)],
                              extra_env=env)
 

@@ -242,16 +242,16 @@ def test_one_commit_carries_the_markers_of_several_regions(local_location):
 
 def test_commit_budgets_hold_per_region_batch_and_over_all_regions_of_a_commit(local_location):
     loc = local_location
-    regions = _regions_table(loc, 3, 3)
+    regions = _regions_table(loc, 3, 2)
     v0 = open_base(loc).version
     before = sorted_rows(LsmReader(loc.uri).scan())
-    summary = merge_table(loc.uri, config=MergeConfig(max_generations_per_commit=2))
+    summary = merge_table(loc.uri, config=MergeConfig(max_generations_per_commit=1))
     advances = _marker_advances(loc, v0)
-    assert summary.table_commits == 4, (
-        "3 generations per region exceed the count of 2: every region's generations 1..2 in one commit (no "
-        "tombstone there: one upsert pass with step 1, a marker-only step 2), then every region's generation "
-        "3 in one more (a delete pass, an upsert pass with step 3)")
-    assert advances == [dict.fromkeys(regions, g) for g in (1, 2, 3)], advances
+    assert summary.table_commits == 3, (
+        "2 generations per region exceed the count of 1: every region's generation 1 in one commit (no "
+        "tombstone there: one upsert pass), then every region's generation 2 in one more (a delete pass, "
+        "an upsert pass)")
+    assert advances == [dict.fromkeys(regions, 1), dict.fromkeys(regions, 2)], advances
     summary = merge_table(loc.uri)
     assert summary.table_commits == 0
     assert sorted_rows(open_base(loc).to_table()) == before
@@ -326,12 +326,17 @@ def test_plan_commits_packs_whole_region_batches_in_order():
         return [[(b[0].region_id, b[0].generation, b[-1].generation) for b in c] for c in commits]
 
     assert shape(plan_commits([refs("a", 20), refs("b", 2)], MergeConfig())) == [
-        [("a", 1, 8), ("b", 1, 2)], [("a", 9, 16)], [("a", 17, 20)]], "every region's first batch first"
+        [("a", 1, 8), ("b", 1, 2)], [("a", 9, 16)], [("a", 17, 20)]], "b joins the first commit with room"
     # the generation count is per region batch: regions share a commit within the byte budget alone
     assert shape(plan_commits([refs("a", 3), refs("b", 3)], MergeConfig(max_generations_per_commit=4))) == [
         [("a", 1, 3), ("b", 1, 3)]]
     assert shape(plan_commits([refs("a", 5), refs("b", 3)], MergeConfig(max_generations_per_commit=4))) == [
         [("a", 1, 4), ("b", 1, 3)], [("a", 5, 5)]]
+    assert shape(plan_commits([refs("a", 2), refs("b", 2)], MergeConfig(max_bytes_per_commit=1))) == [
+        [("a", 1, 1)], [("a", 2, 2)], [("b", 1, 1)], [("b", 2, 2)]], "a byte budget below one generation"
+    assert shape(plan_commits([refs("a", 3), refs("b", 1)], MergeConfig(max_generations_per_commit=1,
+                                                                       max_commits_per_round=2))) == [
+        [("a", 1, 1), ("b", 1, 1)], [("a", 2, 2)]], "a's generation 3 waits for the next round"
     assert shape(plan_commits([refs(x, 2) for x in "abcdef"], MergeConfig(max_bytes_per_commit=80,
                                                                          max_commits_per_round=2))) == [
         [("a", 1, 2), ("b", 1, 2), ("c", 1, 2), ("d", 1, 2)], [("e", 1, 2), ("f", 1, 2)]]
