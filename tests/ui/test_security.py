@@ -16,6 +16,7 @@ ROUTES = [
     ("GET", "/memwal/"),
     ("GET", "/memwal/static/memwal.js"),
     ("GET", "/memwal/api/tables"),
+    ("GET", "/memwal/api/fleet"),
     ("GET", f"/memwal/api/tables/{TABLE}"),
     ("GET", "/memwal/api/runs/memwal_merge/some-run"),
     ("POST", f"/memwal/api/tables/{TABLE}/merge"),
@@ -53,7 +54,10 @@ def test_anonymous_browser_gets_a_sign_in_link(ui_airflow):
 
 def test_viewer_sees_the_page_without_merge_buttons(ui_airflow):
     headers = {"Authorization": f"Bearer {ui_airflow.token('viewer')}"}
-    resp = httpx.get(ui_airflow.url + "/memwal/", headers=headers, timeout=60)
+    overview = httpx.get(ui_airflow.url + "/memwal/", headers=headers, timeout=60)
+    assert overview.status_code == 200 and f'data-table="{TABLE}"' in overview.text, "the overview lists it"
+    assert f'href="/memwal/?table={TABLE}"' in overview.text, "and links to the table's own view"
+    resp = httpx.get(ui_airflow.url + "/memwal/", params={"table": TABLE}, headers=headers, timeout=60)
     assert resp.status_code == 200
     assert f'data-table="{TABLE}"' in resp.text and 'class="region' in resp.text
     assert 'class="health"' in resp.text and "table versions" in resp.text, "the table's health is on the page"
@@ -89,7 +93,7 @@ def test_a_table_on_s3_is_read_through_its_connection_and_no_secret_reaches_the_
     assert table["error"] is None, table["error"]
     assert table["uri"] == ui_s3_table and len(table["regions"]) == 2
     assert table["summary"]["unmerged_generations"] == 2
-    page = httpx.get(f"{ui_airflow.url}/memwal/", headers=headers, timeout=60).text
+    page = httpx.get(f"{ui_airflow.url}/memwal/", params={"table": S3_TABLE}, headers=headers, timeout=60).text
     assert f'data-table="{S3_TABLE}"' in page
     for body in (page, json.dumps(table)):
         assert S3_SECRET not in body, "the connection's secret must never reach the page"
