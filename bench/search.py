@@ -10,7 +10,8 @@ neighbours), MemWAL maintaining the index; our writer flushes `--gap + --unmerge
 catch-up (no gap, the same unmerged generations). Copy C: A fully merged and caught up (the base-table ANN
 alone serves the same view). Copy D: C with its vector index trained afresh (catch-up's optimize_indices
 leaves a one-partition IVF_PQ, so C's base ANN is not what a fresh index gives); printed beside C.
-Truth: exact L2 top-k over the view's newest rows. Latency: p50 over `--repeat` rounds of the queries, warm.
+Truth: exact L2 top-k over the view's newest rows. Latency: p50 over `--repeat` rounds of the queries, warm,
+all contestants timed interleaved (each query runs every contestant in turn: the load falls on all alike).
 `--equal-recall`: then, per recall target, the cheapest settings of ours (A) and of the base ANN alone (C) that
 reach it and their p50 ratio (bench/search_equal_recall.py); `--equal-recall-only` skips D, the peers and the
 fixed-settings table, keeping the gap ratio (A / B at `--nprobes` / `--refine`, timed interleaved).
@@ -23,7 +24,6 @@ import argparse
 import math
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -32,7 +32,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pyarrow as pa
-from search_equal_recall import recall
+from search_equal_recall import recall, timed
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "plugins"))
@@ -88,17 +88,6 @@ def build(uri: str, args: argparse.Namespace, rng: np.random.Generator, centers:
     return region
 
 
-def p50(fn, queries: np.ndarray, repeat: int) -> tuple[list, float]:
-    results = [fn(q) for q in queries]  # warm-up round, and the results
-    times = []
-    for _ in range(repeat):
-        for q in queries:
-            t = time.perf_counter()
-            fn(q)
-            times.append(time.perf_counter() - t)
-    return results, statistics.median(times) * 1000
-
-
 def equal_recall_table(args: argparse.Namespace, reader_a, base_c, queries: np.ndarray, truth: list) -> None:
     """The equal-recall comparison: ours on A against the base ANN alone on C (caught up)."""
     from search_equal_recall import equal_recall
@@ -122,7 +111,6 @@ def equal_recall_table(args: argparse.Namespace, reader_a, base_c, queries: np.n
 def equal_recall_only(args: argparse.Namespace, reader_a, reader_b, base_c, queries: np.ndarray, truth: list
                       ) -> None:
     """The gap ratio (A / B, same settings, timed interleaved) and the equal-recall comparison."""
-    from search_equal_recall import timed
 
     def ours(reader):
         return lambda q: reader.search(q, k=args.k, columns=["id"], nprobes=args.nprobes,
@@ -289,12 +277,17 @@ def main() -> None:
           f"generations of {args.gen_rows} rows; {len(ids)} live rows; {args.queries} queries, k={k}")
     figures: dict[str, tuple[float, float]] = {}
     width = max(len(n) for n, _ in contestants)
-    for name, fn in contestants:
+    answers, alive = {}, []
+    for name, fn in contestants:  # the answers (and a warm-up); a contestant that fails is left out
         try:
-            got, ms = p50(fn, queries, args.repeat)
+            answers[name] = [fn(q) for q in queries]
+            alive.append((name, fn))
         except Exception as exc:
             print(f"{name:{width}s} failed: {str(exc).splitlines()[0][:100]}")
-            continue
+    # Timed interleaved: each query runs every contestant in turn, so the machine's load falls on all alike.
+    p50s = dict(zip([n for n, _ in alive], timed([fn for _, fn in alive], queries, args.repeat), strict=True))
+    for name, fn in alive:
+        got, ms = answers[name], p50s[name]
         if fn in (gap_flat, gap_numpy):  # a part of the view, not an answer: its recall means nothing
             figures[name] = (float("nan"), ms)
             print(f"{name:{width}s} recall@{k}   -    p50 {ms:7.2f} ms")

@@ -17,8 +17,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 TARGETS = (0.90, 0.95, 0.99)
-NPROBES = (5, 10, 15, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 1000)
-REFINES = (1, 2, 5, 10, 20)
+NPROBES = (5, 10, 15, 20, 25, 30, 35, 40, 50, 60, 70, 80, 100, 120, 160, 200, 240, 320, 480, 640, 1000)
+REFINES = (1, 2, 3, 5, 7, 10, 15, 20)
 
 Search = Callable[[np.ndarray, int, int], list]  # (query, nprobes, refine_factor) -> ids
 Setting = tuple[int, int]  # (nprobes, refine_factor)

@@ -112,24 +112,20 @@ def _resolve(reader: LsmReader, column: str | None) -> tuple[str, str]:
 
 
 def _rows(reader: LsmReader, parts: list, picked: np.ndarray, columns: list[str], schema: pa.Schema) -> pa.Table:
-    """The picked (part, index) candidates' rows, in order: one take per part from an indexed source's query
-    result, or per small source from its rows read once per snapshot (flat_block.small_rows)."""
-    pieces, slots = [], []
-    for j in np.unique(picked[:, 0]):
-        mine = np.flatnonzero(picked[:, 0] == j)
-        at = picked[mine, 1]
+    """The picked candidates' rows, in order: sliced from an indexed source's query result, or from the small
+    source's rows read once per snapshot (flat_block.small_rows). Row by row: k one-row slices cost a fifth of
+    one take per part and a reordering take (21 against 101 us for k = 10, bench/README.md)."""
+    out, cast = [], {}
+    for j, i in picked:
         table, _, _, addrs, positions = parts[j]
         if table is not None:
-            pieces.append(table.select(columns).take(pa.array(at)).cast(schema))
-            slots.append(mine)
+            if j not in cast:
+                cast[j] = table.select(columns).cast(schema)
+            out.append(cast[j].slice(int(i), 1))
             continue
-        for position in np.unique(positions[at]):
-            same = positions[at] == position
-            sorted_addrs, rows = small_rows(reader, int(position), tuple(columns), schema)
-            pieces.append(rows.take(pa.array(np.searchsorted(sorted_addrs, addrs[at[same]]))))
-            slots.append(mine[same])
-    order = np.argsort(np.concatenate(slots), kind="stable")
-    return pa.concat_tables(pieces).take(pa.array(order)).combine_chunks()
+        sorted_addrs, rows = small_rows(reader, int(positions[i]), tuple(columns), schema)
+        out.append(rows.slice(int(np.searchsorted(sorted_addrs, addrs[i])), 1))
+    return pa.concat_tables(out).combine_chunks()
 
 
 def first_ask(k: int, rows: int, newer_rows: int) -> int:
@@ -230,7 +226,9 @@ def _ask(reader: LsmReader, p: PlannedSource, rows: int, flat: bool, ask: int, q
         ask = min(rows, 2 * ask + int((~live).sum()))
     plan.candidates += got.num_rows
     plan.shadowed += int((~live).sum())
-    got = got.filter(pa.array(live & has_vector(got.column(column))))
+    keep = live & has_vector(got.column(column))
+    if not keep.all():
+        got = got.filter(pa.array(keep))
     dist = distances(matrix(got.column(column), len(q)), q, metric)
     finite = np.isfinite(dist)
     return (got, dist) if finite.all() else (got.filter(pa.array(finite)), dist[finite])
