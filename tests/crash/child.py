@@ -61,6 +61,7 @@ def run(spec: dict) -> None:
 
             dedup = staging_spark_dedup("crash-merge")
         config = MergeConfig(max_generations_per_commit=spec.get("generations_per_commit", 1),
+                             max_bytes_per_commit=spec.get("bytes_per_commit", MergeConfig().max_bytes_per_commit),
                              apply=spec.get("apply", "auto"))
         summary = merge_table(MemWalTable(uri, so), config=config, dedup=dedup, parallelism=spec.get("parallelism", 1))
         emit({"merge": summary.to_dict()["failed_regions"]})

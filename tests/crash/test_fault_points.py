@@ -232,8 +232,10 @@ def crash_after_manifest_commit(loc) -> None:
 def _merge_crash(loc, fault: str, spark: bool = False, apply: str = "auto") -> None:
     regions = new_table(loc, 2)
     model = three_generations(loc, regions)
-    # the first commit passes, the second dies; on Spark one job deduplicated and staged the whole round first
-    run_child(loc, {"scenario": "merge", "spark": spark, "apply": apply, "parallelism": 2}, fault, skip=1)
+    # the first commit passes, the second dies; on Spark one job deduplicated and staged the whole round first.
+    # A byte budget below one generation: one generation of one region per commit (region 0's 1, then its 2)
+    run_child(loc, {"scenario": "merge", "spark": spark, "apply": apply, "parallelism": 2, "bytes_per_commit": 1},
+              fault, skip=1)
     if spark:
         assert loc.store().list(STAGING_DIR), "the dead driver's staged upserts are left behind"
     expected_first = 2 if fault == "merge.after_commit" else 1
@@ -281,24 +283,25 @@ def crash_between_update_and_marker(loc) -> None:
 
 
 def _crash_between_marker_steps(loc, apply: str) -> None:
-    """Region 0's generations 1..3 in one commit: its data and first marker step (generation 1) committed,
-    killed before the marker-only step to 2: merged_generations says 1 while the base already holds the
-    newest rows of 1..3, which generations 2 and 3 still shadow: the view is exact; the rerun merges 2 and 3
-    (the same rows again) and region 1 from 1."""
+    """Both regions' generations 1..3 in one commit (the generation count is per region batch): its data and
+    first marker step (generation 1 of each region) committed, killed before the marker-only step to 2:
+    merged_generations says 1 while the base already holds the newest rows of 1..3, which generations 2 and
+    3 still shadow: the view is exact; the rerun merges 2 and 3 of each region (the same rows again)."""
     regions = new_table(loc, 2)
     model = three_generations(loc, regions)
     run_child(loc, {"scenario": "merge", "apply": apply, "parallelism": 2, "generations_per_commit": 3},
               "merge.between_marker_steps")
     merged = load_index(loc.uri).merged_generations
-    assert merged.get(regions[0], 0) == 1 and merged.get(regions[1], 0) == 0, merged
+    assert merged.get(regions[0], 0) == 1 and merged.get(regions[1], 0) == 1, merged
     assert view(open_base(loc).to_table())[102] == ("g3b", 3.5), "the data of generations 1..3 was committed"
+    assert view(open_base(loc).to_table())[202] == ("g3b", 3.5), "region 1's too, in the same commit"
     merged_history(loc)
     assert lsm(loc) == model, "a merge stopped between its marker steps changed the LSM view"
     assert view(lance_core_scan(loc)) == model
     rerun = merge_table(loc.uri, config=MergeConfig(max_generations_per_commit=1, apply=apply))
     assert not rerun.failed_regions
     got = {r.region_id: r.generations for r in rerun.regions}
-    assert got == {regions[0]: [2, 3], regions[1]: [1, 2, 3]}, "the rerun merges exactly what is not marked"
+    assert got == {regions[0]: [2, 3], regions[1]: [2, 3]}, "the rerun merges exactly what is not marked"
     assert view(open_base(loc).to_table()) == model
     final_check(loc, model)
 
