@@ -42,7 +42,7 @@ except TableConfigError:  # the maintenance DAGs report a broken tables file; th
     doc_md=__doc__,
 )
 def memwal_lag_monitor():
-    @task(inlets=[lag_asset(cfg) for cfg in _TABLES.values()])
+    @task(inlets=[lag_asset(cfg) for cfg in _TABLES.values()], multiple_outputs=False)  # one XCom, not one a key
     def check_tables() -> dict:
         """Every table checked, probed and saved for the page; fails (AirflowFailException, no retry) after
         the whole cycle when a table's lag could not be measured, naming it."""

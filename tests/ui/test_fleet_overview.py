@@ -147,10 +147,11 @@ def test_the_overview_needs_a_signed_in_user(fleet):
         assert "t0000" not in resp.text
 
 
-def test_fleet_page_drops_tables_no_longer_configured_and_reports_bad_entries():
-    stored = {"old": _row(1) | {"table": "old"}, "a": _row(2) | {"table": "a"}}
+def test_fleet_page_drops_tables_no_longer_configured_keeps_those_found_under_a_root_and_reports_bad_entries():
+    stored = {"old": _row(1) | {"table": "old"}, "a": _row(2) | {"table": "a"},
+              "events.clicks": _row(4) | {"table": "events.clicks", "from_probe_only": True}}
     fp = fleet_page({"a": object()}, {"b": "table 'b', key 'uri': missing"}, stored, None)
-    assert [r["table"] for r in fp.rows] == ["b", "a"] and fp.rows[0]["state"] == "error"
+    assert [r["table"] for r in fp.rows] == ["b", "a", "events.clicks"] and fp.rows[0]["state"] == "error"
     assert "tables file: table 'b'" in fp.rows[0]["error"]
     with pytest.raises(ValueError, match="per_page must be 1 to 500, not 501"):
         fleet_page({}, {}, {}, None, per_page=501)

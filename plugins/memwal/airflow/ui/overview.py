@@ -76,11 +76,13 @@ def fleet_page(configured: Mapping[str, Any], bad: Mapping[str, Any], stored: Ma
                query: str = "") -> FleetPage:
     """The page `page` (1-based; past the last: the last) of the configured tables (configured: name -> its
     config; bad: name -> its tables-file error), each with its stored row (`fleet_status.row_of`) or marked
-    unmeasured. A stored row of a table no longer configured is left out."""
+    unmeasured. A stored row of a table no longer configured is left out, except the fleet probe's rows of tables
+    it found under a root (`from_probe_only`: not in the tables file by name, and overwritten every cycle)."""
     if per_page < 1 or per_page > MAX_PER_PAGE:
         raise ValueError(f"per_page must be 1 to {MAX_PER_PAGE}, not {per_page}")
     rows = []
-    for name in sorted({*configured, *bad}):
+    found = {name for name, row in stored.items() if row.get("from_probe_only")}
+    for name in sorted({*configured, *bad, *found}):
         if query and query.lower() not in name.lower():
             continue
         row = dict(stored.get(name) or {**row_of({"table": name}, getattr(configured.get(name), "uri", None)),
