@@ -123,3 +123,25 @@ def test_a_bad_concurrency_is_named(monkeypatch):
             monitor.concurrency()
     monkeypatch.setenv(monitor.CONCURRENCY_ENV, "3")
     assert monitor.concurrency() == 3
+
+
+def test_a_table_with_a_corrupt_region_manifest_is_reported_with_the_object_and_still_measured(
+        tmp_path, monkeypatch, recorded):
+    """Issue 43 item 6: the probe's error (naming the table and the object) is in the table's row for the page;
+    the lag is still measured (the unreadable region is a breach, as per table)."""
+    from memwal import naming
+    from memwal.region_manifest import latest_version
+
+    loc = SimpleNamespace(kind="local", uri=str(tmp_path / "t.lance"), storage_options=None)
+    regions = build_table(loc, regions=2, generations=1)
+    from memwal.storage import ObjectStore
+
+    path = naming.manifest_path(regions[0], latest_version(ObjectStore(loc.uri), regions[0]))
+    (tmp_path / "t.lance" / path).write_bytes(b"not a manifest")
+    monkeypatch.setenv("MEMWAL_TABLES_FILE", str(tables_file(tmp_path / "tables.yaml", {"t": {
+        "uri": loc.uri, "engine": "in_process", "schedule": None, "alerts": {"webhook_conn_id": ""}}})))
+    result = monitor.check_fleet(notifiers=[_notifier(recorded)])
+    row = fleet_status.load(fleet_status.LAG_MONITOR)["tables"]["t"]
+    assert result["failed"] == {} and path in result["probe_failed"]["t"]
+    assert row["probe"]["status"] == "error" and path in row["probe"]["error"] and regions[0] in row["probe"]["error"]
+    assert row["error"] is None and any(regions[0] in b for b in row["breaches"]), row["breaches"]
