@@ -12,8 +12,9 @@ apart from memwal.fts_tokenizer). Overlap@10 counts returned keys whose true sco
 Latency: p50 of `--repeat` rounds over the queries: ours on a warm reader (the first query, which counts
 the view's terms, reported apart), Lance's FTS on the base table alone (limit 10), LanceDB's LSM FTS.
 Then the streaming case (issue 44): `--flushes` times, LanceDB flushes one more generation of `--flush-rows`
-rows (half updates of live keys), a new reader opens (a new snapshot, same process) and its first query is
-timed against its own p50 over the queries, with its overlap against the new view's global BM25.
+rows (half updates of live keys) from a writer process of its own, a new reader opens (a new snapshot, same
+process) and its first query is timed against its own p50 over the queries; the median ratio, and the
+overlap with the global BM25 of the view after the last flush.
 """
 
 from __future__ import annotations
@@ -75,6 +76,19 @@ def flush(root: str, table: pa.Table) -> None:
         await t.close_lsm_writers()
 
     asyncio.run(write())
+
+
+def flush_apart(root: str, table: pa.Table) -> None:
+    """flush() in a writer process of its own, as a streaming writer runs: LanceDB's first write in a process
+    starts its runtime and loads the table's indexes, which would otherwise slow the reader's next queries."""
+    import subprocess
+
+    import pyarrow.feather as feather
+
+    path = os.path.join(root, "flush-batch.arrow")
+    feather.write_feather(table, path)
+    subprocess.run([sys.executable, os.path.abspath(__file__), "--flush-into", root, path], check=True)
+    os.remove(path)
 
 
 def build(root: str, args) -> tuple[str, dict[int, str]]:
@@ -167,23 +181,23 @@ def print_ratios(mean_overlap: dict[str, float], p50: dict[str, float]) -> None:
 
 
 def after_flushes(root: str, uri: str, model: dict[int, str], queries: list[str], args) -> None:
-    """Issue 44: per flush of one small generation, a new reader's first query against that reader's p50."""
+    """Issue 44: per flush of one small generation, a new reader's first query against that reader's p50;
+    the overlap with global BM25 checked after the last flush."""
     from memwal.reader import LsmReader
 
     rng = np.random.default_rng(13)
     next_id = max(model) + 1
-    ratios = []
+    ratios, reader = [], None
     for f in range(args.flushes):
         updates = rng.choice(sorted(model), args.flush_rows // 2, replace=False).tolist()
         ids = updates + list(range(next_id, next_id + args.flush_rows - len(updates)))
         next_id += args.flush_rows - len(updates)
         new = texts(rng, len(ids), True)
-        flush(root, batch(ids, new))
+        flush_apart(root, batch(ids, new))
         model.update(zip(ids, new, strict=True))
         reader = LsmReader(uri)
-        query = queries[f % len(queries)]
         t0 = time.perf_counter()
-        reader.full_text_search(query, k=10, columns=["id"])
+        reader.full_text_search(queries[f % len(queries)], k=10, columns=["id"])
         first = time.perf_counter() - t0
         times = []
         for _ in range(args.repeat):
@@ -192,19 +206,24 @@ def after_flushes(root: str, uri: str, model: dict[int, str], queries: list[str]
                 reader.full_text_search(q, k=10, columns=["id"])
                 times.append(time.perf_counter() - t0)
         p50 = statistics.median(times)
+        ratios.append(first / p50)
+        print(f"flush {f + 1} (+{args.flush_rows} rows, {len(reader.sources)} sources, live rows {len(model)}): "
+              f"first query {first * 1000:.1f} ms, p50 {p50 * 1000:.1f} ms, first / p50 {first / p50:.2f}")
+    if reader is not None:
         truth = Truth(model)
         mean_overlap = statistics.mean(
             overlap(reader.full_text_search(q, k=10, columns=["id"]).column("id").to_pylist(), truth.scores(q))
             for q in queries)
-        ratios.append(first / p50)
-        print(f"flush {f + 1} (+{args.flush_rows} rows, {len(reader.sources)} sources, live rows {len(model)}): "
-              f"first query {first * 1000:.1f} ms, p50 {p50 * 1000:.1f} ms, first / p50 {first / p50:.2f}, "
-              f"top-10 overlap with global BM25 {mean_overlap:.3f}")
-    if ratios:
         print(f"  {'first query after a flush / p50 (median)':46s} {statistics.median(ratios):.2f}  (target <= 3)")
+        print(f"  {'top-10 overlap with global BM25 after them':46s} {mean_overlap:.3f}")
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--flush-into"]:  # the writer process of flush_apart
+        import pyarrow.feather as feather
+
+        flush(sys.argv[2], feather.read_table(sys.argv[3]))
+        return
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--base-rows", type=int, default=200_000)
     ap.add_argument("--generations", type=int, default=12)
@@ -212,7 +231,7 @@ def main() -> None:
     ap.add_argument("--gen-rows", type=int, default=4000)
     ap.add_argument("--queries", type=int, default=20)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--flushes", type=int, default=3, help="generations flushed after the warm measurement")
+    ap.add_argument("--flushes", type=int, default=5, help="generations flushed after the warm measurement")
     ap.add_argument("--flush-rows", type=int, default=1000)
     ap.add_argument("--root", default=None)
     args = ap.parse_args()

@@ -16,6 +16,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import lance
 import numpy as np
 import pyarrow as pa
 
@@ -40,10 +41,15 @@ _LOCK = threading.Lock()  # the caches are shared by the threads of a process
 class SourceTerms:
     """The terms of every row of one source, rows in address order: a forward index kept per immutable
     dataset version across snapshots, so a query reads term counts instead of re-analysing text, and a
-    snapshot's statistics start from the source's raw totals. With `key`: the rows' values of that (single,
+    snapshot's statistics start from the source's raw totals, and the version's dataset object is reused
+    (`dataset`). With `key`: the rows' values of that (single,
     integer) primary key column, for the base's shadow lookup."""
 
-    def __init__(self, table: pa.Table, column: str, config: TokenizerConfig, key: str | None = None):
+    def __init__(self, table: pa.Table, column: str, config: TokenizerConfig, key: str | None = None,
+                 dataset: lance.LanceDataset | None = None):
+        # The dataset object read: later snapshots ask the same version through it, so Lance's index and
+        # metadata caches (per dataset object) stay warm instead of being loaded again per snapshot.
+        self.dataset = dataset
         addrs = table.column(_ADDR).to_numpy().astype(np.uint64)
         order = np.argsort(addrs, kind="stable")
         self.addrs = addrs[order]
@@ -58,6 +64,12 @@ class SourceTerms:
         self._tf: OrderedDict[str, np.ndarray] = OrderedDict()
         self._keys = table.column(key).to_numpy()[order] if key is not None else None
         self._key_order: tuple[np.ndarray, np.ndarray] | None = None  # positions in key order, their keys
+
+    def dataset_for(self, ds: Any) -> Any:
+        """The dataset object to ask for `ds`'s version: the one this was read from, unless it was moved to
+        another version in place since (then `ds` itself)."""
+        kept = self.dataset
+        return kept if kept is not None and kept.version == ds.version and kept.uri == ds.uri else ds
 
     def positions(self, addrs: np.ndarray) -> np.ndarray:
         """Positions of the given row addresses (rows of this source)."""
@@ -125,7 +137,7 @@ def source_terms(reader: LsmReader, position: int, column: str, config: Tokenize
             return value
     columns = [column] + ([key_column] if key_column and key_column != column else [])
     value = SourceTerms(ds.to_table(columns=columns, with_row_address=True, with_row_id=True), column, config,
-                        key_column)
+                        key_column, ds)
     with _LOCK:
         store[key] = value
         while not memory and len(_TERMS) > _TERMS_CACHED:

@@ -14,7 +14,7 @@ are never short and the ranking is exact.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -24,7 +24,7 @@ from memwal.errors import BadInputError
 from memwal.fts_statistics import dead_positions, source_terms, view_totals
 from memwal.fts_tokenizer import TokenizerConfig, query_terms
 from memwal.newest_version import member
-from memwal.search_plan import is_inverted_index, plan_sources, source_at
+from memwal.search_plan import is_inverted_index, plan_sources
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -146,8 +146,10 @@ def full_text_search(reader: LsmReader, query: str, *, column: str | None = None
     totals = []  # per source: its terms and dead rows (memwal.fts_statistics), for the view's statistics
     found = []  # (planned source, addresses, row ids, tf (unique terms x rows), doc lengths)
     for p in planned:
-        source, index = p.source, p.index
         terms_of = source_terms(reader, p.position, column, config)
+        # The same version through the dataset object its terms were read from (Lance's caches stay warm).
+        source, index = replace(p.source, dataset=terms_of.dataset_for(p.source.dataset)), p.index
+        p = replace(p, source=source)
         dead = dead_positions(reader, p.position, terms_of, view)
         totals.append((terms_of, dead))
         tf_all = np.stack([terms_of.tf(t) for t in unique])
@@ -201,13 +203,14 @@ def full_text_search(reader: LsmReader, query: str, *, column: str | None = None
     top = [(float(scores[j]), int(gens[j]), int(addrs[j]), int(srcs[j]), int(ids[j])) for j in order]
     if not top:
         return out_schema.empty_table()
+    warm = {f[0].position: f[0].source.dataset for f in found}
     by_source: dict[int, list[int]] = {}
     for s in top:
         by_source.setdefault(s[3], []).append(s[4])
     fetched = {}
     for i, ids in by_source.items():
         ids = sorted(ids)  # in row id order, so the rows come back in this order even if Lance sorts them
-        t = source_at(reader, i).dataset._take_rows(ids, columns=columns)
+        t = warm[i]._take_rows(ids, columns=columns)
         fetched[i] = dict(zip(ids, range(t.num_rows), strict=True)), t.cast(reader.output_schema(columns))
     parts = [fetched[s[3]][1].slice(fetched[s[3]][0][s[4]], 1) for s in top]
     result = pa.concat_tables(parts).combine_chunks()

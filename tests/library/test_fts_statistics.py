@@ -183,3 +183,22 @@ def test_a_composite_key_finds_the_shadowed_base_rows_by_the_general_join(local_
     reader = LsmReader(loc.uri)
     assert reader.pk == ["id", "part"], reader.pk
     _assert_global_bm25(reader, model, "composite key, after a generation shadowing base rows")
+
+
+def test_a_kept_dataset_moved_to_another_version_is_not_asked_for_the_old_one(local_location):
+    """Later snapshots ask a version through the dataset object its terms were read from (Lance's caches stay
+    warm); if that object was moved in place (a delete on it), the snapshot's own object answers instead."""
+    from memwal.fts_statistics import source_terms
+
+    loc = local_location
+    model = _base_texts()
+    _create(loc, model)
+    reader = LsmReader(loc.uri)
+    _assert_global_bm25(reader, model, "first snapshot")
+    terms = source_terms(reader, 0, "text", reader.search_cache[("column", None)][1])
+    second = LsmReader(loc.uri)
+    assert terms.dataset_for(second.base) is terms.dataset, "the kept dataset object is not reused"
+    terms.dataset.delete("id < 5")  # moves the kept object to a new version in place
+    assert terms.dataset_for(second.base) is second.base, "a moved dataset object answered for the old version"
+    _assert_global_bm25(second, model, "the second snapshot (the old version), after the kept object moved")
+    _assert_global_bm25(LsmReader(loc.uri), {k: v for k, v in model.items() if k >= 5}, "after the delete")
