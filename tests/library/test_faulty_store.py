@@ -5,6 +5,7 @@ the path recovers exactly (or fails with one clear error). docs/safety.md tabula
 from __future__ import annotations
 
 import logging
+import re
 import uuid
 
 import pyarrow as pa
@@ -529,3 +530,31 @@ def test_compaction_through_lost_answers_keeps_progress_and_the_view(faulty, pro
     assert summary.tasks_committed >= 1 and summary.health_after["fragments"] == 1, summary.to_dict()
     assert _merged(faulty) == before == {region: 2}
     assert view(LsmReader(MemWalTable(faulty.uri, faulty.storage_options)).scan()) == expected
+
+
+def test_a_merge_whose_store_fails_after_its_first_commit_reports_the_regions_own_error(proxy, s3_endpoint):
+    """From the merge's first Lance commit on, the store answers 503 to everything: the region fails with its
+    own one-line error (naming the table, the operation, the object and the fault) and the summary is kept.
+    Before, the merge's closing read of the table version raised Lance's error of that read instead, losing
+    the summary (what committed, each region's error), so the Airflow task reported the wrong request."""
+    from memwal.merge import MergeConfig, merge_table
+    from memwal.reader import LsmReader
+    from memwal.table import MemWalTable
+
+    from support.maintenance import build_table
+
+    loc = Location("s3", f"s3://{new_bucket(s3_endpoint)}/table",
+                   {**proxy.options(s3_options(s3_endpoint)), "client_max_retries": "1", "client_retry_timeout": "10"})
+    (a,) = build_table(loc, regions=1, generations=3)
+    expected = view(LsmReader(MemWalTable(loc.uri, loc.storage_options)).scan())
+    proxy.plan("stall", method="PUT", key=r"^table/_versions/",
+               action=lambda: proxy.plan("503", key=r"^table/", times=10**9))
+    summary = merge_table(MemWalTable(loc.uri, loc.storage_options), config=MergeConfig(max_generations_per_commit=1))
+    assert proxy.injected["stall"] == 1 and proxy.injected["503"] > 0
+    (region,) = summary.regions
+    assert summary.failed_regions == [a] and "\n" not in region.error, summary
+    assert re.search(rf"object store (get|head|list|put|delete) of \S+ in table {re.escape(loc.uri)} failed: "
+                     r"|Error performing (GET|HEAD|PUT|POST|DELETE) http://\S+/table/", region.error), region.error
+    assert "503 Service Unavailable" in region.error and "SlowDown" in region.error, region.error
+    direct = Location("s3", loc.uri, s3_options(s3_endpoint))
+    assert view(LsmReader(MemWalTable(direct.uri, direct.storage_options)).scan()) == expected, "nothing half-done"

@@ -12,16 +12,16 @@ import uuid
 import lance
 import pytest
 
-from memwal.mem_wal_index import load_index, read_details_at
+from memwal.mem_wal_index import load_index
 from memwal.merge import MergeConfig, merge_table
-from memwal.reader import LsmReader
 from memwal.table import MemWalTable
 from spark_jobs.merge_dedup import spark_dedup
 from spark_jobs.task_runner import spark_runner
 
 from support.fault_proxy import FaultProxy
 from support.maintenance import write_generations
-from support.tables import open_base, rows, view
+from support.merge_passes import exact_everywhere, lsm_view
+from support.tables import open_base, rows
 
 pytestmark = pytest.mark.spark
 
@@ -40,10 +40,6 @@ def _table(loc) -> str:
     return region
 
 
-def _lsm(loc, version: int | None = None) -> dict:
-    return view(LsmReader(MemWalTable(loc.uri, loc.storage_options), version=version).scan())
-
-
 def _merge_on_spark(spark, loc, proxy: FaultProxy):
     """The `spark` engine's merge: the dedup on executors staging every batch (none inline), the fragment
     apply's tasks on executors; the driver's table handle and the tasks' storage options name the proxy."""
@@ -54,15 +50,10 @@ def _merge_on_spark(spark, loc, proxy: FaultProxy):
 
 
 def _exact_everywhere(loc, v0: int, model: dict, region: str) -> None:
-    """Every table version from v0 on reads as the model (nothing half-done visible), merged_generations
-    never goes back and ends at the last generation, and the base equals the model."""
-    store, merged = loc.store(), []
-    for v in range(v0, open_base(loc).version + 1):
-        assert _lsm(loc, v) == model, f"the LSM view at table version {v} differs from the model"
-        merged.append(dict(read_details_at(store, v).merged_generations).get(region, 0))
-    assert merged == sorted(merged), f"merged_generations went back: {merged}"
+    """Every table version from v0 on reads as the model (nothing half-done visible), merged_generations never
+    goes back and ends at the last generation, and the base equals the model."""
+    exact_everywhere(loc, v0, model)
     assert dict(load_index(loc.uri, loc.storage_options).merged_generations) == {region: len(GENS)}
-    assert view(open_base(loc).to_table()) == model
 
 
 def _faulted(proxy: FaultProxy, kind: str, method: str, key: str) -> list[str]:
@@ -75,7 +66,7 @@ def test_the_spark_merge_through_503s_on_every_method_equals_the_model(spark, s3
     and the base equals the model at every version."""
     loc = s3_location
     region = _table(loc)
-    model, v0 = _lsm(loc), open_base(loc).version
+    model, v0 = lsm_view(loc), open_base(loc).version
     with FaultProxy(s3_endpoint, rates={"503": 0.1}, seed=42) as proxy:
         proxy.plan("503", method="PUT", key=STAGED, times=2)
         summary = _merge_on_spark(spark, loc, proxy)
@@ -93,7 +84,7 @@ def test_the_spark_merge_through_lost_answers_merges_exactly_once(spark, s3_endp
     merge completes with no conflict; each generation is merged once and every version reads exact."""
     loc = s3_location
     region = _table(loc)
-    model, v0 = _lsm(loc), open_base(loc).version
+    model, v0 = lsm_view(loc), open_base(loc).version
     with FaultProxy(s3_endpoint) as proxy:
         proxy.plan("lost", method="PUT", key=STAGED)
         proxy.plan("lost", method="PUT", key=r"^table/data/.*\.lance$")
@@ -116,7 +107,7 @@ def test_a_staged_write_that_keeps_failing_on_an_executor_fails_the_region_clean
     failed with it and nothing is committed; every version reads exact; the rerun merges everything once."""
     loc = s3_location
     region = _table(loc)
-    model, v0 = _lsm(loc), open_base(loc).version
+    model, v0 = lsm_view(loc), open_base(loc).version
     with FaultProxy(s3_endpoint) as proxy:
         proxy.plan("503", method="PUT", key=STAGED.replace(r"u\d+", "u00000"), times=2)  # one file, and its retry
         few_retries = dataclasses.replace(loc, storage_options={**loc.storage_options, "client_max_retries": "1",

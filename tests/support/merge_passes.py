@@ -9,6 +9,7 @@ import lance
 
 from memwal.mem_wal_index import read_details_at
 from memwal.reader import LsmReader
+from memwal.table import MemWalTable
 
 from support.maintenance import write_generations
 from support.tables import open_base, rows, view
@@ -26,7 +27,7 @@ def passes_table(loc, gens, fragment_rows: int = 1024) -> str:
 
 
 def lsm_view(loc, version=None) -> dict:
-    return view(LsmReader(loc.uri, version=version).scan())
+    return view(LsmReader(MemWalTable(loc.uri, loc.storage_options), version=version).scan())
 
 
 def exact_everywhere(loc, v0: int, model: dict) -> None:
