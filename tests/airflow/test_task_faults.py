@@ -12,6 +12,7 @@ import shutil
 import uuid
 from pathlib import Path
 
+import pytest
 from airflow_support import merged_generations, run_dag, tables_file, task_states
 
 from memwal.reader import LsmReader
@@ -88,3 +89,34 @@ def test_the_maintenance_dags_retry_their_tasks():
 
     assert DEFAULT_ARGS["retries"] >= 1 and DEFAULT_ARGS["retry_delay"].total_seconds() > 0
     assert issubclass(MemWalTaskError, AirflowException) and not issubclass(MemWalTaskError, AirflowFailException)
+
+
+def test_a_store_failing_from_the_start_fails_the_operator_with_one_retryable_line(s3_endpoint, s3_location, tmp_path,
+                                                                                   monkeypatch):
+    """Every request for the table answers 503 from the start: opening the table fails (Lance's listing of
+    `_versions/`), the task error is one line naming the table, the operation, the object and the fault, and
+    it is an error Airflow retries; nothing is written."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from memwal.airflow.hooks.memwal import MemWalTaskError
+    from memwal.airflow.operators.memwal import MemWalMergeOperator
+
+    loc = s3_location
+    create_base(loc, ids=range(10))
+    open_base(loc).initialize_mem_wal(unsharded=True)
+    write_generations(loc, str(uuid.uuid4()), GENS[:1])
+    v0 = open_base(loc).version
+    monkeypatch.setenv("MEMWAL_TABLES_FILE", str(tables_file(tmp_path / "tables.yaml", {"t1": {
+        "uri": loc.uri, "conn_id": "lake_down", "engine": "in_process"}})))
+    with FaultProxy(s3_endpoint) as proxy:
+        proxy.plan("503", key=r"^table/", times=10**9)
+        monkeypatch.setenv("AIRFLOW_CONN_LAKE_DOWN", _connection(proxy))
+        with pytest.raises(MemWalTaskError) as caught:
+            MemWalMergeOperator(task_id="m", table="t1").execute({})
+    error = str(caught.value)
+    assert not isinstance(caught.value, AirflowFailException) and "\n" not in error, error
+    assert error.startswith(f"table 't1' ({loc.uri}): "), error
+    assert re.search(r"Error performing list request: Error performing GET http://\S+\?list-type=2&prefix="
+                     r"table%2F_versions%2F", error), error
+    assert "503 Service Unavailable" in error and "SlowDown" in error, error
+    assert {m for m, _, _ in proxy.log} <= {"GET", "HEAD", "LIST"} and open_base(loc).version == v0
