@@ -165,6 +165,8 @@ def test_probe_plan_for_due_idle_and_not_memwal_tables_under_a_root(local_locati
     assert plan[0]["entry"] == "lake" and plan[0]["root"] == root.uri and left == []
     answer = report(results, plan, left, [], bad, _root_entries(roots))
     assert answer["probed"] == 3 and answer["due"] == 1 and answer["errors"] == [], "three Lance tables probed"
+    assert answer["idle"] == 1 and [t["table"] for t in answer["tables"]] == ["lake.due", "lake.nowal", "lake.plain"], \
+        "idle tables are counted, not listed"
     assert sorted((t["uri"], t["status"]) for t in answer["not_maintained"]) == [
         (f"{root.uri}/nowal.lance", "not_memwal"), (f"{root.uri}/plain", "not_a_table")]
     json.dumps(answer)  # the XCom is JSON

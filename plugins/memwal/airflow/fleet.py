@@ -177,9 +177,9 @@ def plan_cycle(results: Sequence[ProbeResult], state: FleetState, now: float, ma
 def report(results: Sequence[ProbeResult], plan: Sequence[Mapping[str, Any]], left: Sequence[str],
            in_flight: Iterable[str], config_errors: Mapping[str, Exception], root_entries: Mapping[str, str],
            ) -> dict[str, Any]:
-    """The probe's answer (its XCom and log): counts, what was dispatched, what waits, and per table its
-    status, due jobs and error. A table whose probe failed is listed under `errors`, naming it; a directory
-    under a root that is not a MemWAL table under `not_maintained`."""
+    """The probe's answer (its XCom and log): counts, what was dispatched, what waits, and per table with due
+    work or not ok its status, due jobs and error. A table whose probe failed is listed under `errors`, naming
+    it; a directory under a root that is not a MemWAL table under `not_maintained`."""
     tables = []
     for r in results:
         entry, name = entry_and_name(r, root_entries)
@@ -194,7 +194,10 @@ def report(results: Sequence[ProbeResult], plan: Sequence[Mapping[str, Any]], le
         "errors": [t for t in tables if t["status"] == "error"],
         "not_maintained": [t for t in tables if t["status"] in ("not_memwal", "not_a_table")],
         "config_errors": {name: str(exc) for name, exc in config_errors.items()},
-        "tables": tables,
+        # the tables worth a look (due work or not ok); the idle ones are counted, so that the XCom of an idle
+        # cycle stays small whatever the fleet (every table's row: `memwal.airflow.fleet_status`)
+        "idle": sum(t["status"] == "ok" and not t["due"] for t in tables),
+        "tables": [t for t in tables if t["due"] or t["status"] != "ok"],
     }
 
 
