@@ -228,7 +228,7 @@ def main() -> None:
     # and, as ours holds a small flat source, as an in-memory matrix product.
     gap_rows_table = pa.concat_tables([f.to_table(columns=["id", "vec"]) for f in gap_fragments]) \
         if gap_fragments else rows(np.zeros(0, np.int64), np.zeros((0, args.dim)))
-    gap_ds = lance.write_dataset(gap_rows_table, os.path.join(root, "gap.lance"))
+    gap_ds = lance.write_dataset(gap_rows_table, os.path.join(root, "gap.lance"), mode="overwrite")
     gap_ids = gap_rows_table.column("id").to_numpy()
     gap_vecs = np.asarray(gap_rows_table.column("vec").combine_chunks().flatten(), np.float32).reshape(-1, args.dim)
 

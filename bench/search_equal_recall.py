@@ -51,16 +51,18 @@ def candidates(recalls: dict[Setting, float], target: float) -> list[Setting]:
 
 
 def timed(fns: Sequence[Callable[[np.ndarray], object]], queries: np.ndarray, repeat: int) -> list[float]:
-    """p50 ms of each function, all timed in one loop (every query runs each function in turn), after a warm-up."""
+    """p50 ms of each function, all timed in one loop (every query runs each function in turn, in an order
+    shuffled per query: none always follows the same other one's cache footprint), after a warm-up."""
     for q in queries:
         for fn in fns:
             fn(q)
     times: list[list[float]] = [[] for _ in fns]
+    order = np.random.default_rng(44)
     for _ in range(repeat):
         for q in queries:
-            for i, fn in enumerate(fns):
+            for i in order.permutation(len(fns)):
                 t = time.perf_counter()
-                fn(q)
+                fns[i](q)
                 times[i].append(time.perf_counter() - t)
     return [statistics.median(t) * 1000 for t in times]
 
