@@ -6,7 +6,7 @@ Sources: `lag_monitor` (the `memwal_lag_monitor` DAG, every cycle, every configu
 (a fleet DAG's probe sweep may save its answers the same way, `save(FLEET_PROBE, rows, at)`; a table in both
 shows the newer probe answer). Variable `memwal_fleet_status__<source>`: {"at": ISO-8601 UTC, "source",
 "tables": {name: row}}. Why a Variable: overwritten in place, so the metadata DB does not grow with cycles
-(about 0.5 KB a table: 0.5 MB at 1,000 tables; MEDIUMTEXT on MySQL), readable from a task (Execution API)
+(about 0.6 KB a table: 0.6 MB at 1,000 tables; MEDIUMTEXT on MySQL), readable from a task (Execution API)
 and from the api-server alike. A row (`row_of`):
 
     {"table", "uri", "at", "error", "breaches": [message], "alert": firing|resolved|None,
