@@ -4,8 +4,9 @@ Per region, the generations above merged_generations[region] are merged in ascen
 consecutive ones per commit, where per key the highest generation wins and, within a generation, the
 later row. One commit may carry the batches of several regions (primary keys belong to one region, so
 their rows never meet). A commit is a delete pass and an upsert pass that carries every region's
-merged_generations marker (`mark_sstables_as_compacted`, one marker per region), so progress can never
-claim data that is not there; why two passes and why they are safe: memwal.merge_commit.
+merged_generations marker (`mark_sstables_as_compacted`, one marker per region; upserts first when every
+region's tombstones allow it, both passes then marked), so progress can never claim data that is not there;
+why two passes, their order and why they are safe: memwal.merge_commit.
 Each region batch stays within a generation count and each commit within a byte budget (`MergeConfig`). When a racing
 merger got there first, Lance refuses the whole commit (a stale marker of any of its regions); we reload
 the MemWAL index and plan again from what is really merged (memwal-spec.txt, Appendix 2), so the other

@@ -66,3 +66,43 @@ def test_a_tombstone_in_the_first_generation_keeps_the_deletes_first(local_locat
     assert open_base(loc).version - v0 == 3
     assert _recorded(loc, region, v0) == [0, 0, 1, 2]
     exact_everywhere(loc, v0, model)
+
+
+class _Stopped(BaseException):
+    """The merge stopped dead at a fault point (what a SIGKILL there leaves; tests/crash does it for real)."""
+
+
+def test_a_merge_stopped_between_upserts_first_passes_leaves_the_exact_view_and_the_rerun_converges(
+        local_location, monkeypatch):
+    """
+    gen 1 updates 5, inserts 20; gen 2 inserts 21, deletes 3 and 20 | the upsert pass commits with marker 1
+    (5 and 21; 20 not inserted, its newest version is gen 2's tombstone; base key 3 stays, shadowed by that
+    tombstone) | the merge stops there | our reader and Lance core's see the model | the rerun merges gen 2
+    alone (deletes 3) and the base equals the model.
+    """
+    from memwal import merge_commit
+
+    from support.tables import lance_core_scan, view
+
+    loc = local_location
+    region = passes_table(loc, [([5, 20], "g1", []), ([21], "g2", [3, 20])])
+    model, v0 = lsm_view(loc), open_base(loc).version
+    assert 3 not in model and 20 not in model
+    real = merge_commit.fault_point
+
+    def stop(name: str) -> None:
+        real(name)
+        if name == "merge.between_passes":
+            raise _Stopped
+
+    monkeypatch.setattr(merge_commit, "fault_point", stop)
+    with pytest.raises(_Stopped):
+        merge_region(loc.uri, None, region, TWO)
+    monkeypatch.undo()
+    assert _recorded(loc, region, v0) == [0, 1], "only the upsert pass landed, with marker 1"
+    ids = set(open_base(loc).to_table().column("id").to_pylist())
+    assert 3 in ids and 20 not in ids and 21 in ids, "3 waits for the delete pass, shadowed by gen 2's tombstone"
+    assert lsm_view(loc) == model and view(lance_core_scan(loc)) == model
+    rerun = merge_region(loc.uri, None, region, TWO)
+    assert rerun.generations == [2] and 3 not in set(open_base(loc).to_table().column("id").to_pylist())
+    exact_everywhere(loc, v0, model)
