@@ -145,3 +145,30 @@ def test_a_table_with_a_corrupt_region_manifest_is_reported_with_the_object_and_
     assert result["failed"] == {} and path in result["probe_failed"]["t"]
     assert row["probe"]["status"] == "error" and path in row["probe"]["error"] and regions[0] in row["probe"]["error"]
     assert row["error"] is None and any(regions[0] in b for b in row["breaches"]), row["breaches"]
+
+
+def test_a_cycle_checks_tables_concurrently_and_never_more_than_its_bound(tmp_path, monkeypatch, recorded):
+    """9 tables, at most 3 at once: every check waits at a barrier of 3, so the cycle only finishes if 3 checks
+    run together, and the most ever running at once is 3."""
+    import threading
+
+    monkeypatch.setenv("MEMWAL_TABLES_FILE", str(tables_file(tmp_path / "tables.yaml", {
+        f"t{i}": {"uri": str(tmp_path / f"t{i}.lance"), "engine": "in_process", "schedule": None}
+        for i in range(9)})))
+    barrier = threading.Barrier(3, timeout=60)
+    lock = threading.Lock()
+    running = {"now": 0, "most": 0}
+
+    def check(cfg, notifiers=None, context=None):
+        with lock:
+            running["now"] += 1
+            running["most"] = max(running["most"], running["now"])
+        barrier.wait()
+        with lock:
+            running["now"] -= 1
+        return {"table": cfg.name, "at": "2026-11-27T12:00:00+00:00", "error": None, "breaches": [], "alert": None,
+                "memwal_table": context["memwal_table"]}
+
+    monkeypatch.setattr(monitor, "check_table_lag", check)
+    result = monitor.check_fleet(max_workers=3, probe=False)
+    assert result["tables"] == 9 and result["failed"] == {} and running["most"] == 3, running
