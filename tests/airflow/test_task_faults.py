@@ -24,7 +24,7 @@ from support.merge_passes import exact_everywhere
 from support.tables import create_base, open_base, view
 
 HERE = Path(__file__).resolve().parent
-GENS = [([20, 21, 5], "g1", [3, 4]), ([3, 7], "g2", [20]), ([21, 0], "g3", [9])]
+GENS = [([20, 21, 5], "g1", [3, 4]), ([3, 7], "g2", [20])]  # one commit each: the store fails after the first
 
 
 def _connection(proxy: FaultProxy) -> str:
@@ -75,7 +75,7 @@ def test_a_store_that_keeps_failing_fails_the_task_once_retryably_and_the_retry_
              r"|Error performing (GET|HEAD|PUT|POST|DELETE) http://\S+/table/")  # Lance's: the URL names the key
     assert re.search(named, error), f"the operation and the object: {error}"
     assert report["state"] == "success" and task_states(report)[("merge", -1)] == "success", report["log"][-3000:]
-    assert merged_generations(loc) == {region: 3}
+    assert merged_generations(loc) == {region: 2}
     exact_everywhere(loc, v0, model)
 
 
