@@ -101,7 +101,7 @@ def test_one_cycle_checks_every_table_reports_the_failing_one_and_sends_what_the
     assert len(cycle["gauges"]["alpha"]) > len(cycle["gauges"]["beta"]) > 10
 
 
-def test_second_cycle_probes_an_unchanged_table_from_its_state_and_alerts_nothing_new(
+def test_second_cycle_probes_an_unchanged_table_from_its_state_and_a_fleet_table_is_left_to_the_fleet_probe(
         tmp_path, monkeypatch, recorded):
     loc = SimpleNamespace(kind="local", uri=str(tmp_path / "t.lance"), storage_options=None)
     build_table(loc, regions=1, generations=2)
@@ -114,6 +114,12 @@ def test_second_cycle_probes_an_unchanged_table_from_its_state_and_alerts_nothin
     assert first["alerts"] == {"t": "firing"} and second["alerts"] == {}, "already alerted: nothing new"
     assert rows["t"]["probe"]["changed"] is False, "unchanged since the last cycle: the probe read its state"
     assert rows["t"]["breaches"] and rows["t"]["alert_state"]["since"], "still behind, and since when"
+    monkeypatch.setenv("MEMWAL_TABLES_FILE", str(tables_file(tmp_path / "fleet.yaml", {"f": {
+        "uri": loc.uri, "engine": "in_process", "schedule": None, "fleet": True, "alerts": {"webhook_conn_id": ""}}})))
+    monitor.check_fleet(notifiers=[_notifier(recorded)])
+    fleet_row = fleet_status.load(fleet_status.LAG_MONITOR)["tables"]["f"]
+    assert fleet_row["probe"] is None and fleet_row["unmerged_generations"] == 2, "measured, probed by the fleet DAG"
+    assert history.PROBE_STATE_KEY not in recorded["stores"]["f"].values
 
 
 def test_a_bad_concurrency_is_named(monkeypatch):

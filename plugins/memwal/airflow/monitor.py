@@ -13,7 +13,8 @@ $MEMWAL_HEALTH_STORAGE_INTERVAL_S (default 3600 s), kept in the lag asset's stat
 
 A cycle (`check_fleet`) checks each table exactly as `check_table_lag` does (the same metrics, history and
 alerts), at most $MEMWAL_LAG_MONITOR_CONCURRENCY tables at once (default 8), adds each table's due-work probe
-(`memwal.probe.probe_table`, its state kept in the lag asset's store: an unchanged table costs two listings)
+(`memwal.probe.probe_table`, its state kept in the lag asset's store: an unchanged table costs two listings;
+not for a `fleet: true` table, which the fleet DAG probes)
 and saves one row per table (`memwal.airflow.fleet_status`) for the page. A table that fails (storage error,
 corrupt manifest, permissions, a bad tables-file entry, an alert not delivered) is its row's error and the
 others are checked; the cycle then lists it as failed.
@@ -251,7 +252,8 @@ def _check_in_cycle(cfg: Any, notifiers: Sequence[Any] | None, context: Mapping[
         log.error("table %s: lag check failed: %s", cfg.name, _one_line(exc))
         result = {"table": cfg.name, "at": datetime.now(UTC).isoformat(timespec="seconds"),
                   "error": f"{type(exc).__name__}: {_one_line(exc)}", "breaches": [], "alert": None}
-    answer = _probe(cfg) if probe else None
+    # a `fleet: true` table is probed by the fleet DAG (its answer reaches the page as well): not twice a cycle
+    answer = _probe(cfg) if probe and not getattr(cfg, "fleet", False) else None
     return fleet_status.row_of(result, cfg.uri, {"alerted": [], "since": result.get("alert_since")}, answer)
 
 
