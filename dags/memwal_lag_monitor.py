@@ -51,6 +51,8 @@ def memwal_lag_monitor():
         from memwal.airflow.monitor import check_fleet
 
         result = check_fleet(context=get_current_context())
+        if result["status_error"]:
+            raise AirflowFailException(result["status_error"])
         if result["failed"]:
             names = sorted(result["failed"])
             raise AirflowFailException(

@@ -178,3 +178,19 @@ def test_a_cycle_checks_tables_concurrently_and_never_more_than_its_bound(tmp_pa
     monkeypatch.setattr(monitor, "check_table_lag", check)
     result = monitor.check_fleet(max_workers=3, probe=False)
     assert result["tables"] == 9 and result["failed"] == {} and running["most"] == 3, running
+
+
+def test_rows_that_cannot_be_saved_are_reported_after_every_table_was_checked(tmp_path, monkeypatch, recorded):
+    loc = SimpleNamespace(kind="local", uri=str(tmp_path / "t.lance"), storage_options=None)
+    build_table(loc, regions=1, generations=1)
+    monkeypatch.setenv("MEMWAL_TABLES_FILE", str(tables_file(tmp_path / "tables.yaml", {"t": {
+        "uri": loc.uri, "engine": "in_process", "schedule": None, "alerts": {"webhook_conn_id": ""}}})))
+
+    class Refusing:
+        def set(self, key, value):
+            raise OSError(f"Variable {key} refused")
+
+    monkeypatch.setattr(fleet_status, "_backend", lambda: Refusing())
+    result = monitor.check_fleet(notifiers=[])
+    assert result["status_error"] == ("fleet status not saved: Variable memwal_fleet_status__lag_monitor refused")
+    assert set(recorded["gauges"]) == {"t"} and result["failed"] == {}, "the table was checked and its gauges sent"

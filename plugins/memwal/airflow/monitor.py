@@ -263,7 +263,7 @@ def check_fleet(*, notifiers: Sequence[Any] | None = None, context: Mapping[str,
     each checked as `check_table_lag` checks it, at most `max_workers` (default `concurrency()`) at once, and
     probed (probe=False: not); the rows saved for the page (`fleet_status`, source lag_monitor). Returns a
     compact JSON-ready summary: tables, failed {table: error} (lag not measured or the check failed),
-    probe_failed {table: error}, breached, alerts sent, due jobs counted.
+    probe_failed {table: error}, breached, alerts sent, due jobs counted, status_error (the rows not saved).
     A tables file that cannot be read at all raises AirflowFailException."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -281,7 +281,11 @@ def check_fleet(*, notifiers: Sequence[Any] | None = None, context: Mapping[str,
         error = f"tables file: {_one_line(bad[name])}"
         log.error("table %s: not checked: %s", name, error)
         rows.append(fleet_status.row_of({"table": name, "at": at.isoformat(timespec="seconds"), "error": error}))
-    stored = fleet_status.save(fleet_status.LAG_MONITOR, rows, at)
+    try:
+        stored, status_error = fleet_status.save(fleet_status.LAG_MONITOR, rows, at), None
+    except Exception as exc:  # the gauges, history and alerts are out already; the page shows the last rows
+        stored, status_error = 0, f"fleet status not saved: {_one_line(exc)}"
+        log.error("lag monitor: %s", status_error)
     due: dict[str, int] = {}
     for row in rows:
         for job in (row.get("probe") or {}).get("due") or []:
@@ -294,4 +298,4 @@ def check_fleet(*, notifiers: Sequence[Any] | None = None, context: Mapping[str,
              len(rows), workers, len(failed), sum(bool(r["breaches"]) for r in rows), stored)
     return {"at": at.isoformat(timespec="seconds"), "tables": len(rows), "failed": failed,
             "probe_failed": probe_failed, "breached": sorted(r["table"] for r in rows if r["breaches"]),
-            "alerts": {r["table"]: r["alert"] for r in rows if r["alert"]}, "due": due}
+            "alerts": {r["table"]: r["alert"] for r in rows if r["alert"]}, "due": due, "status_error": status_error}
