@@ -14,6 +14,13 @@ imported pyarrow, lance and memwal: a task's first job costs what a long-lived a
 does. A client leaves the session open when it ends (the server expires it after its idle timeout, one
 hour by default); a session the server has closed is replaced by a private one for that task.
 
+Within one process the client itself is kept too (`open_session` hands the next job the same client, no new
+channel, no code upload, no code hashing): several jobs of one task, a fleet batch, a test module. A job's
+own error leaves it in use; an error saying the server went away or dropped the session discards it, and
+the next job builds a new one. Such a process skips the interpreter's final full garbage collection
+(`gc.freeze` at exit): over pyspark's, pandas' and lance's objects it took longer than the job's
+attach (bench/README.md, engines.py).
+
 Storage options reach the executors inside the pickled task closures, as with spark-submit; the server
 logs a Python UDF's bytes only as a truncated prefix (`[truncated(size=...)]`), never whole. A server that
 is down or unreachable gives `ConnectServerError`: one line naming the connection and the URL (any token
@@ -22,13 +29,16 @@ redacted); nothing was committed by the failed step, and the job's retry resumes
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import gc
 import hashlib
 import importlib
 import logging
 import os
 import re
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -48,6 +58,7 @@ __all__ = [
     "ConnectServerError",
     "connect_mode",
     "connect_session",
+    "discard_session",
     "open_session",
     "redact_url",
     "run_job_on_connect",
@@ -59,6 +70,11 @@ log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 15002
 SESSION_PERIOD_S = 3600  # a shared session's id changes every period (shorter than the idle timeout)
+
+_lock = threading.Lock()
+# This process's client of the shared session, per server URL: (the period it was built in, the session).
+_clients: dict[str, tuple[int, Any]] = {}
+_exit_hook: list[bool] = []
 
 
 class ConnectServerError(MemWalError):
@@ -114,41 +130,82 @@ def shared_session_url(url: str, code_zip: str, now: float | None = None) -> str
 
 @contextlib.contextmanager
 def open_session(url: str, *, conn_id: str | None = None, ship_code: bool = True) -> Iterator[Any]:
-    """A Connect session with our code on it (the shared one), in connect_mode; the client is closed
-    afterwards, the shared session left open for the next task."""
+    """A Connect session with our code on it (the shared one, this process's client of it kept for the next
+    job), in connect_mode. A private session (`ship_code=False`, or the shared one closed by the server) is
+    closed afterwards; an error of the server's or of the session's (`_session_lost`) discards the client."""
     with connect_mode():
         spark = connect_session(url, conn_id=conn_id, ship_code=ship_code)
         try:
             yield spark
+        except BaseException as exc:
+            if _session_lost(exc):
+                discard_session(spark)
+            raise
         finally:
-            try:
-                spark.release_session_on_close = not getattr(spark, "_memwal_shared", False)
-                spark.stop()
-            except Exception:  # the server may be gone; the outcome is decided
-                pass
+            if not getattr(spark, "_memwal_shared", False):
+                _close(spark, release=True)
 
 
 def connect_session(url: str, *, conn_id: str | None = None, ship_code: bool = True) -> Any:
     """A Spark Connect session with our code shipped to the executors: the shared session of this code
-    version (module docstring) when `ship_code`, else a private one."""
+    version (module docstring) when `ship_code` (this process's client of it if it has a live one for the
+    current period), else a private one."""
     import warnings
 
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
-    _check_reachable(url, conn_id)
+    _check_reachable(url, conn_id)  # one cheap connect: a server that is down is one line, nothing ran
     if not ship_code:
         return _session(url, conn_id, None)
-    from spark_jobs.submit import package_code
+    period = int(time.time() // SESSION_PERIOD_S)
+    with _lock:
+        kept = _clients.get(url)
+        if kept is not None and kept[0] == period and not kept[1].is_stopped:
+            return kept[1]
+        _clients.pop(url, None)  # an earlier period's (maybe still in a job of another thread): left to close
+        from spark_jobs.submit import package_code
 
-    code = package_code()
-    try:
-        spark = _session(shared_session_url(url, code), conn_id, code)
+        code = package_code()
+        try:
+            spark = _session(shared_session_url(url, code, now=period * SESSION_PERIOD_S), conn_id, code)
+        except ConnectServerError as exc:
+            if "SESSION_CLOSED" not in str(exc) and "INVALID_HANDLE" not in str(exc):
+                raise
+            log.info("the shared Spark Connect session was closed by the server; using a private one")
+            return _session(url, conn_id, code)
         spark._memwal_shared = True
+        _clients[url] = (period, spark)
+        if not _exit_hook:
+            _exit_hook.append(True)
+            atexit.register(_at_exit)
         return spark
-    except ConnectServerError as exc:
-        if "SESSION_CLOSED" not in str(exc) and "INVALID_HANDLE" not in str(exc):
-            raise
-        log.info("the shared Spark Connect session was closed by the server; using a private one")
-        return _session(url, conn_id, code)
+
+
+def discard_session(spark: Any) -> None:
+    """Forget (and close) this process's client `spark`: the next job builds a new one."""
+    with _lock:
+        for url, (_, kept) in list(_clients.items()):
+            if kept is spark:
+                del _clients[url]
+    _close(spark, release=False)
+
+
+def _close(spark: Any, *, release: bool) -> None:
+    try:
+        spark.release_session_on_close = release  # the shared session stays for the next task
+        spark.stop()
+    except Exception:  # the server may be gone; the outcome is decided
+        pass
+
+
+def _at_exit() -> None:
+    """Close the kept clients (leaving the shared session open), then spare the interpreter its final full
+    collection: the process is ending, its cycles are reclaimed with it (what it flushes is flushed anyway)."""
+    with _lock:
+        kept = [spark for _, spark in _clients.values()]
+        _clients.clear()
+    for spark in kept:
+        _close(spark, release=False)
+    gc.freeze()
 
 
 def _session(url: str, conn_id: str | None, code: str | None) -> Any:
@@ -189,8 +246,9 @@ def run_on_session(job: str, spark: Any, table: MemWalTable, options: JobOptions
 
 def run_job_on_connect(job: str, url: str, table: MemWalTable, options: JobOptions,
                        regions: Sequence[str] | None = None, *, conn_id: str | None = None) -> dict[str, Any]:
-    """The job on a new Connect session at `url`; `spark_session_s` is the time to the session with our
-    code on it. A server that is down or goes away: ConnectServerError naming the connection and URL."""
+    """The job on the Connect session at `url` (this process's client of it, built on first use);
+    `spark_session_s` is the time to the session with our code on it. A server that is down or goes away:
+    ConnectServerError naming the connection and URL."""
     started = time.monotonic()
     with open_session(url, conn_id=conn_id) as spark:
         session_s = time.monotonic() - started
@@ -227,6 +285,20 @@ def _run_guarded(job: str, url: str, conn_id: str | None, spark: Any, table: Mem
             raise ConnectServerError(f"{_where(url, conn_id)} failed during memwal {job}: {_error_line(exc)}; "
                                      "a retry resumes") from exc
         raise
+
+
+def _session_lost(exc: BaseException) -> bool:
+    """Whether the client is no use any more: the server went away, or no longer knows the session."""
+    if isinstance(exc, ConnectServerError) or _server_gone(exc):
+        return True
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if "SESSION_CLOSED" in str(e) or "INVALID_HANDLE" in str(e):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
 
 
 def _server_gone(exc: BaseException) -> bool:
