@@ -5,38 +5,19 @@ from __future__ import annotations
 
 import os
 import sys
-import uuid
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from memwal.storage import ObjectStore
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from support import atomic_moto
 from support.jvm import FAST_JVM_OPTIONS
+from support.locations import Location, new_bucket, s3_options
 from support.s3_decoy import isolate_environment
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 from ports import free_port  # noqa: E402  (re-exported for the tests)
-
-
-@dataclass(frozen=True)
-class Location:
-    """Where a test table lives: its URI and the storage options Lance and obstore take."""
-
-    kind: str
-    uri: str
-    storage_options: dict[str, str] | None
-
-    def store(self) -> ObjectStore:
-        return ObjectStore(self.uri, self.storage_options)
-
-    def child(self, name: str) -> Location:
-        return Location(self.kind, f"{self.uri.rstrip('/')}/{name}", self.storage_options)
-
 
 # S3 tests see S3 only through what the code under test passes: from here on, this process and every child
 # (Airflow, spark-submit, Spark workers, the CLI) have an environment whose S3 is a refusing decoy.
@@ -51,27 +32,6 @@ def s3_endpoint():
     yield endpoint
     proc.terminate()
     proc.wait(timeout=10)
-
-
-def s3_options(endpoint: str) -> dict[str, str]:
-    return {
-        "aws_endpoint": endpoint,
-        "aws_access_key_id": "testing",
-        "aws_secret_access_key": "testing",
-        "aws_region": "us-east-1",
-        "allow_http": "true",
-    }
-
-
-def new_bucket(endpoint: str) -> str:
-    import boto3
-
-    name = f"memwal-{uuid.uuid4().hex[:12]}"
-    boto3.client(
-        "s3", endpoint_url=endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
-        region_name="us-east-1",
-    ).create_bucket(Bucket=name)
-    return name
 
 
 @pytest.fixture

@@ -38,7 +38,7 @@ json.dump({{"exit": {exit}, "summary": summary if {exit} in (0, 3) else None, "e
 
 
 def test_in_process_batch_isolates_a_missing_table(tmp_path):
-    from tests.conftest import Location
+    from support.locations import Location
 
     locs = [Location("local", str(tmp_path / f"t{i}"), None) for i in range(2)]
     for loc in locs:
@@ -93,7 +93,7 @@ def test_a_bad_engine_is_named_and_an_empty_batch_starts_nothing():
 
 
 def test_tables_with_only_driver_only_jobs_due_start_no_spark(tmp_path, monkeypatch):
-    from tests.conftest import Location
+    from support.locations import Location
 
     record = _fake_spark(tmp_path, monkeypatch)
     loc = Location("local", str(tmp_path / "t"), None)

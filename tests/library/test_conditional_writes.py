@@ -10,9 +10,9 @@ import pytest
 from ports import free_port
 
 from memwal.errors import AlreadyExistsError
-from tests.conftest import Location, new_bucket, s3_options
 
 from support import atomic_moto
+from support.locations import Location, new_bucket, s3_options
 
 
 def race(location: Location, writers: int, keys: int) -> dict[int, list[int]]:

@@ -10,7 +10,6 @@ import uuid
 
 import pyarrow as pa
 import pytest
-from conftest import Location, new_bucket, s3_options
 
 from memwal import naming, wal
 from memwal.errors import ObjectStoreError
@@ -20,6 +19,7 @@ from memwal.storage import ObjectStore
 from memwal.writer import RegionWriter, WriterConfig
 
 from support.fault_proxy import FaultProxy
+from support.locations import Location, new_bucket, s3_options
 from support.maintenance import merge_region
 from support.tables import create_base, open_base, rows, view
 

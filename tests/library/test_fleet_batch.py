@@ -119,7 +119,7 @@ def test_a_bad_batch_file_is_named(text, match):
 
 
 def _tables(tmp_path, n: int):
-    from tests.conftest import Location
+    from support.locations import Location
 
     locs = [Location("local", str(tmp_path / f"t{i}"), None) for i in range(n)]
     for loc in locs:

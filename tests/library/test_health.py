@@ -82,8 +82,8 @@ def test_lag_check_health_requests_do_not_grow_with_versions(s3_location):
     retained versions makes the same S3 requests, Lance's and ours (counted by a proxy): no GC plan, no
     manifest of an older version read. The storage reading (`memwal status`, the page) still grows."""
     from memwal.lag import measure
-    from tests.conftest import s3_options
 
+    from support.locations import s3_options
     from support.s3_requests import counting_proxy
 
     loc = s3_location

@@ -81,7 +81,7 @@ def test_the_parser_reads_nested_and_abbreviated_keys():
 def printed(tmp_path_factory) -> dict[str, list[dict]]:
     """Each job's `--json` summaries on a small table with a maintained index, in the maintenance DAG's order
     (status before and after; GC as a dry run and for real)."""
-    from tests.conftest import Location
+    from support.locations import Location
 
     loc = Location("local", str(tmp_path_factory.mktemp("contract") / "table"), None)
     build_table(loc, regions=2, generations=3)

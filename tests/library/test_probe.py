@@ -39,8 +39,7 @@ def _due(result) -> dict[str, str]:
 def test_unchanged_table_costs_two_requests_on_s3(s3_location):
     """Probing again a table that did not change: two LISTs (the base versions, `_mem_wal/`), counted on the S3
     endpoint, and the same answer. A flush (a region manifest moves, the base version does not) is seen."""
-    from tests.conftest import s3_options
-
+    from support.locations import s3_options
     from support.s3_requests import counting_proxy
 
     loc = s3_location

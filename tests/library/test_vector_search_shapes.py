@@ -12,12 +12,12 @@ import lance
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import Location
 
 from memwal import vector_search as vs
 from memwal.reader import LsmReader
 from memwal.storage import lance_storage_options
 
+from support.locations import Location
 from support.maintenance import flush_generation
 from support.memtable_views import reader_with_memtable
 from support.tables import PK

@@ -19,7 +19,7 @@ from support.tables import open_base, sorted_rows
 
 
 def _tables(tmp_path, n: int):
-    from tests.conftest import Location
+    from support.locations import Location
 
     locs = [Location("local", str(tmp_path / f"t{i}"), None) for i in range(n)]
     for loc in locs:

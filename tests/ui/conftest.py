@@ -37,8 +37,8 @@ def ui_s3_table(s3_endpoint) -> str:
     from memwal.storage import lance_storage_options
     from memwal.table_writer import TableWriter
     from memwal.writer import WriterConfig
-    from tests.conftest import new_bucket, s3_options
 
+    from support.locations import new_bucket, s3_options
     from support.tables import rows
 
     uri = f"s3://{new_bucket(s3_endpoint)}/table.lance"
