@@ -478,6 +478,14 @@ def tables_file() -> Path:
     return (Path(conf.get("core", "dags_folder")).expanduser() / DEFAULT_TABLES_FILE.name).resolve()
 
 
+def _load_yaml(text: str) -> Any:
+    """yaml.safe_load with libyaml's C loader where PyYAML has it (a tables file of 1,000 entries parses
+    several times faster; the same safe subset of YAML)."""
+    import yaml
+
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
 def _read_file(path: Path) -> Any:
     import yaml
 
@@ -486,7 +494,7 @@ def _read_file(path: Path) -> Any:
     except FileNotFoundError:
         raise TableConfigError(str(path), None, None, f"tables file not found (set ${TABLES_FILE_ENV})") from None
     try:
-        return yaml.safe_load(text)
+        return _load_yaml(text)
     except yaml.YAMLError as exc:
         raise TableConfigError(str(path), None, None, f"not valid YAML: {' '.join(str(exc).split())}") from None
 
@@ -506,7 +514,7 @@ def _read_variable() -> Any:
     import yaml
 
     try:
-        return yaml.safe_load(text)
+        return _load_yaml(text)
     except yaml.YAMLError:
         try:
             return json.loads(text)
