@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 __all__ = ["FlatBlock", "block_of", "distances", "flat_block", "flat_top", "has_vector", "matrix", "passing",
            "small_rows"]
 
+_EPS32 = float(np.finfo(np.float32).eps)
 # Filters whose passing block rows are kept per reader (a filter string repeated across queries reads the
 # small sources once); an expression filter is evaluated per search.
 _FILTERS_KEPT = 16
@@ -150,7 +151,9 @@ def flat_top(block: FlatBlock, q: np.ndarray, k: int, metric: str, rows: np.ndar
         approx = -dots
         bound = slack * block.max_norm * qn
     if len(approx) > k:
-        near = np.flatnonzero(approx <= np.partition(approx, k - 1)[k - 1] + 2 * bound)
+        threshold = float(np.partition(approx, k - 1)[k - 1]) + 2 * bound
+        # Compared in the ranking's type (float32 for dot): widened so that rounding it there cannot drop a row.
+        near = np.flatnonzero(approx <= threshold + 2 * _EPS32 * abs(threshold))
     else:
         near = np.arange(len(approx))
     dist = distances(vecs[near], q, metric)
