@@ -200,6 +200,36 @@ def floor_once(path: str, version: int, keys: pa.Array, upserts: pa.Table) -> fl
     return time.perf_counter() - t
 
 
+def ab_orders(path: str, info: dict, keys: pa.Array, rounds: int) -> dict:
+    """The mixed backlog merged deletes first (forced) and upserts first (what `merge_commit.plan_passes`
+    picks for it), with Lance's floor, `rounds` times interleaved (the two orders alternating which goes
+    first): medians of the wall times and of each pass."""
+    from memwal import merge_commit
+
+    real = merge_commit.plan_passes
+    forced = {"deletes_first": lambda m, s, w, u, d: real(m, s, {}, u, d), "upserts_first": real}
+    out: dict = {}
+    try:
+        for i in range(rounds):
+            for name in (("upserts_first", "deletes_first") if i % 2 else ("deletes_first", "upserts_first")):
+                merge_commit.plan_passes = forced[name]
+                restore(path, info["version"])
+                r = ours(path, info["regions"]["mixed"], memwal_merge.local_dedup)
+                out.setdefault(name, []).append((r["s"], r["breakdown"]))
+            out.setdefault("floor", []).append((floor_once(path, info["version"], keys, info["upserts"]), {}))
+    finally:
+        merge_commit.plan_passes = real
+        restore(path, info["version"])
+
+    def med(xs):
+        xs = sorted(xs)
+        return xs[len(xs) // 2]
+
+    return {name: {"s": med([t for t, _ in runs]), "all_s": [t for t, _ in runs],
+                   **{k: med([b.get(k, 0.0) for _, b in runs]) for k in ("delete_pass", "upsert_pass")}}
+            for name, runs in out.items()}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--sizes", default="1000000,8000000,32000000",
@@ -220,6 +250,9 @@ def main() -> None:
     p.add_argument("--paired-floor", action="store_true",
                    help="before each run of ours (with deletes), measure Lance's floor on the same restore: "
                         "the ratio per pair, on a loaded machine the fairer figure")
+    p.add_argument("--ab-orders", type=int, default=0,
+                   help="also merge the mixed backlog deletes first and upserts first this many times each, "
+                        "interleaved with Lance's floor (the passes' two orders, memwal.merge_commit.plan_passes)")
     p.add_argument("--dir", default=None)
     p.add_argument("--out", default=None)
     args = p.parse_args()
@@ -273,6 +306,9 @@ def main() -> None:
                     sums.setdefault(kind, {})[engine] = checksum(path, info["keys"])
                 first = next(iter(sums[kind].values()))
                 res[kind]["equal"] = all(s == first for s in sums[kind].values())
+            if args.ab_orders:
+                log(f"{n} rows: the passes' two orders, {args.ab_orders} rounds")
+                res["orders"] = ab_orders(path, info, touched, args.ab_orders)
             if not args.floor_only:
                 log(f"{n} rows: where the upsert cost goes")
                 res["upsert_cost"] = where_upsert_cost_goes(path, info["version"], n)
@@ -379,6 +415,15 @@ def report(results: dict, sizes: list[int], engines: list[str], kinds: list[str]
         from merge_apply_dist import report as report_distributed
 
         report_distributed(results["distributed"])
+    for n in sizes:
+        orders = results["sizes"][n].get("orders")
+        if orders:
+            floor = orders["floor"]["s"]
+            for name in ("deletes_first", "upserts_first"):
+                o = orders[name]
+                print(f"  {n:>11,} rows, {name.replace('_', ' ')}: median {o['s']:.3f} s (delete pass "
+                      f"{o['delete_pass']:.3f}, upsert pass {o['upsert_pass']:.3f}); / Lance's floor "
+                      f"({floor:.3f} s, median, same rounds): {o['s'] / floor:.2f}   (target <= 1.0)")
     print(f"peak RSS of this process: {results['peak_rss_mb']:.0f} MiB")
     equal = all(results["sizes"][n][k]["equal"] for n in sizes for k in kinds)
     print(f"every contestant's table equal to the others': {equal}")
