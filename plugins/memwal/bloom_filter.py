@@ -88,7 +88,7 @@ def key_hashes(*columns: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return np.fromiter((_sip(b"".join(_PREFIX + e[i] for e in encoded)) for i in range(n)), dtype=np.uint64, count=n)
 
 
-def _positions(hashes: np.ndarray, num_blocks: int) -> tuple[np.ndarray, np.ndarray]:
+def block_positions(hashes: np.ndarray, num_blocks: int) -> tuple[np.ndarray, np.ndarray]:
     """Each hash's block index and its eight bit masks (one per word of the block)."""
     block = ((hashes >> np.uint64(32)) * np.uint64(num_blocks)) >> np.uint64(32)
     low = hashes & np.uint64(0xFFFFFFFF)
@@ -110,7 +110,7 @@ class BloomFilter:
         """The filter Lance core writes for these keys (tombstoned keys included, as Lance core does): one key
         column, or a composite key's columns."""
         words = np.zeros((NUM_BLOCKS, _WORDS), dtype=np.uint32)
-        block, masks = _positions(key_hashes(*columns), NUM_BLOCKS)
+        block, masks = block_positions(key_hashes(*columns), NUM_BLOCKS)
         for i in range(_WORDS):
             np.bitwise_or.at(words[:, i], block, masks[:, i])
         return cls(words)
@@ -137,7 +137,7 @@ class BloomFilter:
 
     def might_contain_hashes(self, hashes: np.ndarray) -> np.ndarray:
         """might_contain for keys already hashed with key_hashes (one hash, probed in many filters)."""
-        block, masks = _positions(hashes, self.num_blocks)
+        block, masks = block_positions(hashes, self.num_blocks)
         return np.all((self._words[block] & masks) == masks, axis=1)
 
     def __eq__(self, other: object) -> bool:

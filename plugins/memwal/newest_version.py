@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memwal import naming
-from memwal.bloom_filter import BloomFilter, _positions, key_hashes, read_bloom_filter, trusted_key_type
+from memwal.bloom_filter import BloomFilter, block_positions, key_hashes, read_bloom_filter, trusted_key_type
 from memwal.dataset_identity import cache_key
 from memwal.dedup import ROWADDR_COLUMN as _ADDR
 from memwal.dedup import SOURCE_COLUMN as _SRC
@@ -160,7 +160,7 @@ def _maybe_held(reader: LsmReader, upper: Upper, key: object, hashes: np.ndarray
     n = len(hashes)
     stack = _bloom_stack(reader, upper, key)
     if stack is not None:
-        block, masks = _positions(hashes, stack.shape[1])
+        block, masks = block_positions(hashes, stack.shape[1])
         might = ((stack[:, block, :] & masks) == masks).all(axis=2)  # (sources, keys)
         if check is not None:
             check.bloom_skips += int((~might).sum())

@@ -67,9 +67,9 @@ class _MetadataDbVariables:
 
 
 def _backend() -> _Backend:
-    from memwal.airflow.history import _in_task_sdk
+    from memwal.airflow.history import in_task_sdk
 
-    return _TaskSdkVariables() if _in_task_sdk() else _MetadataDbVariables()
+    return _TaskSdkVariables() if in_task_sdk() else _MetadataDbVariables()
 
 
 def probe_answer(result: Any) -> dict[str, Any]:

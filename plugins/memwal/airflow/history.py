@@ -151,7 +151,7 @@ class _MetadataDbStore:
             get_state_backend().delete(scope, key)
 
 
-def _in_task_sdk() -> bool:
+def in_task_sdk() -> bool:
     try:
         from airflow.sdk.execution_time import task_runner
     except ImportError:
@@ -163,7 +163,7 @@ def _store(table: str) -> _Store:
     from memwal.airflow.assets import lag_asset_name
 
     name = lag_asset_name(table)
-    return _TaskSdkStore(name) if _in_task_sdk() else _MetadataDbStore(name)
+    return _TaskSdkStore(name) if in_task_sdk() else _MetadataDbStore(name)
 
 
 def _utc(at: datetime) -> datetime:
