@@ -1,6 +1,7 @@
 """spark_jobs.connect's client per process (issue 44, fixed costs): the jobs of one process share one Connect
 client (one channel, one code upload); a job's own error leaves it in use; a lost client or server is
-replaced by a new one; at exit the client is closed and the interpreter skips its final full collection."""
+replaced by a new one; at exit the client is closed and the interpreter skips its final full collection; a
+job the plan keeps in the task imports no Spark client at all."""
 
 from __future__ import annotations
 
@@ -107,3 +108,21 @@ with connect.open_session({connect_server.url!r}) as spark:
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1] == "frozen True closed True release False", proc.stdout
+
+
+def test_a_job_without_executor_work_imports_no_spark_client(tmp_path):
+    """`memwal gc TABLE --spark-connect URL`: the plan sends GC to the task itself, and the process never
+    imports pyspark or grpc (their import is most of a Connect job's fixed cost); no server is needed."""
+    loc = Loc(str(tmp_path / "t"))
+    build_table(loc)
+    script = f"""
+import sys
+from memwal.cli import main
+assert main(["gc", {loc.uri!r}, "--spark-connect", "sc://127.0.0.1:1", "--json"]) == 0
+print("loaded", sorted(m for m in ("pyspark", "grpc") if m in sys.modules))
+"""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "plugins"), str(REPO)])}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "loaded []", proc.stdout[-500:]
+    assert '"engine": "in_process"' in proc.stdout
