@@ -8,13 +8,10 @@ Generations at or below merged_generations[region] are skipped: the base table a
 
 from __future__ import annotations
 
-import itertools
 import logging
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
-import lance
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -23,11 +20,12 @@ from memwal import naming
 from memwal.dedup import GEN_COLUMN, ROWADDR_COLUMN, SOURCE_COLUMN, newest_per_key
 from memwal.errors import BadInputError, MemWalError, MemWalNotInitializedError, MissingGenerationError
 from memwal.field_ids import source_names_from_schema
-from memwal.generation import open_generation
+from memwal.generation import memory_dataset, open_generation
 from memwal.lsm_source import Source
 from memwal.primary_key import refuse_null_base_keys, refuse_null_keys
 from memwal.pruning import prune
 from memwal.region_manifest import RegionManifest
+from memwal.schema import conform_to, tombstone_schema
 from memwal.sql_predicates import parse_simple_predicates
 from memwal.table import MemWalTable, TableLike
 
@@ -38,11 +36,6 @@ _MAX_OPEN_ATTEMPTS = 16
 
 Filter = str | pc.Expression | None
 _GEN, _ADDR = GEN_COLUMN, ROWADDR_COLUMN
-_memory_ids = itertools.count()
-
-
-def _memory_dataset(table: pa.Table) -> lance.LanceDataset:
-    return lance.write_dataset(table, f"memory://memwal-memtable-{uuid.uuid4().hex}-{next(_memory_ids)}")
 
 
 class LsmReader:
@@ -83,7 +76,9 @@ class LsmReader:
             raise MemWalError(f"{self.store.uri}: merges and GC kept moving ahead of the reader; try again")
         for region_id, generation, rows in memtables:
             if rows.num_rows and (wanted is None or region_id in wanted):
-                self.sources.append(Source(region_id, generation, _memory_dataset(rows), True))
+                # a writer that has not seen a column added since reads it as null, as a generation does
+                rows = conform_to(rows, tombstone_schema(self.base.schema))
+                self.sources.append(Source(region_id, generation, memory_dataset(rows), True))
 
     def _open(self, version: int | None, wanted: set[str] | None) -> tuple[str, int, int] | None:
         """Open the base version and the generations above its merged_generations.

@@ -484,3 +484,17 @@ def test_searches_and_filters_over_a_generation_flushed_before_a_column_was_adde
     assert hit["id"] in (101, *[i for i in range(40) if i % 11 == 101 % 11]) and hit["n"] is None
     found = reader.full_text_search("gen", k=10, columns=["id", "n"])
     assert _ids(found) == [100, 101] and found.column("n").null_count == 2
+
+
+def test_a_live_memtable_from_before_a_column_was_added_reads_it_as_null(local_location):
+    """A strong read with the MemTable of a writer that has not seen `n` added (no flush, no put naming it
+    since): the MemTable's rows read `n` as null, as a generation's would (the model machine found it: write,
+    add_column, read)."""
+    loc = local_location
+    _base_with_name(loc, [1])
+    with RegionWriter(loc.uri, str(uuid.uuid4()), config=NEVER) as w:
+        w.put(_row(10, "x"))
+        lance.dataset(loc.uri).add_columns({"n": "CAST(NULL AS BIGINT)"})
+        memtables = [(w.region_id, w.memtable.generation, w.memtable_table())]
+        got = LsmReader(MemWalTable(loc.uri), memtables=memtables).scan(columns=["id", "n"]).to_pylist()
+    assert sorted(got, key=lambda r: r["id"]) == [{"id": 1, "n": None}, {"id": 10, "n": None}]
