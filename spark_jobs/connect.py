@@ -74,7 +74,7 @@ SESSION_PERIOD_S = 3600  # a shared session's id changes every period (shorter t
 _lock = threading.Lock()
 # This process's client of the shared session, per server URL: (the period it was built in, the session).
 _clients: dict[str, tuple[int, Any]] = {}
-_exit_hook: list[bool] = []
+_retired: list[Any] = []  # earlier periods' clients, closed at exit
 
 
 class ConnectServerError(MemWalError):
@@ -161,7 +161,7 @@ def connect_session(url: str, *, conn_id: str | None = None, ship_code: bool = T
         kept = _clients.get(url)
         if kept is not None and kept[0] == period and not kept[1].is_stopped:
             return kept[1]
-        _clients.pop(url, None)  # an earlier period's (maybe still in a job of another thread): left to close
+        _clients.pop(url, None)  # an earlier period's (maybe still in a job of another thread): closed at exit
         from spark_jobs.submit import package_code
 
         code = package_code()
@@ -173,10 +173,13 @@ def connect_session(url: str, *, conn_id: str | None = None, ship_code: bool = T
             log.info("the shared Spark Connect session was closed by the server; using a private one")
             return _session(url, conn_id, code)
         spark._memwal_shared = True
+        if kept is not None:
+            _retired.append(kept[1])
         _clients[url] = (period, spark)
-        if not _exit_hook:
-            _exit_hook.append(True)
-            atexit.register(_at_exit)
+        # After pyspark's own exit handler of this client (registered at its creation), so that ours runs
+        # first: a closed client skips pyspark's (a cache clean-up round trip, retried if the server is gone).
+        atexit.unregister(_at_exit)
+        atexit.register(_at_exit)
         return spark
 
 
@@ -201,8 +204,9 @@ def _at_exit() -> None:
     """Close the kept clients (leaving the shared session open), then spare the interpreter its final full
     collection: the process is ending, its cycles are reclaimed with it (what it flushes is flushed anyway)."""
     with _lock:
-        kept = [spark for _, spark in _clients.values()]
+        kept = [spark for _, spark in _clients.values()] + _retired
         _clients.clear()
+        _retired.clear()
     for spark in kept:
         _close(spark, release=False)
     gc.freeze()

@@ -126,3 +126,29 @@ print("loaded", sorted(m for m in ("pyspark", "grpc") if m in sys.modules))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1] == "loaded []", proc.stdout[-500:]
     assert '"engine": "in_process"' in proc.stdout
+
+
+def test_at_exit_pyspark_makes_no_round_trip_for_a_kept_client(connect_server):
+    """pyspark's own exit handler of a client still open cleans the server's ML cache (a round trip, retried
+    for seconds when the server is gone). A process that replaced a lost client: both clients are closed
+    before pyspark's handlers run, which then make no round trip."""
+    script = f"""
+import atexit
+from pyspark.sql.connect.client import core
+from spark_jobs import connect
+from spark_jobs.task_runner import spark_runner
+calls = []
+core.SparkConnectClient._cleanup_ml_cache = lambda self: calls.append(self)
+atexit.register(lambda: print("cleanups", len(calls)))
+try:
+    with connect.open_session({connect_server.url!r}):
+        raise connect.ConnectServerError("gone")
+except connect.ConnectServerError:
+    pass
+with connect.open_session({connect_server.url!r}) as spark:
+    assert spark_runner(spark)(abs, [-1]) == [1]
+"""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "plugins"), str(REPO)])}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "cleanups 0", proc.stdout
