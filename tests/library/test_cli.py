@@ -37,6 +37,20 @@ def test_gc_dry_run_and_other_jobs_exit_zero(local_location, capsys):
     assert "dry run" in capsys.readouterr().out
 
 
+def test_the_command_freezes_the_heap_at_exit_instead_of_collecting_it(local_location):
+    """A short job's process must not spend its last second in Python's final collection over lance's and
+    pyarrow's objects: `memwal` freezes the heap at exit (checked by a handler registered before it, which
+    atexit runs after it)."""
+    build_table(local_location, regions=1, generations=1)
+    code = ("import atexit, gc, sys\n"
+            "atexit.register(lambda: print('frozen at exit:', gc.get_freeze_count() > 0))\n"
+            "from memwal.cli import main\n"
+            f"sys.exit(main(['status', {local_location.uri!r}, '--no-health']))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "frozen at exit: True" in out.stdout
+
+
 def test_table_without_mem_wal_fails_with_one_line_reason(local_location, capsys):
     create_base(local_location)
     assert main(["merge", local_location.uri]) == 1
