@@ -244,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--maintenance", action="store_true", help="a snapshot refresh and a GC after each merge")
     parser.add_argument("--rates", default=",".join(f"{k}={v}" for k, v in DEFAULT_RATES.items()),
                         help="fault shares per request, e.g. 503=0.05,500=0.02,reset=0.01,lost=0.01,stall=0.01")
+    parser.add_argument("--stall-s", type=float, default=0.05, help="how long a stalled request waits (seconds)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     from ports import free_port
@@ -253,7 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     proc, endpoint = atomic_moto.start(free_port())
     try:
         report = run(endpoint, cycles=args.cycles, regions=args.regions, seed=args.seed,
-                     rates=_parse_rates(args.rates), forced=not args.no_forced, maintenance=args.maintenance)
+                     rates=_parse_rates(args.rates), forced=not args.no_forced, maintenance=args.maintenance,
+                     stall_s=args.stall_s)
     finally:
         proc.terminate()
         proc.wait(timeout=10)
