@@ -173,6 +173,28 @@ def _tree_cpu_ticks(pids: list[int]) -> int:
     return total
 
 
+def _tree_pids(af) -> list[int]:
+    """The deployment's processes: its components and all their descendants (by parent links: setproctitle
+    overwrites the environment of the api-server and the LocalExecutor workers, so the marker misses them),
+    and anything else carrying its marker."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    found, todo = set(), [p.pid for p in af.procs.values()]
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo += children.get(pid, [])
+    return sorted(found | set(af.descendants()))
+
+
 def idle_tables(root: str, n: int) -> str:
     """n idle tiny MemWAL tables t0000.lance ... under `root` (one built, merged, snapshotted and GC'd, then
     copied); returns the region id they share."""
@@ -202,6 +224,17 @@ def _all_tis(af, dag_id: str, **params) -> list[dict]:
         out += page["task_instances"]
         if not page["task_instances"] or len(out) >= page["total_entries"]:
             return out
+
+
+def _retry(call, tries: int = 5):
+    """`call()`, again after a second when the API answers an error (SQLite's "database is locked": 500)."""
+    for attempt in range(tries):
+        try:
+            return call()
+        except Exception:
+            if attempt == tries - 1:
+                raise
+            time.sleep(1)
 
 
 def _total(af, path: str, **params) -> int:
@@ -243,22 +276,22 @@ def airflow_cycles(n: int, mode: str, work: str, window: float, every: str, base
         time.sleep(20)  # the first parse's aftermath (serialization) settles, as for the paused figure
         tick = os.sysconf("SC_CLK_TCK")
         # The same deployment paused first: its fixed cost (components, re-parsing), the same in both modes.
-        b0, tb = _tree_cpu_ticks(af.descendants()), time.monotonic()
+        b0, tb = _tree_cpu_ticks(_tree_pids(af)), time.monotonic()
         time.sleep(baseline)
-        base = (_tree_cpu_ticks(af.descendants()) - b0) / tick / (time.monotonic() - tb)
+        base = (_tree_cpu_ticks(_tree_pids(af)) - b0) / tick / (time.monotonic() - tb)
         runs0 = _total(af, "/api/v2/dags/~/dagRuns")
         tis0 = _total(af, "/api/v2/dags/~/dagRuns/~/taskInstances")
-        c0, t0 = _tree_cpu_ticks(af.descendants()), time.monotonic()
+        c0, t0 = _tree_cpu_ticks(_tree_pids(af)), time.monotonic()
         for dag_id in dag_ids:
-            af.set_paused(dag_id, False)
+            _retry(lambda d=dag_id: af.set_paused(d, False))
         time.sleep(max(0.0, window - (time.monotonic() - t0)))
-        cpu = (_tree_cpu_ticks(af.descendants()) - c0) / tick
+        cpu = (_tree_cpu_ticks(_tree_pids(af)) - c0) / tick
         wall = time.monotonic() - t0
         runs = _total(af, "/api/v2/dags/~/dagRuns") - runs0
         tis = _total(af, "/api/v2/dags/~/dagRuns/~/taskInstances") - tis0
         done = _total(af, "/api/v2/dags/~/dagRuns/~/taskInstances", state=["success", "skipped"])
         maintain = _total(af, "/api/v2/dags/memwal_fleet_maintain/dagRuns")
-        tree_life = _tree_cpu_ticks(af.descendants()) / tick
+        tree_life = _tree_cpu_ticks(_tree_pids(af)) / tick
     finally:
         af.stop()
     life1 = resource.getrusage(resource.RUSAGE_CHILDREN)
