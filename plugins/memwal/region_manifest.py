@@ -142,8 +142,13 @@ def encode_manifest(m: RegionManifest, token: bytes | None = None) -> bytes:
         else:
             entry.generation = fg.generation
             entry.path = fg.path
+    # region_id (field 11) goes last, after the token: a manifest cut anywhere loses it, so no truncation parses
+    region = memwal_pb2.RegionManifest()
+    region.region_id.CopyFrom(msg.region_id)
+    msg.ClearField("region_id")
     data = _without_token(msg.SerializeToString())
-    return data + _TOKEN_TAG + bytes([len(token)]) + token if token else data
+    token_field = _TOKEN_TAG + bytes([len(token)]) + token if token else b""
+    return data + token_field + region.SerializeToString()
 
 
 def decode_manifest(data: bytes, path: str) -> RegionManifest:
