@@ -159,22 +159,29 @@ def _record_pending(table: MemWalTable, entries: dict[str, dict[str, int]]) -> N
 
 def _restore_catchup(table: MemWalTable, before: dict[str, dict[str, int]], locked: bool) -> None:
     """Put back the index_catchup entries Lance's index remap dropped (see the module docstring): for each
-    index of `before` that has no entry now, its old entry if it still covers every fragment, else 0.
+    index of `before` that has no entry now, its old entry if it still covers every fragment, else 0. An entry
+    Lance kept for an index its remap no longer covers every fragment with (a ZoneMap is not remapped at all,
+    pylance 14.0.2) is set to 0: it is not caught up until the next catch-up covers the rewritten fragments.
     Then forget the recorded entries (they stay recorded if this fails: the next run retries)."""
-    absent = {n: r for n, r in before.items() if n not in table.refresh().details.index_catchup}
-    if absent:
-        ds = table.dataset
-        restored = {name: dict(per_region) if covers_every_fragment(ds, name) else dict.fromkeys(per_region, 0)
-                    for name, per_region in absent.items()}
-
+    current = table.refresh().details.index_catchup
+    ds = table.dataset
+    absent, lowered = {}, {}
+    for name, per_region in before.items():
+        covered = covers_every_fragment(ds, name)
+        if name not in current:
+            absent[name] = dict(per_region) if covered else dict.fromkeys(per_region, 0)
+        elif not covered and any(current[name].values()):
+            lowered[name] = dict.fromkeys(current[name], 0)
+    if absent or lowered:
         def mutate(d: MemWalIndexDetails) -> MemWalIndexDetails:
-            return replace(d, index_catchup={**restored, **d.index_catchup})
+            return replace(d, index_catchup={**absent, **d.index_catchup, **lowered})
 
         if locked:
             table.commit_details_locked(mutate)
         else:
             table.commit_details(mutate)
-        log.info("compaction of %s: index_catchup restored after Lance's index remap: %s", table.uri, restored)
+        log.info("compaction of %s: index_catchup after Lance's index remap: restored %s, not caught up %s",
+                 table.uri, absent, sorted(lowered))
     if before:
         table.store.delete(PENDING_CATCHUP)
 
