@@ -86,6 +86,20 @@ def _storage_problem(exc: BaseException, what: str, conn_id: str | None) -> Airf
     return MemWalTaskError(f"{what}: {one_line(text)}")
 
 
+
+def _submit_workdir(prefix: str) -> tuple[dict[str, str], str, Path]:
+    """For one spark-submit: the environment it runs with (the interpreter, SPARK_HOME, spark-submit on PATH,
+    MEMWAL_RESULT_FILE), a fresh 0700 work directory, and the result file in it."""
+    from spark_jobs.submit import spark_submit_env, spark_submit_executable
+
+    env = spark_submit_env()
+    env_vars = {k: env[k] for k in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_HOME")}
+    env_vars["PATH"] = os.pathsep.join([str(Path(spark_submit_executable()).parent), os.environ.get("PATH", "")])
+    workdir = tempfile.mkdtemp(prefix=prefix)  # 0700
+    result_file = Path(workdir) / "result.json"
+    env_vars["MEMWAL_RESULT_FILE"] = str(result_file)
+    return env_vars, workdir, result_file
+
 class MemWalHook(BaseHook):
     """A MemWAL table's storage options (from a `memwal` connection, read lazily), status and jobs."""
 
@@ -382,18 +396,11 @@ class MemWalHook(BaseHook):
             job_script,
             package_code,
             spark_conf_defaults,
-            spark_submit_env,
-            spark_submit_executable,
             write_storage_options_file,
         )
 
         master = self._spark_master(spark_conn_id, what)
-        env = spark_submit_env()
-        env_vars = {k: env[k] for k in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_HOME")}
-        env_vars["PATH"] = os.pathsep.join([str(Path(spark_submit_executable()).parent), os.environ.get("PATH", "")])
-        workdir = tempfile.mkdtemp(prefix=f"memwal-{job}-")
-        result_file = Path(workdir) / "result.json"
-        env_vars["MEMWAL_RESULT_FILE"] = str(result_file)
+        env_vars, workdir, result_file = _submit_workdir(f"memwal-{job}-")
         try:
             # Storage options: a 0600 file in the 0700 workdir, never on spark-submit's argv.
             opts_file = write_storage_options_file(workdir, handle.storage_options) if handle.storage_options else None
@@ -497,18 +504,11 @@ class MemWalHook(BaseHook):
         from spark_jobs.submit import (
             package_code,
             spark_conf_defaults,
-            spark_submit_env,
-            spark_submit_executable,
             write_storage_options_file,
         )
 
         master = self._spark_master(spark_conn_id, what)
-        env = spark_submit_env()
-        env_vars = {k: env[k] for k in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_HOME")}
-        env_vars["PATH"] = os.pathsep.join([str(Path(spark_submit_executable()).parent), os.environ.get("PATH", "")])
-        workdir = tempfile.mkdtemp(prefix="memwal-fleet-")  # 0700
-        result_file = Path(workdir) / "result.json"
-        env_vars["MEMWAL_RESULT_FILE"] = str(result_file)
+        env_vars, workdir, result_file = _submit_workdir("memwal-fleet-")
         failure: Exception | None = None
         try:
             batch_file = write_batch_file(workdir, entries)
