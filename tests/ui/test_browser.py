@@ -148,8 +148,11 @@ def test_page_shows_status_and_merge_now_drops_the_lag(ui_airflow, ui_table, tmp
             assert "merge:" in frame.locator(f"tr.run[data-run-id='{run_id}']").inner_text()
 
             run_lag_monitor(af)  # a second history sample after the merge: the chart drops
+            # Airflow keeps the frame's address in its own URL (/plugin/memwal/memwal/?table=...), so a
+            # reload comes back to the table's view, not to the overview.
             page.reload()
-            frame = open_table(page)
+            page.wait_for_url(re.compile(rf"/plugin/memwal/memwal/\?table={TABLE}$"), timeout=30_000)
+            frame = page.frame_locator("iframe")
             chart = frame.locator(f"section[data-table='{TABLE}'] svg.lag-chart")
             chart.wait_for(timeout=60_000)
             assert int(chart.get_attribute("data-points")) >= 2
