@@ -16,7 +16,6 @@ a multi-object delete, as obstore deletes, is a DELETE).
 from __future__ import annotations
 
 import html
-import http.client
 import random
 import re
 import socket
@@ -30,10 +29,9 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote, urlsplit
 
-from support.s3_requests import request_kind
+from support.s3_requests import forward, read_body, request_kind, respond
 
 KINDS = ("503", "500", "reset", "stall", "lost")
-_HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "te", "upgrade"}
 _ERRORS = {
     "503": (503, "Service Unavailable", "SlowDown", "Please reduce your request rate."),
     "500": (500, "Internal Server Error", "InternalError", "We encountered an internal error. Please try again."),
@@ -76,7 +74,7 @@ class FaultProxy:
             disable_nagle_algorithm = True  # headers and body go out as separate writes: no 40 ms ACK waits
 
             def _handle(self) -> None:
-                body = _read_body(self)
+                body = read_body(self)
                 kind = _kind(self.command, self.path)
                 key = _object_key(self.path, body)
                 fault, action = proxy._choose(kind, key, self.headers.get("If-None-Match") == "*")
@@ -88,10 +86,10 @@ class FaultProxy:
                     return _error(self, *_ERRORS[fault])
                 if fault == "stall":
                     time.sleep(proxy.stall_s)  # the fault itself (a slow request), not ordering a test
-                status, reason, headers, data = proxy._forward(self.command, self.path, self.headers, body)
+                status, reason, headers, data = forward(proxy._target, self.command, self.path, self.headers, body)
                 if fault == "lost":
                     return _cut(self)  # the request landed upstream; its answer never arrives
-                _respond(self, status, reason, headers, data)
+                respond(self, status, reason, headers, data)
 
             do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _handle
 
@@ -151,16 +149,6 @@ class FaultProxy:
             self.log.append((kind, key, fault))
             return fault, action
 
-    def _forward(self, method: str, path: str, headers: Mapping[str, str], body: bytes | None):
-        conn = http.client.HTTPConnection(*self._target, timeout=60)
-        try:
-            conn.request(method, path, body=body,
-                         headers={k: v for k, v in headers.items() if k.lower() not in _HOP_BY_HOP})
-            resp = conn.getresponse()
-            return resp.status, resp.reason, resp.getheaders(), resp.read()
-        finally:
-            conn.close()
-
     def start(self) -> FaultProxy:
         self._thread.start()
         return self
@@ -205,20 +193,6 @@ def _object_key(target: str, body: bytes | None) -> str:
     return key
 
 
-def _read_body(handler: BaseHTTPRequestHandler) -> bytes | None:
-    if handler.headers.get("Transfer-Encoding", "").lower() == "chunked":
-        out = b""
-        while True:
-            size = int(handler.rfile.readline().split(b";")[0].strip(), 16)
-            if size == 0:
-                handler.rfile.readline()
-                return out
-            out += handler.rfile.read(size)
-            handler.rfile.readline()
-    length = int(handler.headers.get("Content-Length") or 0)
-    return handler.rfile.read(length) if length else None
-
-
 def _cut(handler: BaseHTTPRequestHandler) -> None:
     """Close the client's connection with a TCP reset and no answer."""
     handler.close_connection = True
@@ -231,18 +205,4 @@ def _cut(handler: BaseHTTPRequestHandler) -> None:
 
 def _error(handler: BaseHTTPRequestHandler, status: int, reason: str, code: str, message: str) -> None:
     body = f"<?xml version='1.0' encoding='UTF-8'?><Error><Code>{code}</Code><Message>{message}</Message></Error>"
-    _respond(handler, status, reason, [("Content-Type", "application/xml")], body.encode())
-
-
-def _respond(handler: BaseHTTPRequestHandler, status: int, reason: str, headers: list[tuple[str, str]],
-             data: bytes) -> None:
-    handler.send_response(status, reason)
-    for key, value in headers:
-        if key.lower() in _HOP_BY_HOP or (key.lower() == "content-length" and handler.command != "HEAD"):
-            continue
-        handler.send_header(key, value)
-    if handler.command != "HEAD":
-        handler.send_header("Content-Length", str(len(data)))
-    handler.end_headers()
-    if handler.command != "HEAD":
-        handler.wfile.write(data)
+    respond(handler, status, reason, [("Content-Type", "application/xml")], body.encode())

@@ -7,7 +7,7 @@ from __future__ import annotations
 import http.client
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
@@ -21,6 +21,49 @@ def request_kind(method: str, target: str) -> str:
     if method == "GET" and ("list-type" in query or "delimiter" in query or "prefix" in query):
         return "LIST"
     return method
+
+
+def read_body(handler: BaseHTTPRequestHandler) -> bytes | None:
+    """The request's body (chunked or Content-Length), None when it has none."""
+    if handler.headers.get("Transfer-Encoding", "").lower() == "chunked":
+        out = b""
+        while True:
+            size = int(handler.rfile.readline().split(b";")[0].strip(), 16)
+            if size == 0:
+                handler.rfile.readline()
+                return out
+            out += handler.rfile.read(size)
+            handler.rfile.readline()
+    length = int(handler.headers.get("Content-Length") or 0)
+    return handler.rfile.read(length) if length else None
+
+
+def forward(target: tuple[str, int], method: str, path: str, headers: Mapping[str, str],
+            body: bytes | None) -> tuple[int, str, list[tuple[str, str]], bytes]:
+    """The request sent on to the upstream at `target`; its (status, reason, headers, body)."""
+    conn = http.client.HTTPConnection(*target, timeout=60)
+    try:
+        conn.request(method, path, body=body, headers={k: v for k, v in headers.items()
+                                                       if k.lower() not in _HOP_BY_HOP})
+        resp = conn.getresponse()
+        return resp.status, resp.reason, resp.getheaders(), resp.read()
+    finally:
+        conn.close()
+
+
+def respond(handler: BaseHTTPRequestHandler, status: int, reason: str, headers: list[tuple[str, str]],
+            data: bytes) -> None:
+    """Answer the client with an upstream's (or a made-up) answer, framed by Content-Length."""
+    handler.send_response(status, reason)
+    for key, value in headers:
+        if key.lower() in _HOP_BY_HOP or (key.lower() == "content-length" and handler.command != "HEAD"):
+            continue
+        handler.send_header(key, value)
+    if handler.command != "HEAD":
+        handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    if handler.command != "HEAD":
+        handler.wfile.write(data)
 
 
 class CountingProxy:
@@ -39,42 +82,12 @@ class CountingProxy:
             disable_nagle_algorithm = True  # headers and body go out as separate writes: no 40 ms ACK waits
 
             def _forward(self) -> None:
-                body = self._body()
+                body = read_body(self)
                 kind = request_kind(self.command, self.path)
                 with proxy._lock:
                     proxy.counts[kind] += 1
                     proxy.paths.append((kind, urlsplit(self.path).path))
-                conn = http.client.HTTPConnection(target.hostname, target.port, timeout=60)
-                try:
-                    headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
-                    conn.request(self.command, self.path, body=body, headers=headers)
-                    resp = conn.getresponse()
-                    data = resp.read()
-                finally:
-                    conn.close()
-                self.send_response(resp.status, resp.reason)
-                for key, value in resp.getheaders():
-                    if key.lower() in _HOP_BY_HOP or (key.lower() == "content-length" and self.command != "HEAD"):
-                        continue
-                    self.send_header(key, value)
-                if self.command != "HEAD":
-                    self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(data)
-
-            def _body(self) -> bytes | None:
-                if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-                    out = b""
-                    while True:
-                        size = int(self.rfile.readline().split(b";")[0].strip(), 16)
-                        if size == 0:
-                            self.rfile.readline()
-                            return out
-                        out += self.rfile.read(size)
-                        self.rfile.readline()
-                length = int(self.headers.get("Content-Length") or 0)
-                return self.rfile.read(length) if length else None
+                respond(self, *forward((target.hostname, target.port), self.command, self.path, self.headers, body))
 
             do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _forward
 
