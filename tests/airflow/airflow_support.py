@@ -20,6 +20,22 @@ RUNNER = Path(__file__).resolve().with_name("dag_runner.py")
 DAG_TEST_TIMEOUT_S = 600
 
 
+class DictStore:
+    """An in-memory stand-in for a lag asset's state store (get / set / delete)."""
+
+    def __init__(self) -> None:
+        self.values: dict = {}
+
+    def get(self, key):
+        return self.values.get(key)
+
+    def set(self, key, value) -> None:
+        self.values[key] = value
+
+    def delete(self, key) -> None:
+        self.values.pop(key, None)
+
+
 def airflow_env(home: Path) -> dict[str, str]:
     """The environment of an Airflow home on SQLite with this repository's dags/ and no plugins."""
     plugins = home / "plugins"

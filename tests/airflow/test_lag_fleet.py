@@ -9,7 +9,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
-from airflow_support import tables_file
+from airflow_support import DictStore, tables_file
 
 from memwal.airflow import fleet_status, history, monitor
 from memwal.airflow.config import load_tables
@@ -18,20 +18,6 @@ from memwal.airflow.metrics import lag_metrics
 from support.maintenance import build_table
 
 NOW = 1_900_000_000.0  # the measurement's clock: ages are the same in both runs
-
-
-class _DictStore:
-    def __init__(self) -> None:
-        self.values: dict = {}
-
-    def get(self, key):
-        return self.values.get(key)
-
-    def set(self, key, value) -> None:
-        self.values[key] = value
-
-    def delete(self, key) -> None:
-        self.values.pop(key, None)
 
 
 @pytest.fixture
@@ -43,11 +29,11 @@ def recorded(monkeypatch):
     out: dict = {}
 
     def reset() -> dict:
-        out.update(stores={}, variables=_DictStore(), gauges={}, alerts={})
+        out.update(stores={}, variables=DictStore(), gauges={}, alerts={})
         return out
 
     reset()
-    monkeypatch.setattr(history, "_store", lambda table: out["stores"].setdefault(table, _DictStore()))
+    monkeypatch.setattr(history, "_store", lambda table: out["stores"].setdefault(table, DictStore()))
     monkeypatch.setattr(fleet_status, "_backend", lambda: out["variables"])
     monkeypatch.setattr(monitor, "emit_lag_metrics", lambda table, summary, n: out["gauges"].setdefault(
         table, sorted((name, value) for name, value, _ in lag_metrics(table, summary, n))))

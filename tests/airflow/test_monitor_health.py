@@ -8,6 +8,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from airflow_support import DictStore
 
 from memwal.airflow import history, monitor
 from memwal.airflow.config import TableConfig, Thresholds
@@ -18,26 +19,12 @@ from support.maintenance import build_table
 from support.open_counts import count_opens
 
 
-class _DictStore:
-    def __init__(self) -> None:
-        self.values: dict = {}
-
-    def get(self, key):
-        return self.values.get(key)
-
-    def set(self, key, value) -> None:
-        self.values[key] = value
-
-    def delete(self, key) -> None:
-        self.values.pop(key, None)
-
-
 @pytest.fixture
 def state(monkeypatch) -> dict:
     """The lag assets' state stores (one dict per table) and the gauges each check sent."""
     stores: dict = {}
     sent: list = []
-    monkeypatch.setattr(history, "_store", lambda table: stores.setdefault(table, _DictStore()))
+    monkeypatch.setattr(history, "_store", lambda table: stores.setdefault(table, DictStore()))
     monkeypatch.setattr(monitor, "emit_lag_metrics", lambda table, summary, n: sent.append(summary) or [])
     monkeypatch.delenv("MEMWAL_HEALTH_STORAGE_INTERVAL_S", raising=False)
     return {"stores": stores, "sent": sent}
