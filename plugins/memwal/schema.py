@@ -28,14 +28,16 @@ def tombstone_schema(schema: pa.Schema) -> pa.Schema:
         pa.field(naming.TOMBSTONE_COLUMN, pa.bool_(), nullable=False))
 
 
-def with_tombstone(table: pa.Table, schema: pa.Schema, tombstone: bool, where: str = "rows") -> pa.Table:
+def with_tombstone(table: pa.Table, schema: pa.Schema, tombstone: bool, where: str = "rows",
+                   target: pa.Schema | None = None) -> pa.Table:
     """Rows conformed to `tombstone_schema(schema)` with a constant _tombstone column.
 
     For deletes (tombstone=True) only the primary key columns need to be present; the rest are NULL. A put
     with a null in a column the base declares NOT NULL is refused (ValueError naming `where` and the column).
-    Columns that already have the base type are used as they are (no cast): this runs on every put.
+    Columns that already have the base type are used as they are (no cast): this runs on every put, so a
+    writer passes `target`, its `tombstone_schema(schema)` computed once.
     """
-    target = tombstone_schema(schema)
+    target = target or tombstone_schema(schema)
     names = set(table.column_names)
     columns = []
     for f in schema:

@@ -117,7 +117,7 @@ class RegionWriter:
         claimed = fencing.claim_region(self.store, self.region_id, region_spec_id)
         self.writer_epoch = claimed.writer_epoch
         self.manifest = claimed
-        self.memtable = MemTable(claimed.current_generation, tombstone_schema(self.schema))
+        self.memtable = MemTable(claimed.current_generation, self._row_schema)
         self._next_position = max(claimed.replay_after_wal_entry_position + 1, wal.FIRST_POSITION)
         self._replay()
         log.info(
@@ -150,12 +150,13 @@ class RegionWriter:
         self.schema = base.schema
         self.pk_columns = primary_key_columns(self.schema, where=self.table_uri)
         self._field_ids = _field_ids(base)
-        self._wal_schema = with_field_ids(tombstone_schema(self.schema), self._field_ids)
+        self._row_schema = tombstone_schema(self.schema)  # rows as the MemTable, WAL and generations hold them
+        self._wal_schema = with_field_ids(self._row_schema, self._field_ids)
         self.maintained_indexes = _maintained_indexes(base, self._index)
         self._base_version = base.version
         memtable = getattr(self, "memtable", None)
-        if memtable is not None and not memtable.schema.equals(tombstone_schema(self.schema)):
-            memtable.conform(tombstone_schema(self.schema), old_ids, self._field_ids)
+        if memtable is not None and not memtable.schema.equals(self._row_schema):
+            memtable.conform(self._row_schema, old_ids, self._field_ids)
         return True
 
     # -- WAL ---------------------------------------------------------------------------------------
@@ -220,7 +221,8 @@ class RegionWriter:
         refuse_null_keys(table, self.pk_columns, self._where())
         self._check_columns(table)
         check_rows_in_region(self, table)  # a row of another region is refused before anything is written
-        self._append(with_tombstone(table, self.schema, tombstone=False, where=self._where()))
+        self._append(with_tombstone(table, self.schema, tombstone=False, where=self._where(),
+                                    target=self._row_schema))
         self.stats.puts += 1
 
     def delete(self, keys: pa.Table | pa.RecordBatch) -> None:
@@ -232,7 +234,8 @@ class RegionWriter:
         if table.num_rows == 0:
             return
         refuse_null_keys(table, self.pk_columns, self._where())
-        self._append(with_tombstone(table.select(self.pk_columns), self.schema, tombstone=True, where=self._where()))
+        self._append(with_tombstone(table.select(self.pk_columns), self.schema, tombstone=True, where=self._where(),
+                                    target=self._row_schema))
         self.stats.deletes += 1
 
     def _where(self) -> str:
