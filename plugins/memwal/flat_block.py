@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
+from memwal.block_pruning import MIN_ROWS, Pruning, pruned_rows, pruning_of
 from memwal.newest_version import member
 from memwal.search_plan import View, is_live, source_at
 
@@ -56,7 +57,8 @@ class FlatBlock:
     """The live newest rows of the small sources of a plan whose distance is defined (a vector, finite, and
     not zero under cosine; the others are never a result), one row per entry: source position, generation,
     row address, vector (float32); and per row the ranking terms of flat_top (squared norm; minus the inverse
-    norm under cosine) and the largest norm, all float64."""
+    norm under cosine) and the largest norm, all float64; and, for a block large enough, its projected head
+    (memwal.block_pruning), which let a query read a fraction of it."""
 
     positions: np.ndarray
     gens: np.ndarray
@@ -65,20 +67,22 @@ class FlatBlock:
     sq: np.ndarray
     neg_inv: np.ndarray
     max_norm: float
+    pruning: Pruning | None = None
 
 
-def block_of(positions: np.ndarray, gens: np.ndarray, addrs: np.ndarray, vecs: np.ndarray, metric: str
-             ) -> FlatBlock:
-    """The FlatBlock of these rows (one entry each), without the rows whose distance is undefined."""
+def block_of(positions: np.ndarray, gens: np.ndarray, addrs: np.ndarray, vecs: np.ndarray, metric: str,
+             prune: bool = True) -> FlatBlock:
+    """The FlatBlock of these rows (one entry each), without the rows whose distance is undefined; `prune`:
+    with its projected head when it is large enough (memwal.block_pruning.MIN_ROWS)."""
     v64 = vecs.astype(np.float64)
     sq = (v64 ** 2).sum(axis=1)
     keep = np.isfinite(v64).all(axis=1) & np.isfinite(sq) & ((sq > 0) if metric == "cosine" else True)
     sq = sq[keep]
     norms = np.sqrt(sq)
     neg_inv = -1.0 / norms if metric == "cosine" else np.zeros(0)
-    return FlatBlock(positions[keep], gens[keep], addrs[keep].astype(np.uint64),
-                     np.ascontiguousarray(vecs[keep], np.float32), sq, neg_inv,
-                     float(norms.max()) if len(norms) else 0.0)
+    kept = np.ascontiguousarray(vecs[keep], np.float32)
+    return FlatBlock(positions[keep], gens[keep], addrs[keep].astype(np.uint64), kept, sq, neg_inv,
+                     float(norms.max()) if len(norms) else 0.0, pruning_of(kept, metric) if prune else None)
 
 
 def flat_block(reader: LsmReader, positions: tuple[int, ...], column: str, dim: int, view: View, metric: str
@@ -132,6 +136,9 @@ def flat_top(block: FlatBlock, q: np.ndarray, k: int, metric: str, rows: np.ndar
     matrix-vector product ranks the rows; every row within its rounding bound of the k-th is re-ranked with
     exact float64 distances, so the top k is the exact one. The ranking drops each metric's per-query constant
     terms (|q|^2, 1, the 1/|q| of cosine), which move every row alike: no pass is spent on them."""
+    if block.pruning is not None and (rows is None or len(rows) >= MIN_ROWS):
+        survivors = pruned_rows(block.pruning, block.vecs, block.sq, block.neg_inv, q, k, rows)
+        rows = rows if survivors is None else survivors
     vecs = block.vecs if rows is None else block.vecs[rows]
     if len(vecs) == 0:
         return np.zeros(0, int), np.zeros(0)

@@ -255,3 +255,28 @@ def test_the_block_searched_beside_the_base_in_a_thread_is_as_exact(lsm, monkeyp
             got = _exact(reader, model, q, k)
             _assert_newest(got, model, f"concurrent, query {qi}, k={k}")
             assert_top_k(_pairs(got), model, q, k, f"concurrent, query {qi}, k={k}")
+
+
+def test_the_block_searched_through_its_projected_head_is_as_exact(lsm, monkeypatch):
+    """memwal.block_pruning on this view's small block (its limits lowered to the test's 8 dimensions and ~100
+    rows, a head of 2): the same exact newest-wins answer, filtered or not, and the head pass was used."""
+    import memwal.block_pruning as bp
+    import memwal.flat_block as fb
+
+    reader, model = lsm
+    for name, value in (("MIN_DIM", 4), ("MIN_ROWS", 16), ("_SEEDS", 2), ("_GIVE_UP", 1.0),
+                        ("head_dims", lambda dim: 2)):
+        monkeypatch.setattr(bp, name, value)
+    monkeypatch.setattr(fb, "MIN_ROWS", 16)
+    pruned = []
+    real = fb.pruned_rows
+    monkeypatch.setattr(fb, "pruned_rows", lambda *a, **kw: pruned.append(1) or real(*a, **kw))
+    kept = {i: n for i, n in model.items() if i % 3 == 1}
+    for qi, q in enumerate(QUERIES):
+        for k in (1, 10):
+            got = _exact(reader, model, q, k)
+            _assert_newest(got, model, f"pruned, query {qi}, k={k}")
+            assert_top_k(_pairs(got), model, q, k, f"pruned, query {qi}, k={k}")
+            got = _exact(reader, model, q, k, filter="grp = 1")
+            assert_top_k(_pairs(got), kept, q, k, f"pruned, filter grp = 1, query {qi}, k={k}")
+    assert len(pruned) == 4 * len(QUERIES), "the block was not searched through its head"
