@@ -8,9 +8,12 @@ the rows whose bound can still beat the k-th best exact key among a few seeds go
 from __future__ import annotations
 
 import math
+import threading
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 __all__ = ["MIN_DIM", "MIN_ROWS", "Pruning", "head_dims", "pruned_rows", "pruning_of"]
 
@@ -28,6 +31,18 @@ _SEEDS = 64
 # ranking of what is left costs more than one pass over the whole block: give up.
 _GIVE_UP = 0.25
 _EPS32 = float(np.finfo(np.float32).eps)
+_BLAS: ThreadpoolController | None = None
+_BLAS_LOCK = threading.Lock()
+
+
+def _one_blas_thread() -> AbstractContextManager:
+    """A context in which BLAS runs on one thread: OpenBLAS's threads spin against other work on a busy machine
+    (the projection below took 708 ms instead of 121 on 2 loaded cores, bench/README.md)."""
+    global _BLAS
+    with _BLAS_LOCK:
+        if _BLAS is None:
+            _BLAS = ThreadpoolController()
+    return _BLAS.limit(limits=1, user_api="blas")
 
 
 def head_dims(dim: int) -> int:
@@ -60,9 +75,10 @@ def pruning_of(vecs: np.ndarray, metric: str) -> Pruning | None:
     mean = v.mean(axis=0)
     v -= mean
     sample = v[np.linspace(0, n - 1, min(n, _SAMPLE)).astype(int)]
-    _, axes = np.linalg.eigh(sample.T @ sample)
-    axes = np.ascontiguousarray(axes[:, ::-1][:, :head_dims(d)])  # the largest variance first
-    head = v @ axes
+    with _one_blas_thread():
+        _, axes = np.linalg.eigh(sample.T @ sample)
+        axes = np.ascontiguousarray(axes[:, ::-1][:, :head_dims(d)])  # the largest variance first
+        head = v @ axes
     sq = np.einsum("ij,ij->i", v, v)
     # |w beyond the head| = sqrt(|w|^2 - |head|^2), rounded up by what float64 may have lost (the axes are
     # orthonormal to ~1e-15).
