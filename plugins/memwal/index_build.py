@@ -38,6 +38,7 @@ import lance
 import numpy as np
 
 from memwal.faults import fault_point
+from memwal.index_statistics import index_statistics
 from memwal.storage import lance_storage_options
 from memwal.task_runner import TaskRunner
 
@@ -178,8 +179,7 @@ def vector_model(ds: lance.LanceDataset, name: str, table: MemWalTable | None = 
     when Lance does not report it."""
     desc = describe(ds, name)
     kind = normalized_type(desc)
-    os.environ.setdefault("LANCE_INCLUDE_VECTOR_CENTROIDS", "true")
-    segments = ds.stats.index_stats(name).get("segments") or []
+    segments = index_statistics(ds, name, centroids=True).get("segments") or []
     if not segments or not segments[0].get("centroids"):
         raise ValueError(f"index {name} ({desc.index_type}): Lance reports no IVF centroids")
     first = segments[0]

@@ -20,6 +20,7 @@ import lance
 
 from memwal import naming
 from memwal.fragment_health import due_reasons, fragment_health, is_small
+from memwal.index_statistics import index_statistics
 from memwal.maintenance_config import CompactionConfig, IndexPolicy
 
 __all__ = ["VECTOR_REBUILD_TYPES", "blocking_indexes", "fold_options", "indices_to_merge", "is_vector_index",
@@ -124,7 +125,7 @@ def rebuild_vector_index(ds: lance.LanceDataset, name: str) -> dict[str, Any]:
         raise ValueError(f"index {name} ({desc.index_type} on {', '.join(desc.field_names)}): rebuilding it is not "
                          f"supported (vector types: {', '.join(VECTOR_REBUILD_TYPES)}, on one column)")
     details = desc.details or {}
-    segments = ds.stats.index_stats(name).get("segments") or []
+    segments = index_statistics(ds, name).get("segments") or []
     partitions = [s.get("num_partitions") for s in segments if s.get("num_partitions")]
     metric = details.get("metric_type") or (segments[0].get("metric_type") if segments else None)
     if not partitions or not metric:

@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from memwal.generation import open_generation
 from memwal.index_coverage import covered_fragments
+from memwal.index_statistics import index_statistics
 from memwal.lsm_source import Source
 from memwal.newest_version import NewerCheck, base_keys, member, newer_versions, shadowed_in_bulk, upper_view
 
@@ -159,7 +160,7 @@ def _index_stats(reader: LsmReader, position: int, index: Any) -> dict:
     key = ("index stats", position, index.name)
     cache = reader.search_cache
     if key not in cache:
-        cache[key] = source_at(reader, position).dataset.stats.index_stats(index.name)
+        cache[key] = index_statistics(source_at(reader, position).dataset, index.name)
     return cache[key]
 
 
