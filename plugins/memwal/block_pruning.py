@@ -24,6 +24,8 @@ MIN_DIM = 64
 # Rows of the block sampled for the principal axes: any orthonormal axes keep the search exact; they only decide
 # how much the head rules out.
 _SAMPLE = 4096
+# Rows converted to float64 at a time when the block is projected (a few MB: they stay in cache).
+_CHUNK = 4096
 # Rows whose exact keys give the threshold (their k-th smallest): the k best bounds alone left thousands of
 # rows where 64 leave about k (bench/README.md).
 _SEEDS = 64
@@ -69,25 +71,34 @@ def pruning_of(vecs: np.ndarray, metric: str) -> Pruning | None:
     n, d = vecs.shape
     if n < MIN_ROWS or d < MIN_DIM:
         return None
-    v = vecs.astype(np.float64)
-    if metric == "cosine":
-        v /= np.linalg.norm(v, axis=1, keepdims=True)
-    mean = v.mean(axis=0)
-    v -= mean
-    sample = v[np.linspace(0, n - 1, min(n, _SAMPLE)).astype(int)]
+    inv = 1.0 / np.sqrt(np.einsum("ij,ij->i", vecs, vecs, dtype=np.float64)) if metric == "cosine" else None
+
+    def rows(a: int, b: int) -> np.ndarray:  # float64 rows a..b (unit vectors under cosine), centred once known
+        v = vecs[a:b].astype(np.float64)
+        return v * inv[a:b, None] if inv is not None else v
+
+    mean = np.zeros(d)
+    for a in range(0, n, _CHUNK):
+        mean += rows(a, a + _CHUNK).sum(axis=0)
+    mean /= n
+    picked = np.linspace(0, n - 1, min(n, _SAMPLE)).astype(int)
+    sample = vecs[picked].astype(np.float64) * (inv[picked, None] if inv is not None else 1.0) - mean
+    m = head_dims(d)
+    first = np.empty((m + 2, n), np.float32)
+    sq = np.empty(n)
     with _one_blas_thread():
         _, axes = np.linalg.eigh(sample.T @ sample)
-        axes = np.ascontiguousarray(axes[:, ::-1][:, :head_dims(d)])  # the largest variance first
-        head = v @ axes
-    sq = np.einsum("ij,ij->i", v, v)
-    # |w beyond the head| = sqrt(|w|^2 - |head|^2), rounded up by what float64 may have lost (the axes are
-    # orthonormal to ~1e-15).
-    beyond = np.sqrt(np.maximum(sq - np.einsum("ij,ij->i", head, head), 0.0)) + 1e-7 * np.sqrt(sq)
-    last = -0.5 * sq if metric == "l2" else np.zeros(n)
-    first = np.empty((head.shape[1] + 2, n), np.float32)
-    first[:-2] = head.T
-    first[-2] = beyond
-    first[-1] = last
+        axes = np.ascontiguousarray(axes[:, ::-1][:, :m])  # the largest variance first
+        for a in range(0, n, _CHUNK):  # a chunk at a time: no float64 copy of the whole block
+            v = rows(a, a + _CHUNK) - mean
+            head = v @ axes
+            sq[a:a + len(v)] = np.einsum("ij,ij->i", v, v)
+            first[:m, a:a + len(v)] = head.T
+            # |w beyond the head| = sqrt(|w|^2 - |head|^2), rounded up by what float64 may have lost (the axes
+            # are orthonormal to ~1e-15).
+            first[m, a:a + len(v)] = np.sqrt(np.maximum(sq[a:a + len(v)] - np.einsum("ij,ij->i", head, head), 0.0)
+                                             ) + 1e-7 * np.sqrt(sq[a:a + len(v)])
+    first[m + 1] = -0.5 * sq if metric == "l2" else 0.0
     return Pruning(metric, mean, axes, first, float(np.sqrt(sq.max())))
 
 

@@ -74,9 +74,10 @@ def block_of(positions: np.ndarray, gens: np.ndarray, addrs: np.ndarray, vecs: n
              prune: bool = True) -> FlatBlock:
     """The FlatBlock of these rows (one entry each), without the rows whose distance is undefined; `prune`:
     with its projected head when it is large enough (memwal.block_pruning.MIN_ROWS)."""
-    v64 = vecs.astype(np.float64)
-    sq = (v64 ** 2).sum(axis=1)
-    keep = np.isfinite(v64).all(axis=1) & np.isfinite(sq) & ((sq > 0) if metric == "cosine" else True)
+    # Squared norms in float64 without a float64 copy of the block; a row holding NaN or inf has a non-finite one
+    # (float32 values squared cannot overflow float64).
+    sq = np.einsum("ij,ij->i", vecs, vecs, dtype=np.float64) if len(vecs) else np.zeros(0)
+    keep = np.isfinite(sq) & ((sq > 0) if metric == "cosine" else True)
     sq = sq[keep]
     norms = np.sqrt(sq)
     neg_inv = -1.0 / norms if metric == "cosine" else np.zeros(0)
