@@ -22,6 +22,12 @@ region: were one key in two regions, its newest version would follow merge order
 5. auto's merge threshold: a merge of growing backlogs (`--crossover-rows`) in process against spark_connect,
    and the smallest backlog (bytes) where spark_connect is faster, if any.
 
+Task processes find the project's bytecode compiled (`PYTHONPYCACHEPREFIX` under the bench's directory, as an
+installed package has it: without it, as under PYTHONDONTWRITEBYTECODE, every task compiles some 50 of our
+modules, 0.1-0.15 s); `--no-bytecode` runs them without. `--baseline-root DIR` (a checkout of other code, e.g.
+a `git worktree` of the commit before) runs part 1 on it too, alternating with this checkout in every round,
+and prints the ratios.
+
 Targets: per-job overhead on spark_connect <= 1.0 s (issue 44; 1.5 s before); the small table's run >= 4x
 faster on spark_connect than on spark; the fleet's CPU seconds >= 4x lower; results identical on every engine.
 """
@@ -93,12 +99,18 @@ def engine_args(engine: str, url: str | None) -> list[str]:
             "auto": ["--spark-connect", str(url), "--auto"]}[engine]
 
 
-def run_job(job: str, extra: list[str], table: str, engine: str, url: str | None) -> dict:
-    """One task: a fresh process running the job. Its wall time, summary and overhead (wall - duration_s)."""
+# The task processes' environment beyond PYTHONPATH (main() sets the bytecode cache here).
+TASK_ENV: dict[str, str | None] = {}
+
+
+def run_job(job: str, extra: list[str], table: str, engine: str, url: str | None, root: Path = REPO) -> dict:
+    """One task: a fresh process running the job (the code of checkout `root`). Its wall time, summary and
+    overhead (wall - duration_s)."""
     cmd = [sys.executable, "-m", "memwal.cli", job, table, *extra, *engine_args(engine, url), "--json"]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "plugins"), str(REPO)])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "plugins"), str(root)]), **TASK_ENV}
+    env = {k: v for k, v in env.items() if v is not None}
     started, cpu0 = time.monotonic(), children_cpu_s()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=root)
     wall, cpu = time.monotonic() - started, children_cpu_s() - cpu0  # cpu: exact only when tasks run one at a time
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
@@ -109,8 +121,8 @@ def run_job(job: str, extra: list[str], table: str, engine: str, url: str | None
             "engine_reason": summary.get("engine_reason")}
 
 
-def maintenance(table: str, engine: str, url: str | None) -> list[dict]:
-    return [run_job(job, extra, table, engine, url) for job, extra in JOBS]
+def maintenance(table: str, engine: str, url: str | None, root: Path = REPO) -> list[dict]:
+    return [run_job(job, extra, table, engine, url, root) for job, extra in JOBS]
 
 
 def base_rows(table: str) -> list:
@@ -155,6 +167,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="engines of part 1, comma-separated (default all; e.g. in_process,spark_connect)")
     p.add_argument("--repeat", type=int, default=1,
                    help="part 1: runs of each job per engine (a fresh table copy each), the median reported")
+    p.add_argument("--baseline-root", type=Path, default=None,
+                   help="part 1 also on this checkout's code (e.g. a worktree of the commit before), alternated")
+    p.add_argument("--no-bytecode", action="store_true",
+                   help="task processes without compiled bytecode of our modules (PYTHONDONTWRITEBYTECODE)")
     args = p.parse_args(argv)
     part1 = [e for e in args.engines.split(",") if e]
     bad = [e for e in part1 if e not in ENGINES]
@@ -164,6 +180,10 @@ def main(argv: list[str] | None = None) -> int:
     from spark_jobs.connect_server import ConnectServer
 
     work = Path(tempfile.mkdtemp(prefix="memwal-bench-engines-"))
+    if args.no_bytecode:
+        TASK_ENV.update(PYTHONDONTWRITEBYTECODE="1", PYTHONPYCACHEPREFIX=None)
+    else:
+        TASK_ENV.update(PYTHONDONTWRITEBYTECODE=None, PYTHONPYCACHEPREFIX=str(work / "pycache"))
     template = str(work / "template.lance")
     build(template, args.base_rows, args.regions, args.generations, args.gen_rows)
     print(f"load: {os.getloadavg()}; template: {args.base_rows} base rows, {args.regions} regions x "
@@ -180,31 +200,51 @@ def main(argv: list[str] | None = None) -> int:
     url = server.url
     results: dict = {}
     try:
-        # Warm the server's Python workers once (a long-lived server has them warm).
-        run_job("merge", [], copy("warm"), "spark_connect", url)
+        # Warm the server's Python workers once (a long-lived server has them warm), and the bytecode cache.
+        roots = {"": REPO, **({"baseline ": args.baseline_root.resolve()} if args.baseline_root else {})}
+        for root in roots.values():
+            maintenance(copy(f"warm-{len(os.listdir(work))}"), "spark_connect", url, root)
         if "overhead" not in args.skip:
-            print("\n== 1. per-job overhead (task wall - the job's own duration_s), seconds", flush=True)
-            runs = {e: [maintenance(copy(f"overhead-{e}-{k}"), e, url) for k in range(args.repeat)] for e in part1}
-            rows = {e: [{**rs[0][i], "overhead_s": statistics.median(r[i]["overhead_s"] for r in rs),
-                         "cpu_s": statistics.median(r[i]["cpu_s"] for r in rs),
-                         "overhead_runs_s": [round(r[i]["overhead_s"], 3) for r in rs]}
-                        for i in range(len(JOBS))] for e, rs in runs.items()}
-            results["overhead"] = rows
-            print(f"   {'job':<12}" + "".join(f"{e:>15}" for e in part1)
+            print(f"\n== 1. per-job overhead (task wall - the job's own duration_s), seconds; bytecode "
+                  f"{'not ' if args.no_bytecode else ''}compiled", flush=True)
+            runs = {(name, e): [] for name in roots for e in part1}
+            for k in range(args.repeat):  # the checkouts alternate, the first one changing every round
+                order = list(roots.items())[::(-1 if k % 2 else 1)]
+                for name, root in order:
+                    for e in part1:
+                        runs[(name, e)].append(maintenance(copy(f"overhead-{name.strip()}{e}-{k}"), e, url, root))
+            rows = {key: [{**rs[0][i], "overhead_s": statistics.median(r[i]["overhead_s"] for r in rs),
+                           "cpu_s": statistics.median(r[i]["cpu_s"] for r in rs),
+                           "overhead_runs_s": [round(r[i]["overhead_s"], 3) for r in rs]}
+                          for i in range(len(JOBS))] for key, rs in runs.items()}
+            results["overhead"] = {f"{name}{e}": v for (name, e), v in rows.items()}
+            cols = list(rows)
+            print(f"   load {os.getloadavg()}")
+            print(f"   {'job':<12}" + "".join(f"{name + e:>24}" for name, e in cols)
                   + (f"   (median of {args.repeat})" if args.repeat > 1 else ""))
             for i, (job, _) in enumerate(JOBS):
-                print(f"   {job:<12}" + "".join(f"{rows[e][i]['overhead_s']:>15.2f}" for e in part1))
+                print(f"   {job:<12}" + "".join(f"{rows[c][i]['overhead_s']:>24.2f}" for c in cols))
             print("   the task process's CPU seconds (its own; a Connect job's executor work is the server's), "
                   "steadier than wall time on a loaded machine")
             for i, (job, _) in enumerate(JOBS):
-                print(f"   {job:<12}" + "".join(f"{rows[e][i]['cpu_s']:>15.2f}" for e in part1))
-            for e in part1:
+                print(f"   {job:<12}" + "".join(f"{rows[c][i]['cpu_s']:>24.2f}" for c in cols))
+            for name, e in cols:
                 where = {r["job"]: (r["ran_on"] or {}).get("driver", "?") + "/" + str(
-                    [v for k, v in (r["ran_on"] or {}).items() if k not in ("plan", "driver")]) for r in rows[e]}
-                print(f"   ran on ({e}): {where}")
-            if "spark_connect" in rows:
-                worst = max(r["overhead_s"] for r in rows["spark_connect"])
-                print(f"   spark_connect worst per-job overhead {worst:.2f}s (target <= 1.0 s)")
+                    [v for k, v in (r["ran_on"] or {}).items() if k not in ("plan", "driver")])
+                    for r in rows[(name, e)]}
+                print(f"   ran on ({name}{e}): {where}")
+            for name in roots:
+                if (name, "spark_connect") in rows:
+                    worst = max(r["overhead_s"] for r in rows[(name, "spark_connect")])
+                    print(f"   {name}spark_connect worst per-job overhead {worst:.2f}s (target <= 1.0 s)")
+            if args.baseline_root:
+                for e in part1:
+                    ratios = [rows[("", e)][i]["overhead_s"] / rows[("baseline ", e)][i]["overhead_s"]
+                              for i in range(len(JOBS))]
+                    cpu = [rows[("", e)][i]["cpu_s"] / rows[("baseline ", e)][i]["cpu_s"] for i in range(len(JOBS))]
+                    print(f"   {e}: overhead this / baseline per job " + ", ".join(
+                        f"{job} {r:.2f}" for (job, _), r in zip(JOBS, ratios, strict=True))
+                          + "; CPU " + ", ".join(f"{c:.2f}" for c in cpu))
         if "small" not in args.skip:
             print("\n== 2. one small table's maintenance run (the DAG's jobs in order)", flush=True)
             walls, finals = {}, {}

@@ -46,21 +46,27 @@ __all__ = [
     "EXIT_OK",
     "EXIT_PARTIAL",
     "EXIT_USAGE",
+    "LOG_LEVELS",
+    "SPARK_LOG_LEVELS",
     "SparkJob",
+    "Streams",
     "build_spark",
     "job_parser",
     "one_line",
     "parse_args",
     "run_job",
     "spark_error_line",
+    "start_logging",
+    "stop_spark",
+    "write_result",
 ]
 
 log = logging.getLogger("spark_jobs")
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PARTIAL = jobs.EXIT_OK, jobs.EXIT_FAILED, jobs.EXIT_USAGE, jobs.EXIT_PARTIAL
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
-_SPARK_LOG_LEVELS = ("ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+SPARK_LOG_LEVELS = ("ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF")
 
 
 # --- arguments ----------------------------------------------------------------------------------------
@@ -74,9 +80,9 @@ def job_parser(job: str, description: str | None = None) -> JobArgumentParser:
     p = JobArgumentParser(prog=f"memwal-{job}", description=description)
     jobs.add_common_arguments(p, job)
     jobs.add_job_arguments(p, job)
-    p.add_argument("--log-level", default="INFO", type=str.upper, choices=_LOG_LEVELS,
+    p.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS,
                    help="log level of the job's own progress messages (stderr)")
-    p.add_argument("--spark-log-level", default="WARN", type=str.upper, choices=_SPARK_LOG_LEVELS,
+    p.add_argument("--spark-log-level", default="WARN", type=str.upper, choices=SPARK_LOG_LEVELS,
                    help="log level of Spark itself once the session is up")
     return p
 
@@ -189,10 +195,10 @@ def _opened_for_append(pid: int, fd: int) -> bool:
     return False
 
 
-class _Streams:
+class Streams:
     """While a job runs, fd 1 and sys.stdout point at stderr; `emit` writes the one stdout line."""
 
-    def __enter__(self) -> _Streams:
+    def __enter__(self) -> Streams:
         sys.stdout.flush()
         sys.stderr.flush()
         self._out = os.dup(1)
@@ -222,7 +228,8 @@ class _Streams:
         os.close(self._err)
 
 
-def _start_logging(level: str) -> logging.Handler:
+def start_logging(level: str) -> logging.Handler:
+    """Log lines of `level` and up (and Python warnings) to stderr; the handler, to remove when the job ends."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(LOG_FORMAT))
     root = logging.getLogger()
@@ -255,7 +262,7 @@ def spark_error_line(exc: BaseException) -> str:
 RESULT_FILE_ENV = "MEMWAL_RESULT_FILE"
 
 
-def _write_result(code: int, summary: dict | None, error: str | None) -> None:
+def write_result(code: int, summary: dict | None, error: str | None) -> None:
     """The job's outcome as JSON at $MEMWAL_RESULT_FILE (if set); see the module docstring."""
     path = os.environ.get(RESULT_FILE_ENV)
     if not path:
@@ -275,7 +282,7 @@ def run_job(job: str, run: SparkJob, argv: list[str] | None = None, description:
     """A job's `main`: parse argv, open the table, build the session, `run(spark, table, options, regions)`
     -> summary (dict or `.to_dict()`), print it; the exit code."""
     code, summary, error = _run_job(job, run, argv, description)
-    _write_result(code, summary, error)
+    write_result(code, summary, error)
     return code
 
 
@@ -285,14 +292,14 @@ def _run_job(job: str, run: SparkJob, argv: list[str] | None,
 
     prefix = f"memwal-{job}"
     parser = job_parser(job, description)
-    with _Streams() as streams:
+    with Streams() as streams:
         try:
             args = parse_args(job, argv, parser)
         except SystemExit as exc:  # --help, or a usage error already written as one line
             code = exc.code if isinstance(exc.code, int) else EXIT_USAGE
             line = getattr(parser, "error_line", None) or f"bad arguments to {prefix} (exit {code})"
             return code, None, None if code == EXIT_OK else line
-        handler = _start_logging(args.log_level)
+        handler = start_logging(args.log_level)
         spark, owned = None, False
         started = time.monotonic()
         try:
@@ -312,18 +319,18 @@ def _run_job(job: str, run: SparkJob, argv: list[str] | None,
             summary.setdefault("spark_application_id", sc.applicationId)
             summary.setdefault("spark_session_s", round(session_s, 3))  # from the driver's start to a session
         except errors.BadInputError as exc:
-            _stop(spark, owned)
+            stop_spark(spark, owned)
             reason = errors.one_line(exc, 1000)
             print(f"{prefix}: error: {reason}", file=sys.stderr, flush=True)
             logging.getLogger().removeHandler(handler)
             return EXIT_USAGE, None, reason
         except Exception as exc:
             log.debug("%s failed", prefix, exc_info=True)
-            _stop(spark, owned)
+            stop_spark(spark, owned)
             print(f"{prefix}: error: {one_line(exc)}", file=sys.stderr, flush=True)
             logging.getLogger().removeHandler(handler)
             return EXIT_FAILED, None, one_line(exc)
-        _stop(spark, owned)
+        stop_spark(spark, owned)
         reason = jobs.failure_reason(summary)
         log.info("%s: done in %.1fs", prefix, time.monotonic() - started)
         logging.getLogger().removeHandler(handler)
@@ -334,7 +341,8 @@ def _run_job(job: str, run: SparkJob, argv: list[str] | None,
         return EXIT_OK, summary, None
 
 
-def _stop(spark: Any, owned: bool) -> None:
+def stop_spark(spark: Any, owned: bool) -> None:
+    """Stop the session if this job created it (`owned`); a failure to stop is a warning, not the job's."""
     if spark is None or not owned:
         return
     try:

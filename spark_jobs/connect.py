@@ -59,6 +59,7 @@ __all__ = [
     "connect_mode",
     "connect_session",
     "discard_session",
+    "import_client",
     "open_session",
     "redact_url",
     "run_job_on_connect",
@@ -212,7 +213,32 @@ def _at_exit() -> None:
     gc.freeze()
 
 
+@contextlib.contextmanager
+def _collector_off() -> Iterator[None]:
+    """For a block of imports (pyspark's Connect client: some 250 modules, 0.2 s of a task's CPU): the cyclic
+    collector off, as imports make objects, not garbage, yet set off a collection every 700 allocations. In
+    a process that froze its start-up (the `memwal` command, `memwal.cli.start_up`) what they made is frozen
+    too; elsewhere the collector catches up once, when it is back on."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if gc.get_freeze_count():
+            gc.freeze()
+        if collecting:
+            gc.enable()
+
+
+def import_client() -> None:
+    """Import pyspark's Connect client (with the collector off) in connect_mode: what a job's first session
+    costs in a fresh process before any round trip."""
+    with connect_mode(), _collector_off():
+        import pyspark.sql.connect.session  # noqa: F401
+
+
 def _session(url: str, conn_id: str | None, code: str | None) -> Any:
+    import_client()
     from pyspark.sql.connect.session import SparkSession
 
     try:
@@ -241,7 +267,8 @@ def run_on_session(job: str, spark: Any, table: MemWalTable, options: JobOptions
                    regions: Sequence[str] | None = None) -> dict[str, Any]:
     """Run one job with its executor work on `spark` (classic or Connect): the job's own `spark_jobs`
     entry point's typed `run(spark, table, options, regions)`."""
-    module = importlib.import_module(f"spark_jobs.{job}")
+    with _collector_off():
+        module = importlib.import_module(f"spark_jobs.{job}")
     result = module.run(spark, table, options, list(regions) if regions else None)
     summary = dict(result.to_dict() if hasattr(result, "to_dict") else result)
     summary.setdefault("job", job)

@@ -63,21 +63,21 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--storage-option", action="append", type=jobs.key_value, default=[], metavar="KEY=VALUE")
     p.add_argument("--storage-options-json", type=jobs._storage_options_json, default=None, metavar="JSON",
                    help="the batch's storage options as one JSON object, or @FILE (keeps secrets off argv)")
-    p.add_argument("--log-level", default="INFO", type=str.upper, choices=common._LOG_LEVELS)
-    p.add_argument("--spark-log-level", default="WARN", type=str.upper, choices=common._SPARK_LOG_LEVELS)
+    p.add_argument("--log-level", default="INFO", type=str.upper, choices=common.LOG_LEVELS)
+    p.add_argument("--spark-log-level", default="WARN", type=str.upper, choices=common.SPARK_LOG_LEVELS)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     code, summary, error = _main(argv)
-    common._write_result(code, summary, error)
+    common.write_result(code, summary, error)
     return code
 
 
 def _main(argv: list[str] | None) -> tuple[int, dict | None, str | None]:
     prefix = "memwal-fleet"
     p = parser()
-    with common._Streams() as streams:
+    with common.Streams() as streams:
         try:
             args = p.parse_args(argv)
             batch = batch_from_json(Path(args.batch).read_text())
@@ -88,7 +88,7 @@ def _main(argv: list[str] | None) -> tuple[int, dict | None, str | None]:
             reason = errors.one_line(exc, 1000)
             print(f"{prefix}: error: {reason}", file=sys.stderr, flush=True)
             return common.EXIT_USAGE, None, reason
-        handler = common._start_logging(args.log_level)
+        handler = common.start_logging(args.log_level)
         storage_options = jobs.storage_options_of(args)
         spark, owned = None, False
         started = time.monotonic()
@@ -103,11 +103,11 @@ def _main(argv: list[str] | None) -> tuple[int, dict | None, str | None]:
                           on_result=lambda r: streams.emit(json.dumps(r, default=str)))
         except Exception as exc:
             log.debug("%s failed", prefix, exc_info=True)
-            common._stop(spark, owned)
+            common.stop_spark(spark, owned)
             print(f"{prefix}: error: {common.one_line(exc)}", file=sys.stderr, flush=True)
             logging.getLogger().removeHandler(handler)
             return common.EXIT_FAILED, None, common.one_line(exc)
-        common._stop(spark, owned)
+        common.stop_spark(spark, owned)
         summary = batch_summary(results, time.monotonic() - started)
         summary.update(spark_master=master, spark_application_id=app_id,
                        spark_session_s=round(session_s, 3))

@@ -18,7 +18,10 @@ passes them, or `load_runner` finds the installed ones by engine name (entry poi
 
 from __future__ import annotations
 
+import importlib
 import logging
+import os
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -31,7 +34,8 @@ if TYPE_CHECKING:
     from memwal.table import MemWalTable
 
 __all__ = ["ENGINES", "RUNNER_ENTRY_POINTS", "SPARK_ENGINES", "AutoThresholds", "EngineChoice", "Runner", "WorkPlan",
-           "choose_engine", "dispatch", "in_process", "load_runner", "plan_work", "record_choice"]
+           "choose_engine", "dispatch", "in_process", "load_runner", "own_entry_points", "plan_work",
+           "record_choice"]
 
 log = logging.getLogger(__name__)
 
@@ -126,12 +130,21 @@ def in_process(job: str, table: MemWalTable, options: JobOptions, regions: Seque
 
 
 RUNNER_ENTRY_POINTS = "memwal.runners"  # name: an engine; value: a factory taking that engine's settings
+OWN_DISTRIBUTION = "memwal_platform"  # the distribution whose spark_jobs registers spark and spark_connect
 
 
 def load_runner(engine: str, **settings: Any) -> Runner:
     """The installed runner of a Spark engine, built with its settings (e.g. `master=`, `conf=` for spark,
     `url=` for spark_connect): found by name in the `memwal.runners` entry points, so the library names no
-    module above it."""
+    module above it. The platform's own distribution's are read from its metadata file directly
+    (`own_entry_points`); only an engine it does not register costs the scan of every installed one."""
+    value = own_entry_points(RUNNER_ENTRY_POINTS).get(engine)
+    if value is not None:
+        module, _, attr = value.partition(":")
+        factory: Any = importlib.import_module(module.strip())
+        for part in attr.strip().split("."):
+            factory = getattr(factory, part)
+        return factory(**settings)
     from importlib.metadata import entry_points
 
     from memwal.errors import MemWalError
@@ -141,6 +154,45 @@ def load_runner(engine: str, **settings: Any) -> Runner:
         raise MemWalError(f"engine {engine!r} has no runner installed (entry point group {RUNNER_ENTRY_POINTS}: "
                           "memwal-platform's spark_jobs registers spark and spark_connect; reinstall it)")
     return found[0].load()(**settings)
+
+
+def own_entry_points(group: str) -> dict[str, str]:
+    """`group`'s entry points (name: `module:attr`) in the metadata of this platform's distribution, the first
+    found along sys.path as importlib.metadata finds it; empty when there is none. Read directly because a
+    task pays at start-up for `importlib.metadata` (its import and its scan of every installed distribution:
+    0.05-0.15 s, bench/README.md) for what one small file says."""
+    for entry in sys.path:
+        folder = entry or "."
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:  # a zip, a missing directory
+            continue
+        for name in names:
+            stem, _, suffix = name.rpartition(".")
+            if suffix in ("dist-info", "egg-info") and stem.split("-")[0].lower() == OWN_DISTRIBUTION:
+                return _entry_points_of(os.path.join(folder, name, "entry_points.txt"), group)
+    return {}
+
+
+def _entry_points_of(path: str, group: str) -> dict[str, str]:
+    """One group of an entry_points.txt (INI: `[group]`, then `name = module:attr [extras]` lines)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return {}
+    found: dict[str, str] = {}
+    section = None
+    for raw in lines:
+        line = raw.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            section = line[1:-1].strip()
+        elif section == group and "=" in line:
+            name, _, value = line.partition("=")
+            found[name.strip()] = value.split("[")[0].strip()
+    return found
 
 
 def dispatch(job: str, table: MemWalTable, options: JobOptions, regions: Sequence[str] | None = None, *,

@@ -152,3 +152,30 @@ with connect.open_session({connect_server.url!r}) as spark:
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1] == "cleanups 0", proc.stdout
+
+
+def test_the_client_is_imported_and_a_job_module_loaded_with_no_collection(connect_server, tmp_path):
+    """pyspark's Connect client (some 250 modules) and the job's entry point are imported with the cyclic
+    collector off (an import makes objects, not garbage): no collection until every module is in, and the
+    collector is back on for the job."""
+    loc = Loc(str(tmp_path / "t"))
+    build_table(loc)
+    script = f"""
+import gc, importlib, sys, types
+from memwal.job_config import JobOptions
+from memwal.table import MemWalTable
+from spark_jobs import connect
+starts, during = [], []
+gc.callbacks.append(lambda phase, info: starts.append(len(sys.modules)) if phase == "start" else None)
+connect.import_client()
+loaded = "pyspark.sql.connect.session" in sys.modules
+collections = sum(n < len(sys.modules) for n in starts)  # those while modules were still being imported
+connect.importlib = types.SimpleNamespace(
+    import_module=lambda name: (during.append(gc.isenabled()), importlib.import_module(name))[1])
+summary = connect.run_job_on_connect("gc", {connect_server.url!r}, MemWalTable({loc.uri!r}), JobOptions())
+print(loaded, collections, during, gc.isenabled(), summary["job"])
+"""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "plugins"), str(REPO)])}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "True 0 [False] True gc", proc.stdout[-500:]
