@@ -122,7 +122,31 @@ def equal_recall_only(args: argparse.Namespace, reader_a, reader_b, base_c, quer
     print(f"ours nprobes {args.nprobes} refine {args.refine}: A recall {recall(got_a, truth, args.k):.3f} "
           f"p50 {ms_a:.2f} ms; B (no gap) recall {recall(got_b, truth, args.k):.3f} p50 {ms_b:.2f} ms; "
           f"A / B {ms_a / ms_b:.2f} (target <= 1.1)")
+    first_query(args, reader_a.store.uri, queries)
     equal_recall_table(args, reader_a, base_c, queries, truth)
+
+
+def first_query(args: argparse.Namespace, uri: str, queries: np.ndarray, snapshots: int = 5) -> None:
+    """A new snapshot's first search against the p50 of the searches after it: per round a new LsmReader of A
+    (as after a flush: its read plan and flat block are built anew; the process's caches stay warm)."""
+    from memwal.reader import LsmReader
+
+    def search(reader, q):
+        return reader.search(q, k=args.k, columns=["id"], nprobes=args.nprobes, refine_factor=args.refine)
+
+    firsts, rest = [], []
+    for i in range(snapshots):
+        reader = LsmReader(uri)
+        t = time.perf_counter()
+        search(reader, queries[i % len(queries)])
+        firsts.append((time.perf_counter() - t) * 1000)
+        for q in queries:
+            t = time.perf_counter()
+            search(reader, q)
+            rest.append((time.perf_counter() - t) * 1000)
+    first, p50 = float(np.median(firsts)), float(np.median(rest))
+    print(f"a new snapshot's first search (median of {snapshots}): {first:.1f} ms; p50 after it {p50:.2f} ms; "
+          f"first / p50 {first / p50:.1f}")
 
 
 def retrain(uri: str, index: str) -> None:
