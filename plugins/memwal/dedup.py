@@ -48,7 +48,21 @@ _POS = "__memwal_pos"
 
 
 def _last_per_key(rows: pa.Table, pk: Sequence[str]) -> pa.Table:
-    """The last row of each key, by a hash aggregation instead of a sort (O(n)); rows in original order."""
+    """The last row of each key, by a hash aggregation instead of a sort (O(n)); rows in original order.
+    One integer key without nulls: a stable numpy argsort (a merge's batch of 22,000 rows in 0.4 ms instead
+    of 5.5, no slower at millions of rows; issue 44)."""
+    if len(pk) == 1 and pa.types.is_integer(rows.schema.field(pk[0]).type) and rows.column(pk[0]).null_count == 0:
+        return _last_per_integer_key(rows, rows.column(pk[0]).to_numpy())
     keys = rows.select(list(pk)).append_column(_POS, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
     last = keys.group_by(list(pk), use_threads=True).aggregate([(_POS, "max")]).column(f"{_POS}_max")
     return rows.take(pa.array(np.sort(last.to_numpy())))
+
+
+def _last_per_integer_key(rows: pa.Table, keys: np.ndarray) -> pa.Table:
+    """`_last_per_key` of a one-column integer key: the last position of each key in a stable sort by key."""
+    order = np.argsort(keys, kind="stable")
+    ordered = keys[order]
+    last = np.ones(len(keys), bool)
+    last[:-1] = ordered[1:] != ordered[:-1]
+    picked = order[last]
+    return rows if len(picked) == len(keys) else rows.take(pa.array(np.sort(picked)))

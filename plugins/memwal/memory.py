@@ -46,7 +46,7 @@ def limit_malloc_arenas(arenas: int = DEFAULT_ARENAS) -> bool:
 
 
 def release_unused() -> None:
-    """Give freed memory back to the OS (Arrow's pool, glibc's arenas): called after each commit."""
+    """Give freed memory back to the OS (Arrow's pool, glibc's arenas): called between a merge's commits."""
     try:
         pa.default_memory_pool().release_unused()
         if _LIBC is not None:

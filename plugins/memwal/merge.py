@@ -549,6 +549,7 @@ class _MergeRun:
         self.table_commits = 0
         self.regions_per_commit: int | None = None  # 1 after a commit of several regions failed for another reason
         self.rounds = 0
+        self.freed = False  # a commit landed since memory was last given back (`_merge_round`)
 
     def active(self) -> list[str]:
         """The regions still merging, in the order given."""
@@ -676,16 +677,22 @@ def _commit_step(run: _MergeRun, rnd: _Round, c: int, later: Sequence[list[list[
 
 
 def _merge_round(run: _MergeRun, commits: list[list[list[GenerationRef]]], dedup: Dedup) -> _Outcome:
-    """The commits of one round, in order, until one does not land; the round's inputs cleaned up."""
+    """The commits of one round, in order, until one does not land; the round's inputs cleaned up. What a
+    landed commit freed goes back to the OS before the next commit reads its generations (the footprint
+    follows one commit), not after the run's last commit, where the next work reuses it (a malloc_trim of
+    5-7 ms at 8M rows, bench/README.md issue 44)."""
     table = run.table
     rnd = _Round(dedup, commits, table.primary_key, table.schema, table.store, run.timings,
                  run.config.planning_threads)
     try:
         for c in range(len(commits)):
+            if run.freed:
+                release_unused()  # the commits before this one landed: their upserts are not needed any more
+                run.freed = False
             outcome = _commit_step(run, rnd, c, commits[c:])
             if outcome is not _Outcome.COMMITTED:
                 return outcome
-            release_unused()  # this commit's upserts are not needed for the next one
+            run.freed = True
         return _Outcome.COMMITTED
     finally:
         rnd.cleanup()

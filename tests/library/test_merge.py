@@ -534,3 +534,20 @@ def test_a_lease_lost_between_marker_steps_reports_the_progress_the_index_record
     monkeypatch.undo()
     rerun = merge_table(loc.uri)
     assert not rerun.failed_regions and dict(load_index(loc.uri).merged_generations) == dict.fromkeys(regions, 2)
+
+
+@pytest.mark.parametrize("per_commit, trims", [(2, 0), (1, 2)], ids=["one-commit", "three-commits"])
+def test_freed_memory_goes_back_between_commits_not_after_the_last(local_location, monkeypatch, per_commit, trims):
+    """memwal.memory.release_unused (a malloc_trim) runs before each commit that follows a landed one, so the
+    footprint still follows one commit, and not after the run's last commit (issue 44: 5-7 ms of a merge)."""
+    from support.merge_passes import passes_table
+
+    calls = []
+    monkeypatch.setattr(merge_mod, "release_unused", lambda: calls.append(1))
+    loc = local_location
+    gens = [([20], "g1", []), ([21], "g2", [3])] if per_commit == 2 else [([20], "g1", []), ([21], "g2", [3]),
+                                                                         ([22], "g3", [])]
+    region = passes_table(loc, gens)
+    res = merge_region(loc.uri, None, region, MergeConfig(max_generations_per_commit=per_commit))
+    assert res.generations == list(range(1, len(gens) + 1))
+    assert len(calls) == trims

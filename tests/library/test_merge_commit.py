@@ -6,11 +6,11 @@ import pytest
 
 from memwal.mem_wal_index import read_details_at
 from memwal.merge import MergeConfig
-from memwal.merge_commit import PassOrder, plan_passes
+from memwal.merge_commit import PassOrder, plan_passes, use_index, use_index_to_delete
 
 from support.maintenance import merge_region
 from support.merge_passes import exact_everywhere, lsm_view, passes_table
-from support.tables import open_base
+from support.tables import open_base, rows
 
 TWO = MergeConfig(max_generations_per_commit=2)
 
@@ -32,6 +32,27 @@ def test_upserts_go_first_only_when_every_region_can_carry_its_first_step_there(
     # one pass only: it carries the first steps
     assert plan_passes(markers, since, {"a": (1, 2), "b": (5, 6)}, True, False) == default
     assert plan_passes(markers, since, {"a": (None, 1), "b": (None, 5)}, False, True) == default
+
+
+def test_the_delete_pass_joins_through_the_index_on_a_table_with_deletion_files_down_to_50_rows_per_key(
+        local_location):
+    """A `when_matched_delete` through the index pays the BTREE pages its keys fall in; the key scan of a table
+    with deletion files is cut into ranges (measured crossover 20-80 rows per key, bench/README.md): the delete
+    pass takes the index from 50 rows per key there, the upsert pass keeps 1,500; on a clean table both 10,000."""
+    import lance
+
+    loc = local_location
+    lance.write_dataset(rows(range(30_000)), loc.uri, max_rows_per_file=10_000)
+    ds = open_base(loc)
+    assert use_index_to_delete(ds, 3) and not use_index_to_delete(ds, 4), "clean: 3 x 10,000 <= 30,000 < 4 x"
+    ds.delete("id = 7")
+    ds = open_base(loc)
+    assert use_index_to_delete(ds, 600) and not use_index_to_delete(ds, 601), "600 keys x 50 <= 30,000 < 601 x 50"
+    assert not use_index(ds, 600), "the upsert pass: 600 x 1,500 > 30,000"
+    open_base(loc).create_scalar_index("id", "BTREE")
+    ds = open_base(loc)
+    assert use_index_to_delete(ds, rows(range(0, 30_000, 50)), ["id"]), "600 keys within the index's range"
+    assert not use_index_to_delete(ds, rows(range(0, 30_000, 40)), ["id"]), "750 keys within it"
 
 
 def _recorded(loc, region: str, v0: int) -> list[int]:

@@ -31,7 +31,8 @@ GENS = [([20, 21], "g1", [3, 4]), ([3], "g2", [20]), ([21], "g3", [])]
 @pytest.fixture(autouse=True, params=["index", "scan"])
 def join_path(request, monkeypatch) -> str:
     """Every interleaving on both of the passes' join paths (tiny tables would always scan)."""
-    monkeypatch.setattr(merge_commit, "use_index", lambda ds, keys, pk=(): request.param == "index")
+    for name in ("use_index", "use_index_to_delete"):
+        monkeypatch.setattr(merge_commit, name, lambda ds, keys, pk=(): request.param == "index")
     return request.param
 
 
