@@ -22,6 +22,7 @@ Prints every time, its breakdown and the targets' ratios; never fails on numbers
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -230,6 +231,61 @@ def ab_orders(path: str, info: dict, keys: pa.Array, rounds: int) -> dict:
             for name, runs in out.items()}
 
 
+@contextlib.contextmanager
+def _fixed_costs_reverted():
+    """The merge as before issue 44's fixed-cost cuts (5a75a64): the delete pass's index rule of the upsert
+    pass, the hash dedup for every key, and a malloc_trim after the run's last commit (`ab_fixed`)."""
+    from memwal import dedup, merge_commit
+    from memwal.memory import release_unused
+
+    real = merge_commit.use_index_to_delete, dedup._last_per_key, memwal_merge.merge_table
+
+    def hash_last(rows, pk):
+        keys = rows.select(list(pk)).append_column("__pos", pa.array(np.arange(rows.num_rows, dtype=np.int64)))
+        last = keys.group_by(list(pk), use_threads=True).aggregate([("__pos", "max")]).column("__pos_max")
+        return rows.take(pa.array(np.sort(last.to_numpy())))
+
+    def trimmed(*args, **kwargs):
+        try:
+            return real[2](*args, **kwargs)
+        finally:
+            release_unused()
+
+    merge_commit.use_index_to_delete, dedup._last_per_key, memwal_merge.merge_table = (
+        merge_commit.use_index, hash_last, trimmed)
+    try:
+        yield
+    finally:
+        merge_commit.use_index_to_delete, dedup._last_per_key, memwal_merge.merge_table = real
+
+
+def ab_fixed(path: str, info: dict, keys: pa.Array, rounds: int) -> dict:
+    """The mixed backlog merged with the fixed-cost cuts reverted ("before") and as is ("after"), `rounds`
+    times each, alternating which goes first, each right after Lance's floor on the same restore: the median
+    of the per-pair ratios to the floor, and of after / before within a round."""
+    out: dict = {"before": [], "after": []}
+    for i in range(rounds):
+        for name in (("after", "before") if i % 2 else ("before", "after")):
+            floor = floor_once(path, info["version"], keys, info["upserts"])
+            restore(path, info["version"])
+            ctx = _fixed_costs_reverted() if name == "before" else contextlib.nullcontext()
+            with ctx:
+                r = ours(path, info["regions"]["mixed"], memwal_merge.local_dedup)
+            out[name].append((r["s"], floor, r["breakdown"]))
+    restore(path, info["version"])
+
+    def med(xs):
+        xs = sorted(xs)
+        return xs[len(xs) // 2]
+
+    return {**{name: {"s": med([t for t, _, _ in runs]), "ratio": med([t / f for t, f, _ in runs]),
+                      "pairs": [(t, f) for t, f, _ in runs],
+                      "breakdown": {k: med([b.get(k, 0.0) for _, _, b in runs])
+                                    for k in ("plan", "dedup", "commit", "upsert_pass", "delete_pass")}}
+               for name, runs in out.items()},
+            "after_over_before": med([a[0] / b[0] for a, b in zip(out["after"], out["before"], strict=True)])}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--sizes", default="1000000,8000000,32000000",
@@ -253,6 +309,9 @@ def main() -> None:
     p.add_argument("--ab-orders", type=int, default=0,
                    help="also merge the mixed backlog deletes first and upserts first this many times each, "
                         "interleaved with Lance's floor (the passes' two orders, memwal.merge_commit.plan_passes)")
+    p.add_argument("--ab-fixed", type=int, default=0,
+                   help="also merge the mixed backlog this many times with issue 44's fixed-cost cuts reverted and "
+                        "as many times as is, alternating, each paired with Lance's floor (`ab_fixed`)")
     p.add_argument("--dir", default=None)
     p.add_argument("--out", default=None)
     args = p.parse_args()
@@ -309,6 +368,9 @@ def main() -> None:
             if args.ab_orders:
                 log(f"{n} rows: the passes' two orders, {args.ab_orders} rounds")
                 res["orders"] = ab_orders(path, info, touched, args.ab_orders)
+            if args.ab_fixed:
+                log(f"{n} rows: the fixed-cost cuts reverted and as is, {args.ab_fixed} rounds")
+                res["ab_fixed"] = ab_fixed(path, info, touched, args.ab_fixed)
             if not args.floor_only:
                 log(f"{n} rows: where the upsert cost goes")
                 res["upsert_cost"] = where_upsert_cost_goes(path, info["version"], n)
@@ -424,6 +486,14 @@ def report(results: dict, sizes: list[int], engines: list[str], kinds: list[str]
                 print(f"  {n:>11,} rows, {name.replace('_', ' ')}: median {o['s']:.3f} s (delete pass "
                       f"{o['delete_pass']:.3f}, upsert pass {o['upsert_pass']:.3f}); / Lance's floor "
                       f"({floor:.3f} s, median, same rounds): {o['s'] / floor:.2f}   (target <= 1.0)")
+    for n in sizes:
+        ab = results["sizes"][n].get("ab_fixed")
+        if ab:
+            for name in ("before", "after"):
+                print(f"  {n:>11,} rows, fixed-cost cuts {'reverted' if name == 'before' else 'as is'}: median "
+                      f"{ab[name]['s']:.3f} s ({', '.join(f'{k} {v:.3f}' for k, v in ab[name]['breakdown'].items())})"
+                      f"; / the floor right before it, per pair: median {ab[name]['ratio']:.2f}")
+            print(f"  {n:>11,} rows, as is / reverted, same round: median {ab['after_over_before']:.2f}")
     print(f"peak RSS of this process: {results['peak_rss_mb']:.0f} MiB")
     equal = all(results["sizes"][n][k]["equal"] for n in sizes for k in kinds)
     print(f"every contestant's table equal to the others': {equal}")
