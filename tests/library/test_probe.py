@@ -220,11 +220,12 @@ def test_due_jobs_come_in_the_safe_order_and_the_state_survives_json(local_locat
     write_generations(loc, list_regions(loc.store())[0], [([9001], "y", [])])
     policy = _policy(compaction=CompactionConfig(max_small_fragments=2),
                      retention=RetentionConfig(older_than_s=0, keep_versions=1))
-    result = probe_table(loc.uri, policy, now=time.time() + LATER)
+    now = time.time() + LATER  # one clock for both probes: the ages they report must not differ
+    result = probe_table(loc.uri, policy, now=now)
     assert result.jobs == ["merge", "catchup", "compaction", "retention", "snapshot"]
     assert result.jobs == [j for j in JOB_ORDER if j in result.jobs]
     state = ProbeState.from_dict(json.loads(json.dumps(result.state.to_dict())))
-    again = probe_table(loc.uri, policy, state, now=time.time() + LATER)
+    again = probe_table(loc.uri, policy, state, now=now)
     assert again.changed is False and again.due == result.due
     assert probe_table(loc.uri, previous=state).changed is True, "another policy: read again"
 
