@@ -14,7 +14,8 @@ the view's terms, reported apart), Lance's FTS on the base table alone (limit 10
 Then the streaming case (issue 44): `--flushes` times, LanceDB flushes one more generation of `--flush-rows`
 rows (half updates of live keys) from a writer process of its own, a new reader opens (a new snapshot, same
 process) and its first query is timed against its own p50 over the queries; the median ratio, and the
-overlap with the global BM25 of the view after the last flush.
+overlap with the global BM25 of the view after the last flush. Last, the generations are merged into a new
+base version and a new reader's first query is timed the same way.
 """
 
 from __future__ import annotations
@@ -218,6 +219,34 @@ def after_flushes(root: str, uri: str, model: dict[int, str], queries: list[str]
         print(f"  {'top-10 overlap with global BM25 after them':46s} {mean_overlap:.3f}")
 
 
+def after_merge(uri: str, model: dict[int, str], queries: list[str], args) -> None:
+    """Issue 44: the unmerged generations merged into a new base version (the view unchanged); a new reader's
+    first query against its p50, and the overlap with global BM25."""
+    from memwal.merge import merge_table
+    from memwal.reader import LsmReader
+
+    merge_table(uri)
+    reader = LsmReader(uri)
+    t0 = time.perf_counter()
+    reader.full_text_search(queries[0], k=10, columns=["id"])
+    first = time.perf_counter() - t0
+    times = []
+    for _ in range(args.repeat):
+        for q in queries:
+            t0 = time.perf_counter()
+            reader.full_text_search(q, k=10, columns=["id"])
+            times.append(time.perf_counter() - t0)
+    p50 = statistics.median(times)
+    truth = Truth(model)
+    mean_overlap = statistics.mean(
+        overlap(reader.full_text_search(q, k=10, columns=["id"]).column("id").to_pylist(), truth.scores(q))
+        for q in queries)
+    print(f"after a merge ({len(reader.sources)} sources, live rows {len(model)}): first query {first * 1000:.1f} ms, "
+          f"p50 {p50 * 1000:.1f} ms")
+    print(f"  {'first query after a merge / p50':46s} {first / p50:.2f}")
+    print(f"  {'top-10 overlap with global BM25 after it':46s} {mean_overlap:.3f}")
+
+
 def main() -> None:
     if sys.argv[1:2] == ["--flush-into"]:  # the writer process of flush_apart
         import pyarrow.feather as feather
@@ -293,6 +322,7 @@ def main() -> None:
         lancedb_t.close()
         print_ratios(mean_overlap, p50)
         after_flushes(root, uri, model, queries, args)
+        after_merge(uri, model, queries, args)
     finally:
         if args.root is None:
             shutil.rmtree(root, ignore_errors=True)

@@ -6,7 +6,9 @@ reads it; a MemTable's is kept for one snapshot. A snapshot's statistics are eac
 its rows that are not their key's newest live version in the view (`dead` positions): a base row whose key a
 source above the base holds (found through the base's key index, in time proportional to those keys, not to
 the base), a generation's row some newer version or tombstone supersedes. So a snapshot after one more flush
-costs the new generation's analysis and the shadow bookkeeping, not a recount of the view.
+costs the new generation's analysis and the shadow bookkeeping, not a recount of the view. A new base version
+(a merge, a delete) is put together from its fragments' analyses, each kept per fragment's data files (which
+never change; a later version only adds deletions): it costs the analysis of the fragments it added.
 """
 
 from __future__ import annotations
@@ -35,7 +37,35 @@ _ADDR, _ID = "_rowaddr", "_rowid"
 _TERMS: OrderedDict[tuple, SourceTerms] = OrderedDict()
 _TERMS_CACHED = 64  # the base, unmerged and gap generations of a few tables
 _TF_CACHED = 64  # per source: term -> frequencies per row
+# _FragmentTerms of base fragments: (uri, fragment id, data files, column, config, key) -> value.
+_FRAGMENTS: OrderedDict[tuple, _FragmentTerms] = OrderedDict()
+_FRAGMENTS_CACHED = 1024
 _LOCK = threading.Lock()  # the caches are shared by the threads of a process
+
+
+@dataclass(frozen=True)
+class _FragmentTerms:
+    """One fragment's rows analysed, in address order (term occurrence i: row doc[i], term vocab[term[i]]),
+    with the number of its rows deleted when it was read (a fragment's deletions only grow: the same count
+    means the same rows)."""
+
+    addrs: np.ndarray
+    row_ids: np.ndarray
+    keys: np.ndarray | None
+    doc: np.ndarray
+    term: np.ndarray
+    vocab: list[str]
+    deleted: int
+
+    @classmethod
+    def of_table(cls, table: pa.Table, column: str, config: TokenizerConfig, key: str | None, deleted: int
+                 ) -> _FragmentTerms:
+        addrs = table.column(_ADDR).to_numpy().astype(np.uint64)
+        order = np.argsort(addrs, kind="stable")
+        a = analyze(table.column(column).take(pa.array(order)), config)
+        return cls(addrs[order], table.column(_ID).to_numpy().astype(np.uint64)[order],
+                   table.column(key).to_numpy()[order] if key is not None else None,
+                   a.doc.astype(np.int32), a.term.astype(np.int32), list(a.vocab), deleted)
 
 
 class SourceTerms:
@@ -45,25 +75,61 @@ class SourceTerms:
     (`dataset`). With `key`: the rows' values of that (single,
     integer) primary key column, for the base's shadow lookup."""
 
-    def __init__(self, table: pa.Table, column: str, config: TokenizerConfig, key: str | None = None,
-                 dataset: lance.LanceDataset | None = None):
+    def __init__(self, addrs: np.ndarray, row_ids: np.ndarray, doc: np.ndarray, term: np.ndarray,
+                 vocab: list[str], keys: np.ndarray | None, dataset: lance.LanceDataset | None = None):
         # The dataset object read: later snapshots ask the same version through it, so Lance's index and
         # metadata caches (per dataset object) stay warm instead of being loaded again per snapshot.
         self.dataset = dataset
-        addrs = table.column(_ADDR).to_numpy().astype(np.uint64)
-        order = np.argsort(addrs, kind="stable")
-        self.addrs = addrs[order]
-        self.row_ids = table.column(_ID).to_numpy().astype(np.uint64)[order]
-        a = analyze(table.column(column).take(pa.array(order)), config)
-        self.lengths = a.lengths()
+        self.addrs = addrs
+        self.row_ids = row_ids
+        self.lengths = np.bincount(doc, minlength=len(addrs)).astype(np.int64)
         self.total_terms = int(self.lengths.sum())
         self.docs = int((self.lengths > 0).sum())
-        self.doc = a.doc.astype(np.int32)
-        self.term = a.term.astype(np.int32)
-        self.vocab = {t: i for i, t in enumerate(a.vocab)}
+        self.doc = doc.astype(np.int32)
+        self.term = term.astype(np.int32)
+        self.vocab = {t: i for i, t in enumerate(vocab)}
         self._tf: OrderedDict[str, np.ndarray] = OrderedDict()
-        self._keys = table.column(key).to_numpy()[order] if key is not None else None
+        self._keys = keys
         self._key_order: tuple[np.ndarray, np.ndarray] | None = None  # positions in key order, their keys
+
+    @classmethod
+    def of_table(cls, table: pa.Table, column: str, config: TokenizerConfig, key: str | None = None,
+                 dataset: lance.LanceDataset | None = None) -> SourceTerms:
+        """The rows of `table` (with `_rowaddr` and `_rowid`) analysed."""
+        f = _FragmentTerms.of_table(table, column, config, key, 0)
+        return cls(f.addrs, f.row_ids, f.doc, f.term, f.vocab, f.keys, dataset)
+
+    @classmethod
+    def combined(cls, parts: list[tuple[_FragmentTerms, np.ndarray | None]], dataset: lance.LanceDataset | None
+                 ) -> SourceTerms:
+        """Fragments' analyses put together in address order, each restricted to its rows still live (sorted
+        positions; None: all of them), their term ids mapped onto one vocabulary."""
+        vocab: dict[str, int] = {}
+        addrs, row_ids, keys, docs, terms = [], [], [], [], []
+        offset = 0
+        for part, live in parts:
+            ids = np.fromiter((vocab.setdefault(t, len(vocab)) for t in part.vocab), np.int32, len(part.vocab))
+            doc, term = part.doc, part.term
+            if live is not None:  # occurrences of rows since deleted dropped, the others renumbered
+                new_pos = np.full(len(part.addrs), -1, np.int64)
+                new_pos[live] = np.arange(len(live))
+                doc = new_pos[doc]
+                kept = doc >= 0
+                doc, term = doc[kept], term[kept]
+            rows = np.arange(len(part.addrs)) if live is None else live
+            addrs.append(part.addrs[rows])
+            row_ids.append(part.row_ids[rows])
+            if part.keys is not None:
+                keys.append(part.keys[rows])
+            docs.append(doc.astype(np.int64) + offset)
+            terms.append(ids[term] if len(ids) else term)
+            offset += len(rows)
+
+        def join(arrays: list[np.ndarray], dtype: Any) -> np.ndarray:
+            return np.concatenate(arrays) if arrays else np.zeros(0, dtype)
+
+        return cls(join(addrs, np.uint64), join(row_ids, np.uint64), join(docs, np.int64), join(terms, np.int32),
+                   list(vocab), join(keys, np.int64) if len(keys) == len(parts) and keys else None, dataset)
 
     def dataset_for(self, ds: Any) -> Any:
         """The dataset object to ask for `ds`'s version: the one this was read from, unless it was moved to
@@ -136,13 +202,54 @@ def source_terms(reader: LsmReader, position: int, column: str, config: Tokenize
                 _TERMS.move_to_end(key)
             return value
     columns = [column] + ([key_column] if key_column and key_column != column else [])
-    value = SourceTerms(ds.to_table(columns=columns, with_row_address=True, with_row_id=True), column, config,
-                        key_column, ds)
+    if position == 0 and not memory:
+        value = _base_terms(ds, columns, column, config, key_column)
+    else:
+        value = SourceTerms.of_table(ds.to_table(columns=columns, with_row_address=True, with_row_id=True),
+                                     column, config, key_column, ds)
     with _LOCK:
         store[key] = value
         while not memory and len(_TERMS) > _TERMS_CACHED:
             _TERMS.popitem(last=False)
     return value
+
+
+def _deleted(fragment: Any) -> int | None:
+    """Rows of the fragment deleted (its deletion file's count; None when Lance does not say)."""
+    deletion = fragment.metadata.deletion_file
+    return 0 if deletion is None else getattr(deletion, "num_deleted_rows", None)
+
+
+def _base_terms(ds: lance.LanceDataset, columns: list[str], column: str, config: TokenizerConfig,
+                key_column: str | None) -> SourceTerms:
+    """A base version's SourceTerms from its fragments' analyses, kept per fragment's data files: a fragment
+    analysed for an earlier version is reused, restricted to its rows still live when it has deleted more."""
+    parts = []
+    for fragment in sorted(ds.get_fragments(), key=lambda f: f.fragment_id):
+        fkey = (ds.uri, fragment.fragment_id, tuple(d.path for d in fragment.data_files()), column, config,
+                key_column)
+        deleted = _deleted(fragment)
+        with _LOCK:
+            part = _FRAGMENTS.get(fkey)
+            if part is not None:
+                _FRAGMENTS.move_to_end(fkey)
+        live = None
+        if part is not None and (deleted is None or deleted != part.deleted):
+            now = np.sort(fragment.to_table(columns=[], with_row_address=True).column(_ADDR).to_numpy()
+                          .astype(np.uint64))
+            live = np.searchsorted(part.addrs, now)
+            if len(now) and (live[-1] >= len(part.addrs) or not np.array_equal(part.addrs[live], now)):
+                part = live = None  # rows the analysis never saw: not the same fragment after all, read anew
+        if part is None:
+            part = _FragmentTerms.of_table(
+                fragment.to_table(columns=columns, with_row_address=True, with_row_id=True), column, config,
+                key_column, -1 if deleted is None else deleted)
+            with _LOCK:
+                _FRAGMENTS[fkey] = part
+                while len(_FRAGMENTS) > _FRAGMENTS_CACHED:
+                    _FRAGMENTS.popitem(last=False)
+        parts.append((part, live))
+    return SourceTerms.combined(parts, ds)
 
 
 def _complement(terms: SourceTerms, live: np.ndarray) -> np.ndarray:

@@ -129,6 +129,33 @@ def test_a_merge_moving_rows_into_the_base_counts_each_row_once(local_location, 
     assert gap != catch_up, f"the scenario is not the one named: {reader.last_fts_plan.to_dict()}"
 
 
+def test_a_merge_analyses_only_the_base_fragments_it_added(local_location, monkeypatch):
+    """After a merge (a new base version: the merged rows in a new fragment, the rows they replace deleted in
+    the old one), the first query analyses the new fragment's rows only: the old fragment's analysis is
+    reused without its rows since deleted, and every query is still global BM25 over the view."""
+    from memwal import fts_statistics
+
+    loc = local_location
+    model = _base_texts(60)
+    _create(loc, model)
+    region = str(uuid.uuid4())
+    puts = {**{i: "quartz river" for i in range(10)}, **{i: "quartz zeta" for i in range(100, 105)}}
+    _flush(loc, region, puts, deletes=range(20, 23))
+    model.update(puts)
+    for i in range(20, 23):
+        del model[i]
+    _assert_global_bm25(LsmReader(loc.uri), model, "before the merge")
+    analysed = []
+    real_analyze = fts_statistics.analyze
+    monkeypatch.setattr(fts_statistics, "analyze", lambda texts, config: (analysed.append(len(texts)),
+                                                                          real_analyze(texts, config))[1])
+    merge_table(loc.uri)
+    reader = LsmReader(loc.uri)
+    _assert_global_bm25(reader, model, "after the merge")
+    assert len(lance.dataset(loc.uri).get_fragments()) > 1, "the scenario needs the merge's own fragment"
+    assert sum(analysed) == len(puts), f"rows analysed after the merge: {analysed} (the merged {len(puts)} only)"
+
+
 def test_a_delete_on_the_base_is_a_new_version_read_anew(local_location):
     """A delete committed on the base (a new version) must not be answered from the previous version's terms."""
     loc = local_location
