@@ -181,6 +181,20 @@ def print_ratios(mean_overlap: dict[str, float], p50: dict[str, float]) -> None:
         print(f"  {label:46s} {value}")
 
 
+def first_and_p50(reader, queries: list[str], first_query: str, repeat: int) -> tuple[float, float]:
+    """A new reader's first query (seconds), then the p50 of `repeat` rounds over the queries."""
+    t0 = time.perf_counter()
+    reader.full_text_search(first_query, k=10, columns=["id"])
+    first = time.perf_counter() - t0
+    times = []
+    for _ in range(repeat):
+        for q in queries:
+            t0 = time.perf_counter()
+            reader.full_text_search(q, k=10, columns=["id"])
+            times.append(time.perf_counter() - t0)
+    return first, statistics.median(times)
+
+
 def after_flushes(root: str, uri: str, model: dict[int, str], queries: list[str], args) -> None:
     """Issue 44: per flush of one small generation, a new reader's first query against that reader's p50;
     the overlap with global BM25 checked after the last flush."""
@@ -197,16 +211,7 @@ def after_flushes(root: str, uri: str, model: dict[int, str], queries: list[str]
         flush_apart(root, batch(ids, new))
         model.update(zip(ids, new, strict=True))
         reader = LsmReader(uri)
-        t0 = time.perf_counter()
-        reader.full_text_search(queries[f % len(queries)], k=10, columns=["id"])
-        first = time.perf_counter() - t0
-        times = []
-        for _ in range(args.repeat):
-            for q in queries:
-                t0 = time.perf_counter()
-                reader.full_text_search(q, k=10, columns=["id"])
-                times.append(time.perf_counter() - t0)
-        p50 = statistics.median(times)
+        first, p50 = first_and_p50(reader, queries, queries[f % len(queries)], args.repeat)
         ratios.append(first / p50)
         print(f"flush {f + 1} (+{args.flush_rows} rows, {len(reader.sources)} sources, live rows {len(model)}): "
               f"first query {first * 1000:.1f} ms, p50 {p50 * 1000:.1f} ms, first / p50 {first / p50:.2f}")
@@ -227,16 +232,7 @@ def after_merge(uri: str, model: dict[int, str], queries: list[str], args) -> No
 
     merge_table(uri)
     reader = LsmReader(uri)
-    t0 = time.perf_counter()
-    reader.full_text_search(queries[0], k=10, columns=["id"])
-    first = time.perf_counter() - t0
-    times = []
-    for _ in range(args.repeat):
-        for q in queries:
-            t0 = time.perf_counter()
-            reader.full_text_search(q, k=10, columns=["id"])
-            times.append(time.perf_counter() - t0)
-    p50 = statistics.median(times)
+    first, p50 = first_and_p50(reader, queries, queries[0], args.repeat)
     truth = Truth(model)
     mean_overlap = statistics.mean(
         overlap(reader.full_text_search(q, k=10, columns=["id"]).column("id").to_pylist(), truth.scores(q))
