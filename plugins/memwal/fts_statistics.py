@@ -36,6 +36,9 @@ _ADDR, _ID = "_rowaddr", "_rowid"
 # SourceTerms of immutable datasets (base versions, generations): (cache_key, column, config, key) -> value.
 _TERMS: OrderedDict[tuple, SourceTerms] = OrderedDict()
 _TERMS_CACHED = 64  # the base, unmerged and gap generations of a few tables
+# Versions of one base kept whole (each about 8 bytes a term occurrence): a merge makes a new one, and a
+# reader of an older snapshot rebuilds its version from the fragments' analyses.
+_BASE_VERSIONS_CACHED = 2
 _TF_CACHED = 64  # per source: term -> frequencies per row
 # _FragmentTerms of base fragments: (uri, fragment id, data files, column, config, key) -> value.
 _FRAGMENTS: OrderedDict[tuple, _FragmentTerms] = OrderedDict()
@@ -209,6 +212,11 @@ def source_terms(reader: LsmReader, position: int, column: str, config: Tokenize
                                      column, config, key_column, ds)
     with _LOCK:
         store[key] = value
+        if position == 0 and not memory:  # the base's older versions: rebuilt from _FRAGMENTS if asked again
+            older = sorted((k for k in _TERMS if k[0][0] == ds.uri and k[1:] == key[1:] and k[0][1] < ds.version),
+                           key=lambda k: k[0][1])
+            for k in older[:-(_BASE_VERSIONS_CACHED - 1) or None]:
+                del _TERMS[k]
         while not memory and len(_TERMS) > _TERMS_CACHED:
             _TERMS.popitem(last=False)
     return value

@@ -156,6 +156,27 @@ def test_a_merge_analyses_only_the_base_fragments_it_added(local_location, monke
     assert sum(analysed) == len(puts), f"rows analysed after the merge: {analysed} (the merged {len(puts)} only)"
 
 
+def test_a_base_keeps_its_two_newest_versions_whole_and_older_snapshots_still_read_their_own(local_location):
+    """Every delete on the base makes a version; the process keeps two of them whole (the older ones are put
+    together again from the fragments when a reader of that snapshot asks), and each reader's answers stay
+    global BM25 over its own view."""
+    from memwal import fts_statistics
+
+    loc = local_location
+    model = _base_texts(60)
+    _create(loc, model)
+    readers = []
+    for step in range(4):
+        readers.append((LsmReader(loc.uri), dict(model)))
+        _assert_global_bm25(*readers[-1], f"version {step}")
+        lance.dataset(loc.uri, storage_options=lance_storage_options(loc.storage_options)).delete(f"id = {step}")
+        del model[step]
+    kept = [k for k in fts_statistics._TERMS if k[0][0] == readers[0][0].base.uri]
+    assert len(kept) == 2, f"base versions kept whole: {[k[0][1] for k in kept]}"
+    for step, (reader, old) in enumerate(readers):
+        _assert_global_bm25(reader, old, f"the snapshot of version {step}, asked again")
+
+
 def test_a_delete_on_the_base_is_a_new_version_read_anew(local_location):
     """A delete committed on the base (a new version) must not be answered from the previous version's terms."""
     loc = local_location
