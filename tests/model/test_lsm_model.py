@@ -16,10 +16,10 @@ from hypothesis.stateful import run_state_machine_as_test
 from machine import local_machine, s3_machine
 from vector_machine import local_vector_machine
 
-LOCAL_EXAMPLES = int(os.environ.get("MEMWAL_MODEL_EXAMPLES", "60"))
+LOCAL_EXAMPLES = int(os.environ.get("MEMWAL_MODEL_EXAMPLES", "40"))
 LOCAL_STEPS = 15
-VECTOR_EXAMPLES = int(os.environ.get("MEMWAL_MODEL_VECTOR_EXAMPLES", "10"))
-S3_EXAMPLES = 6
+VECTOR_EXAMPLES = int(os.environ.get("MEMWAL_MODEL_VECTOR_EXAMPLES", "7"))
+S3_EXAMPLES = 4
 S3_STEPS = 10
 COMMON = {
     "deadline": None,
@@ -57,7 +57,7 @@ def test_lsm_model_vector_local(tmp_path, record_property, capsys):
     assert _report(machine, "vector", LOCAL_STEPS, started, record_property, capsys) >= VECTOR_EXAMPLES
 
 
-APPLY_EXAMPLES = int(os.environ.get("MEMWAL_MODEL_APPLY_EXAMPLES", "20"))
+APPLY_EXAMPLES = int(os.environ.get("MEMWAL_MODEL_APPLY_EXAMPLES", "14"))
 
 
 def test_lsm_model_local_fragment_apply(tmp_path, monkeypatch, record_property, capsys):
