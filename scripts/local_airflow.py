@@ -263,6 +263,7 @@ class LocalAirflow:
             self._own_home = True
         Path(self.home).mkdir(parents=True, exist_ok=True)
         self.logs_dir.mkdir(parents=True, exist_ok=True)
+        picked = not self.port
         self.port = self.port or free_port()
         self._fernet_key = _fernet_key()
         self._secret_key = secrets.token_urlsafe(24)
@@ -275,6 +276,9 @@ class LocalAirflow:
             self._env = self.airflow_env()
             self._run(["db", "migrate"], "db-migrate", timeout=300)
             log.info("airflow db migrate took %.1fs", time.monotonic() - t0)
+            if picked:  # picked again: one free before a migrate of a minute may be another server's by now
+                self.port = free_port()
+                self._env = self.airflow_env()
             for name in COMPONENTS:
                 self._spawn(name, [name])
             self.wait_healthy()
