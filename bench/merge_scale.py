@@ -251,24 +251,41 @@ def _fixed_costs_reverted():
         finally:
             release_unused()
 
+    def upsert_rule(ds, keys, pk=(), **kwargs):
+        return merge_commit.use_index(ds, keys, pk)
+
     merge_commit.use_index_to_delete, dedup._last_per_key, memwal_merge.merge_table = (
-        merge_commit.use_index, hash_last, trimmed)
+        upsert_rule, hash_last, trimmed)
     try:
         yield
     finally:
         merge_commit.use_index_to_delete, dedup._last_per_key, memwal_merge.merge_table = real
 
 
-def ab_fixed(path: str, info: dict, keys: pa.Array, rounds: int) -> dict:
+@contextlib.contextmanager
+def _no_read_ahead():
+    """The merge without the delete pass's index read-ahead (`memwal.index_read_ahead`): `ab_read_ahead`."""
+    from memwal import merge_commit
+
+    real = merge_commit._read_ahead_reader
+    merge_commit._read_ahead_reader = lambda *args: None
+    try:
+        yield
+    finally:
+        merge_commit._read_ahead_reader = real
+
+
+def ab_fixed(path: str, info: dict, keys: pa.Array, rounds: int, reverted=None) -> dict:
     """The mixed backlog merged with the fixed-cost cuts reverted ("before") and as is ("after"), `rounds`
     times each, alternating which goes first, each right after Lance's floor on the same restore: the median
-    of the per-pair ratios to the floor, and of after / before within a round."""
+    of the per-pair ratios to the floor, and of after / before within a round. `reverted`: the context that
+    makes "before" (default the cuts of 5a75a64 reverted; `_no_read_ahead` for --ab-read-ahead)."""
     out: dict = {"before": [], "after": []}
     for i in range(rounds):
         for name in (("after", "before") if i % 2 else ("before", "after")):
             floor = floor_once(path, info["version"], keys, info["upserts"])
             restore(path, info["version"])
-            ctx = _fixed_costs_reverted() if name == "before" else contextlib.nullcontext()
+            ctx = (reverted or _fixed_costs_reverted)() if name == "before" else contextlib.nullcontext()
             with ctx:
                 r = ours(path, info["regions"]["mixed"], memwal_merge.local_dedup)
             out[name].append((r["s"], floor, r["breakdown"]))
@@ -312,6 +329,9 @@ def main() -> None:
     p.add_argument("--ab-fixed", type=int, default=0,
                    help="also merge the mixed backlog this many times with issue 44's fixed-cost cuts reverted and "
                         "as many times as is, alternating, each paired with Lance's floor (`ab_fixed`)")
+    p.add_argument("--ab-read-ahead", type=int, default=0,
+                   help="also merge the mixed backlog this many times without the delete pass's index read-ahead "
+                        "and as many times with it, alternating, each paired with Lance's floor")
     p.add_argument("--dir", default=None)
     p.add_argument("--out", default=None)
     args = p.parse_args()
@@ -371,6 +391,9 @@ def main() -> None:
             if args.ab_fixed:
                 log(f"{n} rows: the fixed-cost cuts reverted and as is, {args.ab_fixed} rounds")
                 res["ab_fixed"] = ab_fixed(path, info, touched, args.ab_fixed)
+            if args.ab_read_ahead:
+                log(f"{n} rows: without and with the index read-ahead, {args.ab_read_ahead} rounds")
+                res["ab_read_ahead"] = ab_fixed(path, info, touched, args.ab_read_ahead, _no_read_ahead)
             if not args.floor_only:
                 log(f"{n} rows: where the upsert cost goes")
                 res["upsert_cost"] = where_upsert_cost_goes(path, info["version"], n)
@@ -487,13 +510,16 @@ def report(results: dict, sizes: list[int], engines: list[str], kinds: list[str]
                       f"{o['delete_pass']:.3f}, upsert pass {o['upsert_pass']:.3f}); / Lance's floor "
                       f"({floor:.3f} s, median, same rounds): {o['s'] / floor:.2f}   (target <= 1.0)")
     for n in sizes:
-        ab = results["sizes"][n].get("ab_fixed")
-        if ab:
+        for key, what, before in (("ab_fixed", "fixed-cost cuts", "reverted"),
+                                  ("ab_read_ahead", "index read-ahead", "off")):
+            ab = results["sizes"][n].get(key)
+            if not ab:
+                continue
             for name in ("before", "after"):
-                print(f"  {n:>11,} rows, fixed-cost cuts {'reverted' if name == 'before' else 'as is'}: median "
+                print(f"  {n:>11,} rows, {what} {before if name == 'before' else 'as is'}: median "
                       f"{ab[name]['s']:.3f} s ({', '.join(f'{k} {v:.3f}' for k, v in ab[name]['breakdown'].items())})"
                       f"; / the floor right before it, per pair: median {ab[name]['ratio']:.2f}")
-            print(f"  {n:>11,} rows, as is / reverted, same round: median {ab['after_over_before']:.2f}")
+            print(f"  {n:>11,} rows, as is / {before}, same round: median {ab['after_over_before']:.2f}")
     print(f"peak RSS of this process: {results['peak_rss_mb']:.0f} MiB")
     equal = all(results["sizes"][n][k]["equal"] for n in sizes for k in kinds)
     print(f"every contestant's table equal to the others': {equal}")

@@ -82,6 +82,7 @@ import pyarrow.compute as pc
 from lance.mem_wal import CompactedSsTable
 
 from memwal.faults import fault_point
+from memwal.index_read_ahead import keys_read_ahead
 from memwal.table import MemWalTable
 
 __all__ = ["CommitPasses", "Overtaken", "PassOrder", "advance_markers", "check_progress", "commit_passes",
@@ -150,19 +151,21 @@ def use_index(ds: lance.LanceDataset, keys: int | pa.Table, pk: Sequence[str] = 
     return _cheaper_through_index(ds, keys, pk, ROWS_PER_INDEXED_KEY_WITH_DELETIONS)
 
 
-def use_index_to_delete(ds: lance.LanceDataset, keys: int | pa.Table, pk: Sequence[str] = ()) -> bool:
+def use_index_to_delete(ds: lance.LanceDataset, keys: int | pa.Table, pk: Sequence[str] = (),
+                        assume_deletions: bool = False) -> bool:
     """The delete pass's join path (a merge-insert `when_matched_delete`): as `use_index`, but on a table with
-    deletion files the index already pays from ROWS_PER_INDEXED_DELETE_WITH_DELETIONS rows per key."""
-    return _cheaper_through_index(ds, keys, pk, ROWS_PER_INDEXED_DELETE_WITH_DELETIONS)
+    deletion files the index already pays from ROWS_PER_INDEXED_DELETE_WITH_DELETIONS rows per key.
+    assume_deletions: decide as for the table once it has deletion files (after our upsert pass)."""
+    return _cheaper_through_index(ds, keys, pk, ROWS_PER_INDEXED_DELETE_WITH_DELETIONS, assume_deletions)
 
 
 def _cheaper_through_index(ds: lance.LanceDataset, keys: int | pa.Table, pk: Sequence[str],
-                           rows_per_key_with_deletions: int) -> bool:
+                           rows_per_key_with_deletions: int, assume_deletions: bool = False) -> bool:
     n = keys if isinstance(keys, int) else _keys_in_index_range(ds, keys, pk)
     if n == 0:
         return isinstance(keys, pa.Table) and keys.num_rows > 0
     fragments = ds.get_fragments()
-    deletions = any(f.metadata.deletion_file is not None for f in fragments)
+    deletions = assume_deletions or any(f.metadata.deletion_file is not None for f in fragments)
     rows_per_key = rows_per_key_with_deletions if deletions else ROWS_PER_INDEXED_KEY
     return n * rows_per_key <= sum(f.metadata.physical_rows for f in fragments)
 
@@ -342,6 +345,19 @@ def commit_passes(table: MemWalTable, markers: Sequence[tuple[str, int]], since:
     return out
 
 
+def _read_ahead_reader(table: MemWalTable, deleted_keys: pa.Table, pk: list[str]) -> lance.LanceDataset | None:
+    """A dataset sharing the handle's session to read the delete pass's keys ahead on while the upsert pass
+    runs (`memwal.index_read_ahead`), when that pass will join through the key's index: a one-column key with
+    a scalar index and few enough keys for a table with deletion files (our upsert pass makes them). None
+    otherwise."""
+    ds = table.dataset
+    if len(pk) != 1 or not any(list(d.field_names) == pk for d in ds.describe_indices()):
+        return None
+    if not use_index_to_delete(ds, _keys_in_index_range(ds, deleted_keys, pk), assume_deletions=True):
+        return None
+    return table.open_dataset(ds.version, same_session=True)
+
+
 def _upsert_pass(pk: list[str], upserts: pa.Table, compacted: list[CompactedSsTable]) -> Pass:
     def execute(ds: lance.LanceDataset) -> dict:
         return (ds.merge_insert(pk).when_matched_update_all().when_not_matched_insert_all()
@@ -358,7 +374,9 @@ def _upserts_first(table: MemWalTable, since: Mapping[str, int], upserts: pa.Tab
     out = CommitPasses()
     pk = list(table.primary_key)
     started = time.monotonic()
-    run_pass(table, since, _upsert_pass(pk, upserts, [CompactedSsTable(r, g) for r, g in order.first]), "upsert")
+    with keys_read_ahead(_read_ahead_reader(table, deleted_keys, pk), pk[0], deleted_keys.column(pk[0])):
+        run_pass(table, since, _upsert_pass(pk, upserts, [CompactedSsTable(r, g) for r, g in order.first]),
+                 "upsert")
     out.timings_s["upsert_pass"] = time.monotonic() - started
     out.upserted, out.table_commits = upserts.num_rows, 1
     fault_point("merge.between_passes")

@@ -210,10 +210,13 @@ class MemWalTable:
         self.adopt(ds, index)
         return index
 
-    def open_dataset(self, version: int | None = None) -> lance.LanceDataset:
+    def open_dataset(self, version: int | None = None, *, same_session: bool = False) -> lance.LanceDataset:
         """A dataset object of its own at `version` (default the latest), apart from the handle's: for a
-        commit that must read at a fixed version while the handle moves on."""
-        return lance.dataset(self.uri, version=version, storage_options=lance_storage_options(self.storage_options))
+        commit that must read at a fixed version while the handle moves on. same_session: it shares the
+        handle's Lance session (its index and metadata caches): what it loads, the handle finds loaded."""
+        session = self.dataset.session() if same_session else None
+        return lance.dataset(self.uri, version=version, storage_options=lance_storage_options(self.storage_options),
+                             session=session)
 
     def adopt(self, dataset: lance.LanceDataset, index: MemWalIndex | None = None) -> None:
         """Take a dataset this process just committed (and its index) as the handle's current state."""

@@ -32,7 +32,7 @@ GENS = [([20, 21], "g1", [3, 4]), ([3], "g2", [20]), ([21], "g3", [])]
 def join_path(request, monkeypatch) -> str:
     """Every interleaving on both of the passes' join paths (tiny tables would always scan)."""
     for name in ("use_index", "use_index_to_delete"):
-        monkeypatch.setattr(merge_commit, name, lambda ds, keys, pk=(): request.param == "index")
+        monkeypatch.setattr(merge_commit, name, lambda ds, keys, pk=(), **kw: request.param == "index")
     return request.param
 
 
