@@ -108,8 +108,8 @@ def equal_recall_table(args: argparse.Namespace, reader_a, base_c, queries: np.n
     equal_recall({"ours (A)": ours, "base ANN alone (C)": base}, queries, truth, args.k, partitions, args.repeat)
 
 
-def equal_recall_only(args: argparse.Namespace, reader_a, reader_b, base_c, queries: np.ndarray, truth: list
-                      ) -> None:
+def equal_recall_only(args: argparse.Namespace, reader_a, reader_b, base_c, queries: np.ndarray, truth: list,
+                      vecs: np.ndarray, rng: np.random.Generator) -> None:
     """The gap ratio (A / B, same settings, timed interleaved) and the equal-recall comparison."""
 
     def ours(reader):
@@ -123,6 +123,7 @@ def equal_recall_only(args: argparse.Namespace, reader_a, reader_b, base_c, quer
           f"p50 {ms_a:.2f} ms; B (no gap) recall {recall(got_b, truth, args.k):.3f} p50 {ms_b:.2f} ms; "
           f"A / B {ms_a / ms_b:.2f} (target <= 1.1)")
     first_query(args, reader_a.store.uri, queries)
+    first_after_flush(args, reader_a.store.uri, vecs, queries, rng)
     equal_recall_table(args, reader_a, base_c, queries, truth)
 
 
@@ -147,6 +148,46 @@ def first_query(args: argparse.Namespace, uri: str, queries: np.ndarray, snapsho
     first, p50 = float(np.median(firsts)), float(np.median(rest))
     print(f"a new snapshot's first search (median of {snapshots}): {first:.1f} ms; p50 after it {p50:.2f} ms; "
           f"first / p50 {first / p50:.1f}")
+
+
+def first_after_flush(args: argparse.Namespace, uri: str, vecs: np.ndarray, queries: np.ndarray,
+                      rng: np.random.Generator, rounds: int = 5) -> None:
+    """A new snapshot's first search after a flush against the p50 of the searches after it, on a copy of A: per
+    round one generation of `--flush-rows` rows (new keys, vectors near the table's) is flushed and a new
+    LsmReader opened, as a service does after a flush (what was read of the older generations stays read)."""
+    from memwal.reader import LsmReader
+    from memwal.writer import RegionWriter
+
+    from support.maintenance import ONE_GEN_PER_FLUSH
+
+    copy = uri.rstrip("/") + "-flushes"
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(uri, copy)
+
+    def search(reader, q):
+        return reader.search(q, k=args.k, columns=["id"], nprobes=args.nprobes, refine_factor=args.refine)
+
+    firsts, rest = [], []
+    next_id = 1 << 40
+    with RegionWriter(copy, str(uuid.uuid4()), config=ONE_GEN_PER_FLUSH) as w:
+        search(LsmReader(copy), queries[0])  # the process has read the table once, as a running service has
+        for i in range(rounds):
+            near = vecs[rng.choice(len(vecs), args.flush_rows)] + 0.1 * rng.standard_normal((args.flush_rows, args.dim))
+            w.put(rows(np.arange(next_id, next_id + args.flush_rows), near))
+            w.flush()
+            next_id += args.flush_rows
+            reader = LsmReader(copy)
+            t = time.perf_counter()
+            search(reader, queries[i % len(queries)])
+            firsts.append((time.perf_counter() - t) * 1000)
+            for q in queries:
+                t = time.perf_counter()
+                search(reader, q)
+                rest.append((time.perf_counter() - t) * 1000)
+    shutil.rmtree(copy, ignore_errors=True)
+    first, p50 = float(np.median(firsts)), float(np.median(rest))
+    print(f"a new snapshot's first search after a flush of {args.flush_rows} rows (median of {rounds}): "
+          f"{first:.1f} ms; p50 after it {p50:.2f} ms; first / p50 {first / p50:.1f}")
 
 
 def retrain(uri: str, index: str) -> None:
@@ -182,6 +223,8 @@ def main() -> None:
     p.add_argument("--nprobes", type=int, default=20)
     p.add_argument("--refine", type=int, default=10)
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--flush-rows", type=int, default=1000,
+                   help="rows of each generation flushed before a new snapshot's first search is timed")
     p.add_argument("--dir", default=None, help="work directory (default: a new temporary one, removed after)")
     p.add_argument("--equal-recall", action="store_true", help="also the equal-recall comparison")
     p.add_argument("--equal-recall-only", action="store_true", help="only the gap ratio and the equal-recall one")
@@ -229,7 +272,7 @@ def main() -> None:
     k, tuned = args.k, {"nprobes": args.nprobes, "refine_factor": args.refine}
     reader_a, reader_b = LsmReader(a), LsmReader(b)
     if args.equal_recall_only:
-        equal_recall_only(args, reader_a, reader_b, lance.dataset(c), queries, truth)
+        equal_recall_only(args, reader_a, reader_b, lance.dataset(c), queries, truth, vecs, rng)
         if not args.dir:
             shutil.rmtree(root, ignore_errors=True)
         return
@@ -325,6 +368,8 @@ def main() -> None:
                   f"{plan.rows_served_flat} rows served flat")
     lancedb_a.close()
     print_ratios(figures, names, k)
+    first_query(args, a, queries)
+    first_after_flush(args, a, vecs, queries, rng)
     if args.equal_recall:
         equal_recall_table(args, reader_a, base_c, queries, truth)
     if not args.dir:

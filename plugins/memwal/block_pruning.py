@@ -7,15 +7,17 @@ the rows whose bound can still beat the k-th best exact key among a few seeds go
 
 from __future__ import annotations
 
+import itertools
 import math
 import threading
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from threadpoolctl import ThreadpoolController
 
-__all__ = ["MIN_DIM", "MIN_ROWS", "Pruning", "head_dims", "pruned_rows", "pruning_of"]
+__all__ = ["MIN_DIM", "MIN_ROWS", "Axes", "Pruning", "axes_of", "head_dims", "head_of", "prunable", "pruned_rows",
+           "pruning_of", "pruning_under"]
 
 # The smallest block worth projecting: below these one pass over the whole block costs about what the head
 # pass does (bench/README.md, "search.py": fixed costs).
@@ -56,7 +58,7 @@ def head_dims(dim: int) -> int:
 class Pruning:
     """The block's rows w = (v - mean) @ axes (unit vectors v under cosine). `first` holds, one contiguous
     float32 column per term (a product over it reads each once): the head of w, |w beyond the head| (rounded
-    up) and -|w|^2 / 2 (l2) or 0; `norm_max` is the largest |w|."""
+    up) and -|w|^2 / 2 (l2) or 0; `norm_max` is the largest |w| (or more: it only widens the bounds)."""
 
     metric: str
     mean: np.ndarray
@@ -65,41 +67,81 @@ class Pruning:
     norm_max: float
 
 
-def pruning_of(vecs: np.ndarray, metric: str) -> Pruning | None:
-    """The projected head of a block's vectors (rows with a defined distance only), or None when the block is
-    too small or too narrow for pruning to pay."""
+@dataclass(frozen=True)
+class Axes:
+    """Where a block's rows are projected: its mean and first principal axes (d x head_dims(d), orthonormal).
+    Any such axes keep the search exact, so rows projected once (a generation's, memwal.flat_block) are not
+    projected again for the next snapshot; `token` tells heads made under different axes apart."""
+
+    metric: str
+    mean: np.ndarray
+    axes: np.ndarray
+    token: int = field(default_factory=lambda: next(_TOKENS))
+
+
+_TOKENS = itertools.count(1)
+
+
+def prunable(n: int, d: int) -> bool:
+    """Whether a block of n rows of d dimensions is large and wide enough for pruning to pay."""
+    return n >= MIN_ROWS and d >= MIN_DIM
+
+
+def _inverse_norms(vecs: np.ndarray, metric: str) -> np.ndarray | None:
+    return 1.0 / np.sqrt(np.einsum("ij,ij->i", vecs, vecs, dtype=np.float64)) if metric == "cosine" else None
+
+
+def axes_of(vecs: np.ndarray, metric: str) -> Axes:
+    """The mean and principal axes of these rows (rows with a defined distance only; from a sample of them)."""
     n, d = vecs.shape
-    if n < MIN_ROWS or d < MIN_DIM:
-        return None
-    inv = 1.0 / np.sqrt(np.einsum("ij,ij->i", vecs, vecs, dtype=np.float64)) if metric == "cosine" else None
-
-    def rows(a: int, b: int) -> np.ndarray:  # float64 rows a..b (unit vectors under cosine), centred once known
-        v = vecs[a:b].astype(np.float64)
-        return v * inv[a:b, None] if inv is not None else v
-
+    inv = _inverse_norms(vecs, metric)
     mean = np.zeros(d)
     for a in range(0, n, _CHUNK):
-        mean += rows(a, a + _CHUNK).sum(axis=0)
-    mean /= n
+        v = vecs[a:a + _CHUNK].astype(np.float64)
+        mean += (v * inv[a:a + _CHUNK, None] if inv is not None else v).sum(axis=0)
+    mean /= max(n, 1)
     picked = np.linspace(0, n - 1, min(n, _SAMPLE)).astype(int)
     sample = vecs[picked].astype(np.float64) * (inv[picked, None] if inv is not None else 1.0) - mean
-    m = head_dims(d)
+    with _one_blas_thread():
+        _, axes = np.linalg.eigh(sample.T @ sample)
+    return Axes(metric, mean, np.ascontiguousarray(axes[:, ::-1][:, :head_dims(d)]))  # the largest variance first
+
+
+def head_of(vecs: np.ndarray, axes: Axes) -> tuple[np.ndarray, float]:
+    """These rows' part of Pruning.first under `axes` ((head_dims + 2) x n float32) and their largest |w|."""
+    n = len(vecs)
+    m = axes.axes.shape[1]
+    inv = _inverse_norms(vecs, axes.metric)
     first = np.empty((m + 2, n), np.float32)
     sq = np.empty(n)
     with _one_blas_thread():
-        _, axes = np.linalg.eigh(sample.T @ sample)
-        axes = np.ascontiguousarray(axes[:, ::-1][:, :m])  # the largest variance first
         for a in range(0, n, _CHUNK):  # a chunk at a time: no float64 copy of the whole block
-            v = rows(a, a + _CHUNK) - mean
-            head = v @ axes
+            v = vecs[a:a + _CHUNK].astype(np.float64)
+            v = (v * inv[a:a + _CHUNK, None] if inv is not None else v) - axes.mean
+            head = v @ axes.axes
             sq[a:a + len(v)] = np.einsum("ij,ij->i", v, v)
             first[:m, a:a + len(v)] = head.T
             # |w beyond the head| = sqrt(|w|^2 - |head|^2), rounded up by what float64 may have lost (the axes
             # are orthonormal to ~1e-15).
             first[m, a:a + len(v)] = np.sqrt(np.maximum(sq[a:a + len(v)] - np.einsum("ij,ij->i", head, head), 0.0)
                                              ) + 1e-7 * np.sqrt(sq[a:a + len(v)])
-    first[m + 1] = -0.5 * sq if metric == "l2" else 0.0
-    return Pruning(metric, mean, axes, first, float(np.sqrt(sq.max())))
+    first[m + 1] = -0.5 * sq if axes.metric == "l2" else 0.0
+    return first, float(np.sqrt(sq.max())) if n else 0.0
+
+
+def pruning_under(axes: Axes, first: np.ndarray, norm_max: float) -> Pruning:
+    """The Pruning of rows whose heads under `axes` (head_of, put together) are `first`."""
+    return Pruning(axes.metric, axes.mean, axes.axes, first, norm_max)
+
+
+def pruning_of(vecs: np.ndarray, metric: str) -> Pruning | None:
+    """The projected head of a block's vectors (rows with a defined distance only), or None when the block is
+    too small or too narrow for pruning to pay."""
+    n, d = vecs.shape
+    if not prunable(n, d):
+        return None
+    axes = axes_of(vecs, metric)
+    return pruning_under(axes, *head_of(vecs, axes))
 
 
 def _kth_key(p: Pruning, vecs: np.ndarray, q: np.ndarray, sq: np.ndarray, neg_inv: np.ndarray, rows: np.ndarray,

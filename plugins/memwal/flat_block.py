@@ -5,16 +5,29 @@ of them, filtered or not, is one matrix-vector product and one exact re-rank ins
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import lance
 import numpy as np
 import pyarrow as pa
 
-from memwal.block_pruning import MIN_ROWS, Pruning, pruned_rows, pruning_of
+from memwal.block_pruning import (
+    MIN_ROWS,
+    Axes,
+    Pruning,
+    axes_of,
+    head_of,
+    prunable,
+    pruned_rows,
+    pruning_of,
+    pruning_under,
+)
 from memwal.newest_version import member
 from memwal.search_plan import View, is_live, source_at
+from memwal.source_cache import cached, peek
 
 if TYPE_CHECKING:
     from memwal.reader import Filter, LsmReader
@@ -70,41 +83,113 @@ class FlatBlock:
     pruning: Pruning | None = None
 
 
+def _defined(vecs: np.ndarray, metric: str) -> tuple[np.ndarray, np.ndarray]:
+    """(which rows have a defined distance, their squared norms): finite, and not zero under cosine. The norms
+    in float64 without a float64 copy of the rows; a row holding NaN or inf has a non-finite one (float32 values
+    squared cannot overflow float64)."""
+    sq = np.einsum("ij,ij->i", vecs, vecs, dtype=np.float64) if len(vecs) else np.zeros(0)
+    keep = np.isfinite(sq) & ((sq > 0) if metric == "cosine" else True)
+    return keep, sq[keep]
+
+
+def _block(positions: np.ndarray, gens: np.ndarray, addrs: np.ndarray, vecs: np.ndarray, sq: np.ndarray,
+           metric: str, pruning: Pruning | None) -> FlatBlock:
+    norms = np.sqrt(sq)
+    return FlatBlock(positions, gens, addrs, vecs, sq, -1.0 / norms if metric == "cosine" else np.zeros(0),
+                     float(norms.max()) if len(norms) else 0.0, pruning)
+
+
 def block_of(positions: np.ndarray, gens: np.ndarray, addrs: np.ndarray, vecs: np.ndarray, metric: str,
              prune: bool = True) -> FlatBlock:
     """The FlatBlock of these rows (one entry each), without the rows whose distance is undefined; `prune`:
     with its projected head when it is large enough (memwal.block_pruning.MIN_ROWS)."""
-    # Squared norms in float64 without a float64 copy of the block; a row holding NaN or inf has a non-finite one
-    # (float32 values squared cannot overflow float64).
-    sq = np.einsum("ij,ij->i", vecs, vecs, dtype=np.float64) if len(vecs) else np.zeros(0)
-    keep = np.isfinite(sq) & ((sq > 0) if metric == "cosine" else True)
-    sq = sq[keep]
-    norms = np.sqrt(sq)
-    neg_inv = -1.0 / norms if metric == "cosine" else np.zeros(0)
+    keep, sq = _defined(vecs, metric)
     kept = np.ascontiguousarray(vecs[keep], np.float32)
-    return FlatBlock(positions[keep], gens[keep], addrs[keep].astype(np.uint64), kept, sq, neg_inv,
-                     float(norms.max()) if len(norms) else 0.0, pruning_of(kept, metric) if prune else None)
+    return _block(positions[keep], gens[keep], addrs[keep].astype(np.uint64), kept, sq, metric,
+                  pruning_of(kept, metric) if prune else None)
+
+
+@dataclass(frozen=True)
+class _Piece:
+    """One small source's rows whose distance is defined (`_defined`): row addresses, float32 vectors and
+    squared norms. A generation's is made once per process (memwal.source_cache), a MemTable's per snapshot."""
+
+    addrs: np.ndarray
+    vecs: np.ndarray
+    sq: np.ndarray
+
+
+def _piece(ds: lance.LanceDataset, column: str, dim: int, metric: str) -> _Piece:
+    def read() -> _Piece:
+        t = ds.to_table(columns=[column], with_row_address=True)
+        t = t.filter(pa.array(has_vector(t.column(column))))
+        vecs = matrix(t.column(column), dim)
+        keep, sq = _defined(vecs, metric)
+        return _Piece(t.column("_rowaddr").to_numpy().astype(np.uint64)[keep],
+                      np.ascontiguousarray(vecs[keep], np.float32), sq)
+
+    return cached(ds, ("flat piece", column, dim, metric), read)
+
+
+# Per table, column, metric and dimension: the axes the blocks' rows are projected on (block_pruning.Axes),
+# kept while most of a new snapshot's block was projected on them already.
+_AXES: dict[tuple, Axes] = {}
+_AXES_LOCK = threading.Lock()
+
+
+def _head(ds: lance.LanceDataset, piece: _Piece, axes: Axes, column: str) -> tuple[np.ndarray, float]:
+    return cached(ds, ("flat head", column, axes.token), lambda: head_of(piece.vecs, axes))
+
+
+def _pruning(reader: LsmReader, column: str, dim: int, metric: str,
+             parts: list[tuple[lance.LanceDataset, _Piece, np.ndarray]], vecs: np.ndarray) -> Pruning | None:
+    """The block's Pruning, its rows' heads reused: each generation's rows are projected once per set of axes,
+    and the axes are made again from the block only when most of its live rows have no head under them."""
+    if not prunable(len(vecs), dim):
+        return None
+    key = (reader.store.uri, column, metric, dim)
+    with _AXES_LOCK:
+        axes = _AXES.get(key)
+    if axes is not None:
+        fresh = sum(int(live.sum()) for ds, _, live in parts if peek(ds, ("flat head", column, axes.token)) is None)
+        if fresh * 2 > len(vecs):
+            axes = None
+    if axes is None:
+        axes = axes_of(vecs, metric)
+        with _AXES_LOCK:
+            _AXES[key] = axes
+    heads = [(_head(ds, piece, axes, column), live) for ds, piece, live in parts if live.any()]
+    first = np.concatenate([h[0] if live.all() else h[0][:, live] for h, live in heads], axis=1)
+    return pruning_under(axes, first, max(h[1] for h, _ in heads))
+
+
+def _live(rows: np.ndarray, live: np.ndarray) -> np.ndarray:
+    """The live rows of a piece's array: the array itself when all are (concatenated once, not copied twice)."""
+    return rows if live.all() else rows[live]
 
 
 def flat_block(reader: LsmReader, positions: tuple[int, ...], column: str, dim: int, view: View, metric: str
                ) -> FlatBlock:
-    """The FlatBlock of the small sources at `positions`, cached per snapshot."""
+    """The FlatBlock of the small sources at `positions`, cached per snapshot; each source's vectors (and their
+    projected heads) are read once per process for a generation, so a new snapshot reads only what is new."""
     key = ("flat block", positions, column, view, metric)
     cache = reader.search_cache
     if key not in cache:
         parts = []
         for position in positions:
-            source = source_at(reader, position)
-            t = source.dataset.to_table(columns=[column], with_row_address=True)
-            t = t.filter(pa.array(is_live(reader, position, t, view) & has_vector(t.column(column))))
-            vecs = matrix(t.column(column), dim)
-            parts.append((np.full(len(vecs), position), np.full(len(vecs), source.generation),
-                          t.column("_rowaddr").to_numpy(), vecs))
+            ds = source_at(reader, position).dataset
+            piece = _piece(ds, column, dim, metric)
+            parts.append((ds, piece, is_live(reader, position, pa.table({"_rowaddr": piece.addrs}), view)))
         if parts:
-            pos, gens, addrs, vecs = (np.concatenate(c) for c in zip(*parts, strict=True))
+            counts = [int(live.sum()) for _, _, live in parts]
+            pos = np.repeat(np.array(positions), counts)
+            gens = np.repeat(np.array([source_at(reader, p).generation for p in positions]), counts)
+            addrs, vecs, sq = (np.concatenate([_live(getattr(piece, f), live) for _, piece, live in parts])
+                               for f in ("addrs", "vecs", "sq"))
         else:
-            pos, gens, addrs, vecs = np.zeros(0, int), np.zeros(0, int), np.zeros(0, np.uint64), np.zeros((0, dim))
-        cache[key] = block_of(pos, gens, addrs, vecs, metric)
+            pos, gens, addrs = np.zeros(0, int), np.zeros(0, int), np.zeros(0, np.uint64)
+            vecs, sq = np.zeros((0, dim), np.float32), np.zeros(0)
+        cache[key] = _block(pos, gens, addrs, vecs, sq, metric, _pruning(reader, column, dim, metric, parts, vecs))
     return cache[key]
 
 
@@ -174,12 +259,17 @@ def flat_top(block: FlatBlock, q: np.ndarray, k: int, metric: str, rows: np.ndar
 def small_rows(reader: LsmReader, position: int, columns: tuple[str, ...], schema: pa.Schema
                ) -> tuple[np.ndarray, pa.Table]:
     """A small source's rows (the given columns, in the result's types) with their sorted row addresses,
-    read once per snapshot: a result row of it is then a slice, not a take."""
+    read once per snapshot (a generation's once per process): a result row of it is then a slice, not a take."""
     key = ("flat rows", position, columns)
     cache = reader.search_cache
     if key not in cache:
-        t = source_at(reader, position).dataset.to_table(columns=list(columns), with_row_address=True)
-        addrs = t.column("_rowaddr").to_numpy().astype(np.uint64)
-        order = np.argsort(addrs, kind="stable")
-        cache[key] = addrs[order], t.select(list(columns)).take(pa.array(order)).cast(schema)
+        ds = source_at(reader, position).dataset
+
+        def read() -> tuple[np.ndarray, pa.Table]:
+            t = ds.to_table(columns=list(columns), with_row_address=True)
+            addrs = t.column("_rowaddr").to_numpy().astype(np.uint64)
+            order = np.argsort(addrs, kind="stable")
+            return addrs[order], t.select(list(columns)).take(pa.array(order)).cast(schema)
+
+        cache[key] = cached(ds, ("flat rows", columns, schema), read)
     return cache[key]

@@ -29,6 +29,7 @@ from memwal.dataset_identity import cache_key
 from memwal.dedup import ROWADDR_COLUMN as _ADDR
 from memwal.dedup import SOURCE_COLUMN as _SRC
 from memwal.errors import CorruptFileError
+from memwal.source_cache import cached
 
 if TYPE_CHECKING:
     from memwal.lsm_source import Source
@@ -131,8 +132,9 @@ def _bloom(reader: LsmReader, position: int, source: Source) -> BloomFilter | No
         types = [reader.base.schema.field(c).type for c in reader.pk]
         trusted = trusted_key_type(*types) and [source.dataset.schema.field(c).type for c in reader.pk] == types
         if source.path is not None and source.region_id is not None and trusted:
-            try:
-                found = read_bloom_filter(reader.store, source.region_id, source.path)
+            try:  # a generation's filter never changes: read once per process (memwal.source_cache)
+                found = cached(source.dataset, "bloom filter",
+                               lambda: read_bloom_filter(reader.store, source.region_id, source.path))
             except CorruptFileError as e:
                 log.warning("region %s generation %d: %s; its keys are checked without it", source.region_id,
                             source.generation, e)

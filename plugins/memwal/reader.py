@@ -26,6 +26,7 @@ from memwal.primary_key import refuse_null_base_keys, refuse_null_keys
 from memwal.pruning import prune
 from memwal.region_manifest import RegionManifest
 from memwal.schema import conform_to, tombstone_schema
+from memwal.source_cache import cached
 from memwal.sql_predicates import parse_simple_predicates
 from memwal.table import MemWalTable, TableLike
 
@@ -159,8 +160,14 @@ class LsmReader:
 
     def _keys(self, source_index: int, source: Source) -> pa.Table:
         cols = list(self.pk) + ([naming.TOMBSTONE_COLUMN] if source.has_tombstone else [])
-        t = source.dataset.to_table(columns=cols, with_row_address=True)
-        refuse_null_keys(t, self.pk, self._describe(source))
+
+        def read() -> pa.Table:
+            t = source.dataset.to_table(columns=cols, with_row_address=True)
+            refuse_null_keys(t, self.pk, self._describe(source))
+            return t
+
+        # a flushed generation's keys are read once per process (memwal.source_cache), not once per snapshot
+        t = cached(source.dataset, ("keys", tuple(cols)), read) if source.path is not None else read()
         n = t.num_rows
         tomb = t.column(naming.TOMBSTONE_COLUMN) if source.has_tombstone else pa.array(np.zeros(n, bool))
         return pa.table(

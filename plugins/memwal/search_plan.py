@@ -25,6 +25,7 @@ from memwal.index_coverage import covered_fragments
 from memwal.index_statistics import index_statistics
 from memwal.lsm_source import Source
 from memwal.newest_version import NewerCheck, base_keys, member, newer_versions, shadowed_in_bulk, upper_view
+from memwal.source_cache import cached
 
 if TYPE_CHECKING:
     from memwal.reader import Filter, LsmReader
@@ -152,7 +153,7 @@ def source_index(reader: LsmReader, position: int, column: str, matches: IndexMa
     cache = reader.search_cache
     if key not in cache:
         ds = source_at(reader, position).dataset
-        cache[key] = next((d for d in ds.describe_indices() if matches(d, column)), None)
+        cache[key] = next((d for d in cached(ds, "indices", ds.describe_indices) if matches(d, column)), None)
     return cache[key]
 
 
@@ -160,7 +161,8 @@ def _index_stats(reader: LsmReader, position: int, index: Any) -> dict:
     key = ("index stats", position, index.name)
     cache = reader.search_cache
     if key not in cache:
-        cache[key] = index_statistics(source_at(reader, position).dataset, index.name)
+        ds = source_at(reader, position).dataset
+        cache[key] = cached(ds, ("index stats", index.name), lambda: index_statistics(ds, index.name))
     return cache[key]
 
 
@@ -180,7 +182,8 @@ def source_rows(reader: LsmReader, position: int) -> int:
     """Rows of source `position` (Lance's count, deletions applied); cached per snapshot."""
     key = ("rows", position)
     if key not in reader.search_cache:
-        reader.search_cache[key] = source_at(reader, position).dataset.count_rows()
+        ds = source_at(reader, position).dataset
+        reader.search_cache[key] = cached(ds, "rows", ds.count_rows)
     return reader.search_cache[key]
 
 
@@ -192,15 +195,22 @@ def _unexplained(reader: LsmReader, index: Any, view: View) -> int:
     cache = reader.search_cache
     if key not in cache:
         covered = covered_fragments(reader.base, index.name) or set()
-        fragments = [f for f in reader.base.get_fragments() if f.fragment_id not in covered]
+        uncovered = [f.fragment_id for f in reader.base.get_fragments() if f.fragment_id not in covered]
         found = 0
-        if fragments:
+        if uncovered:
             pk = list(reader.pk)
-            keys = pa.concat_tables([f.to_table(columns=pk) for f in fragments])
+            keys = cached(reader.base, ("keys outside", tuple(uncovered)), lambda: _base_keys_in(reader, uncovered))
             upper = upper_view(reader, _upper(reader, view), view)
             found = int((~shadowed_in_bulk(pk, keys, upper.keys)).sum())
         cache[key] = found
     return cache[key]
+
+
+def _base_keys_in(reader: LsmReader, fragments: list[int]) -> pa.Table:
+    """The base version's keys of these fragments (from `base_keys`: a row's fragment is its address's high half)."""
+    keys = base_keys(reader)
+    fragment = (keys.column("_rowaddr").to_numpy().astype(np.uint64) >> np.uint64(32)).astype(np.int64)
+    return keys.filter(pa.array(np.isin(fragment, np.array(fragments, np.int64))))
 
 
 def _base_plan(reader: LsmReader, index: Any, exact: bool) -> tuple[bool, View]:
