@@ -181,7 +181,8 @@ def pruned_rows(p: Pruning, vecs: np.ndarray, sq: np.ndarray, neg_inv: np.ndarra
     n = len(s)
     if n <= k:
         return None
-    seeds = np.argpartition(s, n - min(n, max(k, _SEEDS)))[n - min(n, max(k, _SEEDS)):]
+    m = n - min(n, max(k, _SEEDS))
+    seeds = np.flatnonzero(s >= np.partition(s, m)[m])  # the best bounds (ties: a few more); no index sort
     tau = _kth_key(p, vecs, q, sq, neg_inv, seeds if rows is None else rows[seeds], k)
     threshold = (shift - tau - tol - 1e-12 * abs(tau)) / scale  # key bound <= tau  <=>  s >= threshold
     left = np.flatnonzero(s >= np.nextafter(np.float32(threshold), np.float32(-np.inf)))

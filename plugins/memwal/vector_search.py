@@ -13,6 +13,7 @@ undefined (a null vector; a zero vector under cosine) is never a result, as in L
 from __future__ import annotations
 
 import math
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -52,10 +53,25 @@ MIN_NPROBES = 80
 NPROBES_FRACTION = 0.1
 DEFAULT_REFINE_FACTOR = 10
 _METRICS = ("l2", "cosine", "dot")
-# Search the small sources' block in a thread while Lance searches the base (bench/README.md: what it gains).
-CONCURRENT = False
+# Search the small sources' block in a thread while Lance searches the base (bench/README.md: what it gains):
+# True, False, or None: unless the machine is oversubscribed (`_spare_core`). On the 2-core machine at load
+# 1.6-3.4 (the benchmark's own) it took 0.5-1 ms off a 10 ms search; at load 6-9 (other test suites beside it)
+# it cost 0.7-1.3 ms: the thread waits for a core other work holds.
+CONCURRENT: bool | None = None
 _POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
+
+
+def _spare_core() -> bool:
+    """Whether a second core can take the block while Lance searches the base: more than one core, and the
+    last minute's load average (this process's searches included) below twice their number: a machine more
+    loaded than that searches one after the other."""
+    cpus = os.cpu_count() or 1
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return False
+    return cpus > 1 and load < 2 * cpus
 
 
 @dataclass
@@ -272,7 +288,7 @@ def vector_search(reader: LsmReader, vector: Any, *, column: str | None = None, 
     if layout.small:
         block = flat_block(reader, layout.small, column, dim, layout.view, metric)
         passing_rows = None if filter is None else passing(reader, block, layout.small, filter)
-        if layout.asked and CONCURRENT:
+        if layout.asked and (_spare_core() if CONCURRENT is None else CONCURRENT):
             pending = _pool().submit(flat_top, block, q, k, metric, passing_rows)
     for p, rows, flat, ask in layout.asked:
         got, dist = _ask(reader, p, rows, flat, ask, q, k, read, filter, nprobes, refine_factor, metric, plan, check)

@@ -257,6 +257,25 @@ def test_the_block_searched_beside_the_base_in_a_thread_is_as_exact(lsm, monkeyp
             assert_top_k(_pairs(got), model, q, k, f"concurrent, query {qi}, k={k}")
 
 
+@pytest.mark.parametrize("cpus, load, spare", [(2, 0.4, True), (2, 3.9, True), (2, 4.0, False), (2, 8.5, False),
+                                               (8, 15.5, True), (1, 0.0, False), (None, 0.0, False)])
+def test_by_default_the_block_is_searched_in_a_thread_unless_the_machine_is_oversubscribed(lsm, monkeypatch, cpus,
+                                                                                          load, spare):
+    """CONCURRENT None (the default): a thread beside the base search while the last minute's load is below
+    twice the core count (on 2 cores it gained 0.5-1 ms at load 1.6-3.4, and cost as much at load 6-9); the
+    same answers either way."""
+    reader, model = lsm
+    assert vs.CONCURRENT is None
+    monkeypatch.setattr(vs.os, "cpu_count", lambda: cpus)
+    monkeypatch.setattr(vs.os, "getloadavg", lambda: (load, load, load))
+    threaded = []
+    real = vs._pool
+    monkeypatch.setattr(vs, "_pool", lambda: threaded.append(1) or real())
+    got = _exact(reader, model, QUERIES[1], 10)
+    assert_top_k(_pairs(got), model, QUERIES[1], 10, f"cpus {cpus}, load {load}")
+    assert bool(threaded) is spare
+
+
 def test_the_block_searched_through_its_projected_head_is_as_exact(lsm, monkeypatch):
     """memwal.block_pruning on this view's small block (its limits lowered to the test's 8 dimensions and ~100
     rows, a head of 2): the same exact newest-wins answer, filtered or not, and the head pass was used."""
