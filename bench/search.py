@@ -127,16 +127,19 @@ def equal_recall_only(args: argparse.Namespace, reader_a, reader_b, base_c, quer
     equal_recall_table(args, reader_a, base_c, queries, truth)
 
 
-def first_query(args: argparse.Namespace, uri: str, queries: np.ndarray, snapshots: int = 5) -> None:
-    """A new snapshot's first search against the p50 of the searches after it: per round a new LsmReader of A
-    (as after a flush: its read plan and flat block are built anew; the process's caches stay warm)."""
+def _first_and_p50(args: argparse.Namespace, uri: str, queries: np.ndarray, rounds: int, before=None
+                   ) -> tuple[float, float]:
+    """Per round: before(round) (if given), a new LsmReader of `uri`, its first search timed, then every query;
+    the median first search and the p50 of the rest (ms)."""
     from memwal.reader import LsmReader
 
     def search(reader, q):
         return reader.search(q, k=args.k, columns=["id"], nprobes=args.nprobes, refine_factor=args.refine)
 
     firsts, rest = [], []
-    for i in range(snapshots):
+    for i in range(rounds):
+        if before is not None:
+            before(i)
         reader = LsmReader(uri)
         t = time.perf_counter()
         search(reader, queries[i % len(queries)])
@@ -145,7 +148,13 @@ def first_query(args: argparse.Namespace, uri: str, queries: np.ndarray, snapsho
             t = time.perf_counter()
             search(reader, q)
             rest.append((time.perf_counter() - t) * 1000)
-    first, p50 = float(np.median(firsts)), float(np.median(rest))
+    return float(np.median(firsts)), float(np.median(rest))
+
+
+def first_query(args: argparse.Namespace, uri: str, queries: np.ndarray, snapshots: int = 5) -> None:
+    """A new snapshot's first search against the p50 of the searches after it: per round a new LsmReader of A
+    (its read plan and flat block are built anew; the process's caches stay warm)."""
+    first, p50 = _first_and_p50(args, uri, queries, snapshots)
     print(f"a new snapshot's first search (median of {snapshots}): {first:.1f} ms; p50 after it {p50:.2f} ms; "
           f"first / p50 {first / p50:.1f}")
 
@@ -163,29 +172,16 @@ def first_after_flush(args: argparse.Namespace, uri: str, vecs: np.ndarray, quer
     copy = uri.rstrip("/") + "-flushes"
     shutil.rmtree(copy, ignore_errors=True)
     shutil.copytree(uri, copy)
-
-    def search(reader, q):
-        return reader.search(q, k=args.k, columns=["id"], nprobes=args.nprobes, refine_factor=args.refine)
-
-    firsts, rest = [], []
-    next_id = 1 << 40
     with RegionWriter(copy, str(uuid.uuid4()), config=ONE_GEN_PER_FLUSH) as w:
-        search(LsmReader(copy), queries[0])  # the process has read the table once, as a running service has
-        for i in range(rounds):
+        LsmReader(copy).search(queries[0], k=args.k)  # the process has read the table once, as a service has
+
+        def flush(i: int) -> None:
             near = vecs[rng.choice(len(vecs), args.flush_rows)] + 0.1 * rng.standard_normal((args.flush_rows, args.dim))
-            w.put(rows(np.arange(next_id, next_id + args.flush_rows), near))
+            w.put(rows(np.arange((1 << 40) + i * args.flush_rows, (1 << 40) + (i + 1) * args.flush_rows), near))
             w.flush()
-            next_id += args.flush_rows
-            reader = LsmReader(copy)
-            t = time.perf_counter()
-            search(reader, queries[i % len(queries)])
-            firsts.append((time.perf_counter() - t) * 1000)
-            for q in queries:
-                t = time.perf_counter()
-                search(reader, q)
-                rest.append((time.perf_counter() - t) * 1000)
+
+        first, p50 = _first_and_p50(args, copy, queries, rounds, before=flush)
     shutil.rmtree(copy, ignore_errors=True)
-    first, p50 = float(np.median(firsts)), float(np.median(rest))
     print(f"a new snapshot's first search after a flush of {args.flush_rows} rows (median of {rounds}): "
           f"{first:.1f} ms; p50 after it {p50:.2f} ms; first / p50 {first / p50:.1f}")
 
