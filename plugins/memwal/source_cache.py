@@ -49,8 +49,8 @@ def identity(ds: lance.LanceDataset) -> tuple[str, int, int] | None:
 
 
 def nbytes(value: Any) -> int:
-    """Bytes a cached value holds (Arrow tables and arrays, numpy arrays, and tuples, lists and dicts of them;
-    anything else counts a little)."""
+    """Bytes a cached value holds (Arrow tables and arrays, numpy arrays, and tuples, lists, dicts and objects'
+    attributes of them, as a bloom filter's words; anything else counts a little)."""
     if isinstance(value, (pa.Table, pa.Array, pa.ChunkedArray, pa.RecordBatch)):
         return int(value.nbytes)
     if isinstance(value, np.ndarray):
@@ -59,8 +59,8 @@ def nbytes(value: Any) -> int:
         return sum(nbytes(v) for v in value) + 64
     if isinstance(value, dict):
         return sum(nbytes(v) for v in value.values()) + 64
-    if hasattr(value, "__dataclass_fields__"):
-        return sum(nbytes(getattr(value, f)) for f in value.__dataclass_fields__) + 64
+    if hasattr(value, "__dict__"):
+        return sum(nbytes(v) for v in vars(value).values()) + 64
     return sys.getsizeof(value)
 
 

@@ -174,6 +174,16 @@ def test_a_value_is_made_once_per_dataset_content(tmp_path):
     assert made == [1, 2, 2], "an in-memory dataset (a MemTable) is not kept"
 
 
+def test_what_a_cached_value_holds_is_counted():
+    """The byte bound counts a generation's bloom filter by its words, a piece by its arrays."""
+    from memwal.bloom_filter import BloomFilter
+
+    bloom = BloomFilter.from_keys(pa.array([1, 2, 3], pa.int64()))
+    assert source_cache.nbytes(bloom) >= len(bloom.to_bytes())
+    piece = fb._Piece(np.zeros(10, np.uint64), np.zeros((10, 8), np.float32), np.zeros(10))
+    assert source_cache.nbytes(piece) >= 80 + 320 + 80
+
+
 def test_the_cache_keeps_at_most_its_bytes_least_recently_used_out(tmp_path, monkeypatch):
     monkeypatch.setenv("MEMWAL_SOURCE_CACHE_BYTES", str(3 * 8_000 + 200))
     datasets = [_dataset(tmp_path / f"d{i}", range(3)) for i in range(4)]
