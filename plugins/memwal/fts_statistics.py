@@ -22,10 +22,10 @@ import lance
 import numpy as np
 import pyarrow as pa
 
-from memwal.dataset_identity import cache_key
 from memwal.fts_tokenizer import TokenizerConfig, analyze
 from memwal.newest_version import upper_view
 from memwal.search_plan import View, live_addresses, source_at, upper_positions
+from memwal.source_cache import identity as source_identity
 
 if TYPE_CHECKING:
     from memwal.reader import LsmReader
@@ -194,7 +194,7 @@ def source_terms(reader: LsmReader, position: int, column: str, config: Tokenize
     anew); a MemTable's, or a version not told apart from a recreated table's, once per snapshot."""
     ds: Any = source_at(reader, position).dataset
     key_column = _integer_key(reader) if position == 0 else None
-    identity = None if ds.uri.startswith("memory://") else cache_key(ds)
+    identity = source_identity(ds)
     memory = identity is None
     key = (identity or (ds.uri, ds.version), column, config, key_column)
     store: Any = reader.search_cache.setdefault("fts terms", {}) if memory else _TERMS
