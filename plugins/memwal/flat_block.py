@@ -132,8 +132,10 @@ def _piece(ds: lance.LanceDataset, column: str, dim: int, metric: str) -> _Piece
 
 
 # Per table, column, metric and dimension: the axes the blocks' rows are projected on (block_pruning.Axes),
-# kept while most of a new snapshot's block was projected on them already.
-_AXES: dict[tuple, Axes] = {}
+# kept while most of a new snapshot's block was projected on them already; the most recently used _AXES_KEPT
+# (a process searching more tables makes a forgotten table's axes again: any axes keep the search exact).
+_AXES: OrderedDict[tuple, Axes] = OrderedDict()
+_AXES_KEPT = 256
 _AXES_LOCK = threading.Lock()
 
 
@@ -150,6 +152,8 @@ def _pruning(reader: LsmReader, column: str, dim: int, metric: str,
     key = (reader.store.uri, column, metric, dim)
     with _AXES_LOCK:
         axes = _AXES.get(key)
+        if axes is not None:
+            _AXES.move_to_end(key)
     if axes is not None:
         fresh = sum(int(live.sum()) for ds, _, live in parts if peek(ds, ("flat head", column, axes.token)) is None)
         if fresh * 2 > len(vecs):
@@ -158,6 +162,8 @@ def _pruning(reader: LsmReader, column: str, dim: int, metric: str,
         axes = axes_of(vecs, metric)
         with _AXES_LOCK:
             _AXES[key] = axes
+            while len(_AXES) > _AXES_KEPT:
+                _AXES.popitem(last=False)
     heads = [(_head(ds, piece, axes, column), live) for ds, piece, live in parts if live.any()]
     first = np.concatenate([h[0] if live.all() else h[0][:, live] for h, live in heads], axis=1)
     return pruning_under(axes, first, max(h[1] for h, _ in heads))

@@ -151,6 +151,27 @@ def test_cached_generations_stay_exact_as_newer_ones_shadow_their_rows(local_loc
         "a block of mostly new rows gets new axes, every generation projected on them"
 
 
+def test_a_process_keeps_the_axes_of_its_most_recently_searched_tables(local_location, monkeypatch):
+    """_AXES holds at most _AXES_KEPT tables' axes, least recently used out: a service searching many tables does
+    not keep one set per table forever (a forgotten table's are made again; any axes keep the search exact)."""
+    _lower_pruning_limits(monkeypatch)
+    others = [(f"s3://elsewhere/t{i}", "vec", "l2", 8) for i in range(2)]
+    monkeypatch.setattr(fb, "_AXES", fb.OrderedDict((k, bp.Axes("l2", np.zeros(8), np.eye(8)[:, :2])) for k in others))
+    monkeypatch.setattr(fb, "_AXES_KEPT", 2)
+    loc = local_location
+    model = _named(range(300), "b")
+    create_base(loc, model)
+    puts = _named(range(300, 380), "g1")
+    flush(loc, str(uuid.uuid4()), puts)
+    _apply(model, puts)
+    reader = LsmReader(loc.uri)
+    for qi, q in enumerate(QUERIES):
+        assert_top_k(_pairs(_exact(reader, model, q, 10)), model, q, 10, f"query {qi}")
+    kept = list(fb._AXES)
+    assert len(kept) == 2 and kept[0] == others[1], "the least recently used table's axes went"
+    assert kept[1][0] == reader.store.uri
+
+
 def _dataset(path, ids) -> lance.LanceDataset:
     return lance.write_dataset(pa.table({"id": pa.array(ids, pa.int64())}), str(path), mode="overwrite")
 
