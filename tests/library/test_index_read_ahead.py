@@ -7,6 +7,7 @@ import threading
 import uuid
 
 import lance
+import pyarrow as pa
 import pytest
 
 from memwal import index_read_ahead, merge_commit
@@ -21,16 +22,16 @@ BASE = 40_000
 DELETED = [3, 9_001, 17_777, 25_000, 39_998]
 
 
-def _table(loc, index: bool = True) -> str:
-    """40,000 base rows in 4 fragments, a BTREE on the key; gen 1 updates 5 and inserts 50,000, gen 2 inserts
-    50,001 and deletes DELETED: an upserts-first commit whose delete pass (5 keys, 8,000 rows per key) joins
-    through the index."""
+def _table(loc, index: bool = True, deleted=DELETED) -> str:
+    """40,000 base rows in 4 fragments, a BTREE on the key (if `index`); gen 1 updates 5 and inserts 50,000, gen
+    2 inserts 50,001 and deletes `deleted`: an upserts-first commit whose delete pass (by default 5 keys, 8,000
+    rows per key) joins through the index."""
     lance.write_dataset(rows(range(BASE), "base"), loc.uri, max_rows_per_file=10_000)
     if index:
         open_base(loc).create_scalar_index("id", "BTREE")
     open_base(loc).initialize_mem_wal(unsharded=True)
     region = str(uuid.uuid4())
-    write_generations(loc, region, [([5, 50_000], "g1", []), ([50_001], "g2", DELETED)])
+    write_generations(loc, region, [([5, 50_000], "g1", []), ([50_001], "g2", deleted)])
     return region
 
 
@@ -108,8 +109,6 @@ def test_the_delete_pass_keys_are_read_ahead_on_its_session_while_the_upsert_pas
 
 
 def lance_keys(ids):
-    import pyarrow as pa
-
     return pa.array(ids, pa.int64())
 
 
@@ -118,13 +117,7 @@ def test_no_read_ahead_when_the_delete_pass_will_not_join_through_the_index(loca
     """Too many keys for the index (over one per 50 rows, the rule for a table with deletion files), or no
     index on the key: nothing is read ahead, and the merge is the same."""
     loc = local_location
-    lance.write_dataset(rows(range(BASE), "base"), loc.uri, max_rows_per_file=10_000)
-    if index:
-        open_base(loc).create_scalar_index("id", "BTREE")
-    open_base(loc).initialize_mem_wal(unsharded=True)
-    region = str(uuid.uuid4())
-    deleted = list(range(0, BASE, 39)) if index else DELETED  # 1,026 keys x 50 > 40,000 rows
-    write_generations(loc, region, [([5, 50_000], "g1", []), ([50_001], "g2", deleted)])
+    region = _table(loc, index, list(range(0, BASE, 39)) if index else DELETED)  # 1,026 keys x 50 > 40,000 rows
     model, v0 = lsm_view(loc), open_base(loc).version
     events = _Events(monkeypatch)
     merge_region(loc.uri, None, region, TWO)
