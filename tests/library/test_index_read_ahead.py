@@ -36,10 +36,14 @@ def _table(loc, index: bool = True, deleted=DELETED) -> str:
 
 
 class _Events:
-    """What the read-ahead and the two passes did, in order, and on which Lance session."""
+    """What the read-ahead and the two passes did, in order, and on which Lance session. overlap: the upsert pass
+    waits (at most a minute) until the read ahead has started, so that they overlap on any machine, however
+    loaded, whenever the read ahead starts before the upsert pass ends (`overlapped` says whether it did)."""
 
-    def __init__(self, monkeypatch):
+    def __init__(self, monkeypatch, overlap: bool = False):
         self.order: list[str] = []
+        self.reading = threading.Event()
+        self.overlapped: bool | None = None
         self.read_keys: list[int] = []
         self.sessions: dict[str, object] = {}
         self.cache_at_delete = -1
@@ -49,6 +53,7 @@ class _Events:
 
         def look_up(reader, column, keys):
             self._note("read-ahead start", reader, "reader")
+            self.reading.set()
             self.read_keys = sorted(keys.to_pylist())
             real_look_up(reader, column, keys)
             self._note("read-ahead end")
@@ -67,6 +72,8 @@ class _Events:
 
             def execute(ds):
                 self._note("upsert pass start", ds, "upsert")
+                if overlap:
+                    self.overlapped = self.reading.wait(60)
                 out = run(ds)
                 self._note("upsert pass end")
                 return out
@@ -88,10 +95,11 @@ def test_the_delete_pass_keys_are_read_ahead_on_its_session_while_the_upsert_pas
     loc = local_location
     region = _table(loc)
     model, v0 = lsm_view(loc), open_base(loc).version
-    events = _Events(monkeypatch)
+    events = _Events(monkeypatch, overlap=True)
     res = merge_region(loc.uri, None, region, TWO)
     assert res.generations == [1, 2] and res.rows_deleted == len(DELETED)
     assert events.read_keys == DELETED, "the read-ahead looked up the delete pass's keys"
+    assert events.overlapped, "the read ahead did not start while the upsert pass ran"
     assert events.order.index("read-ahead start") < events.order.index("upsert pass end"), events.order
     assert events.order.index("read-ahead end") < events.order.index("delete pass"), events.order
     assert events.sessions["reader"].is_same_as(events.sessions["delete"]), \
