@@ -66,8 +66,10 @@ def page_rows(frame) -> dict[str, dict]:
 
 def screenshot(page, frame, path: Path, regions: int) -> None:
     """A screenshot of the page with the MemWAL view loaded in its iframe (the same document before and
-    after the shot, so the picture cannot be of a frame that was still loading)."""
-    page.wait_for_load_state("networkidle")
+    after the shot, so the picture cannot be of a frame that was still loading). The page's load event, not
+    "networkidle": Airflow's UI keeps polling, and on a loaded machine 500 ms without a request did not come
+    within 30 s (a fresh-clone make test beside a busy core)."""
+    page.wait_for_load_state("load", timeout=60_000)
     frame.locator(f"section[data-table='{TABLE}'] tr.region").nth(regions - 1).wait_for(timeout=60_000)
     frame.locator("body").evaluate("b => { b.dataset.shot = '1'; }")
     page.screenshot(path=str(path))
