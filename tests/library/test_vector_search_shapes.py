@@ -143,10 +143,14 @@ MANY_QUERIES = np.random.default_rng(1).standard_normal((5, MANY_DIM)).astype("f
 
 @pytest.fixture(scope="module")
 def many_partitions(tmp_path_factory) -> tuple[str, np.ndarray]:
-    """The base table (built once per module; a test that writes above it copies it) and its vectors."""
+    """The base table (built once per module; a test that writes above it copies it) and its vectors. Tenant 7's
+    20 rows lie apart, ten standard deviations out: whatever partitions Lance's k-means draws, the ones nearest
+    a query (the default nprobes) hold none of them, so Lance at that nprobes is short for every query."""
     uri = str(tmp_path_factory.mktemp("many") / "table")
     vecs = np.random.default_rng(0).standard_normal((MANY_ROWS, MANY_DIM)).astype("float32")
     ids = np.arange(MANY_ROWS)
+    tenant = ids % TENANTS == 7
+    vecs[tenant] = 10.0 + np.random.default_rng(2).standard_normal((int(tenant.sum()), MANY_DIM)).astype("float32")
     t = pa.table({"id": pa.array(ids, pa.int64()), "tenant": pa.array(ids % TENANTS, pa.int64()),
                   "vec": pa.FixedSizeListArray.from_arrays(pa.array(vecs.ravel()), MANY_DIM)}, schema=MANY_SCHEMA)
     ds = lance.write_dataset(t, uri)
@@ -165,9 +169,9 @@ def assert_at_own_distances(got: pa.Table, vecs: np.ndarray, q: np.ndarray, what
 
 
 def test_a_narrow_filter_on_an_index_with_many_partitions_is_never_short(many_partitions):
-    """The issue's case, smaller: a filter matching 20 rows spread over 256 partitions; the default nprobes
-    (80) finds fewer than k of them in most queries (checked through Lance itself), yet the search returns
-    k rows of that tenant for every query."""
+    """The issue's case, smaller: a filter matching 20 rows of 20,000 in an index of 256 partitions, none of them
+    in the partitions the default nprobes (80) probes; Lance at that nprobes finds fewer than k of them (checked
+    through Lance itself), yet the search returns k rows of that tenant for every query."""
     uri, vecs = many_partitions
     nprobes = vs.default_nprobes(MANY_PARTITIONS)
     assert nprobes < MANY_PARTITIONS / 3, "the case needs nprobes far below the partitions"
