@@ -349,13 +349,18 @@ def _read_ahead_reader(table: MemWalTable, deleted_keys: pa.Table, pk: list[str]
     """A dataset sharing the handle's session to read the delete pass's keys ahead on while the upsert pass
     runs (`memwal.index_read_ahead`), when that pass will join through the key's index: a one-column key with
     a scalar index and few enough keys for a table with deletion files (our upsert pass makes them). None
-    otherwise."""
+    otherwise, and when it cannot be opened: only an optimisation, it never fails the merge (the version read
+    may be gone already: retention removed it after a concurrent commit, a race test saw "Not found")."""
     ds = table.dataset
-    if len(pk) != 1 or not any(list(d.field_names) == pk for d in ds.describe_indices()):
+    try:
+        if len(pk) != 1 or not any(list(d.field_names) == pk for d in ds.describe_indices()):
+            return None
+        if not use_index_to_delete(ds, _keys_in_index_range(ds, deleted_keys, pk), assume_deletions=True):
+            return None
+        return table.open_dataset(ds.version, same_session=True)
+    except (OSError, ValueError) as exc:
+        log.debug("no index read-ahead for the delete pass of %s: %s", table.uri, exc)
         return None
-    if not use_index_to_delete(ds, _keys_in_index_range(ds, deleted_keys, pk), assume_deletions=True):
-        return None
-    return table.open_dataset(ds.version, same_session=True)
 
 
 def _upsert_pass(pk: list[str], upserts: pa.Table, compacted: list[CompactedSsTable]) -> Pass:

@@ -153,6 +153,25 @@ def test_a_failing_read_ahead_changes_nothing(local_location, monkeypatch, caplo
     exact_everywhere(loc, v0, model)
 
 
+def test_a_read_ahead_that_cannot_be_opened_changes_nothing(local_location, monkeypatch):
+    """Opening the version to read ahead on failing (a concurrent commit and retention removed it: "Not found"
+    in a race test) leaves the merge to go on exactly, without the read ahead."""
+    from memwal.table import MemWalTable
+
+    loc = local_location
+    region = _table(loc)
+    model, v0 = lsm_view(loc), open_base(loc).version
+
+    def gone(self, version=None, *, same_session=False):
+        raise ValueError(f"Not found: {self.uri}/_versions/{version}.manifest")
+
+    monkeypatch.setattr(MemWalTable, "open_dataset", gone)
+    events = _Events(monkeypatch)
+    res = merge_region(loc.uri, None, region, TWO)
+    assert res.rows_deleted == len(DELETED) and "read-ahead start" not in events.order
+    exact_everywhere(loc, v0, model)
+
+
 def test_the_read_ahead_is_joined_when_the_block_raises(monkeypatch):
     """The block's error goes on only once the lookup is over: no thread outlives the commit's lock."""
     events = []
